@@ -1,0 +1,21 @@
+// One typed getter per kind of environment knob. Bad values are reported, never silently used.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "common/status.h"
+
+namespace chorus {
+
+std::optional<std::string> env_get(const char* name);
+std::string env_str(const char* name, const std::string& fallback);
+// Integers accept K/M/G suffixes (powers of 1024): CHORUS_CHUNK_BYTES=512K.
+Result<int64_t> env_int(const char* name, int64_t fallback);
+// Seconds, fractional allowed: CHORUS_TIMEOUT=2.5.
+Result<double> env_seconds(const char* name, double fallback);
+// Parses "512K", "4M", "17": the shared parser behind env_int, chorus-perf sizes and friends.
+std::optional<int64_t> parse_size(const std::string& text);
+
+}  // namespace chorus
