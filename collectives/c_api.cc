@@ -1,0 +1,320 @@
+// The C ABI (include/chorus/chorus.h): argument checks, handles, and the bridge to Comm.
+// Nothing here throws; every failure is a chorusResult_t plus a message for chorusGetLastError.
+#include <atomic>
+#include <cstring>
+#include <limits>
+#include <string>
+
+#include "chorus/chorus.h"
+#include "collectives/comm.h"
+#include "collectives/job.h"
+#include "common/env.h"
+#include "common/log.h"
+
+#define CHORUS_API extern "C" __attribute__((visibility("default")))
+
+using chorus::Code;
+using chorus::Comm;
+using chorus::OpCtx;
+using chorus::OpDesc;
+using chorus::OpKind;
+using chorus::Status;
+
+namespace {
+constexpr uint64_t kCommMagic = 0x636f6d6d2d6f6b21ull;
+constexpr uint64_t kRequestMagic = 0x7265712d6f6b2121ull;
+thread_local std::string t_last_error;
+}  // namespace
+
+// Handles stay allocated after destroy (a few bytes each), so that a late call on a destroyed
+// communicator is answered with an error instead of touching freed memory.
+struct chorusComm {
+  uint64_t magic = kCommMagic;
+  std::mutex mu;
+  std::shared_ptr<Comm> comm;
+  std::string gone;  // why the communicator is unusable ("destroyed", "aborted")
+};
+
+struct chorusRequest {
+  uint64_t magic = kRequestMagic;
+  std::shared_ptr<chorus::Work> work;
+};
+
+namespace {
+
+chorusResult_t to_result(Code c) { return static_cast<chorusResult_t>(static_cast<int>(c)); }
+
+chorusResult_t report(const Status& s) {
+  if (s.is_ok()) return chorusSuccess;
+  t_last_error = s.message();
+  return to_result(s.code());
+}
+
+template <typename... Args>
+chorusResult_t fail(Code code, fmt::format_string<Args...> f, Args&&... args) {
+  return report(Status(code, fmt::format(f, std::forward<Args>(args)...)));
+}
+
+// Resolves a handle to a live communicator, or says why not.
+chorus::Result<std::shared_ptr<Comm>> live(chorusComm_t h, const char* call) {
+  if (h == nullptr) return chorus::make_error(Code::kInvalidArgument, "{}: comm is NULL", call);
+  if (h->magic != kCommMagic) return chorus::make_error(Code::kInvalidArgument, "{}: comm is not a chorus communicator", call);
+  std::lock_guard<std::mutex> lock(h->mu);
+  if (!h->comm) return chorus::make_error(Code::kInvalidUsage, "{}: communicator was {}", call, h->gone);
+  return h->comm;
+}
+
+chorus::Result<size_t> byte_count(size_t count, chorusDataType_t dt, const char* call, int rank) {
+  size_t es = chorus::dtype_size(dt);
+  if (es == 0) return chorus::make_error(Code::kInvalidArgument, "{} on rank {}: unknown datatype {}", call, rank, static_cast<int>(dt));
+  if (count > std::numeric_limits<size_t>::max() / es)
+    return chorus::make_error(Code::kInvalidArgument, "{} on rank {}: count {} overflows", call, rank, count);
+  return count * es;
+}
+
+chorusResult_t finish_blocking(chorusResult_t rc, chorusRequest_t req) {
+  if (rc != chorusSuccess) return rc;
+  rc = chorusWait(req, -1);
+  chorusRequestFree(req);
+  return rc;
+}
+
+chorusResult_t submit(chorusComm_t h, const char* call, OpDesc d, chorus::OpFn fn, chorusRequest_t* out) {
+  if (out == nullptr) return fail(Code::kInvalidArgument, "{}: request is NULL", call);
+  auto c = live(h, call);
+  if (!c.is_ok()) return report(c.status());
+  auto w = (*c)->submit(d, std::move(fn));
+  if (!w.is_ok()) return report(w.status());
+  *out = new chorusRequest{kRequestMagic, std::move(w.value())};
+  return chorusSuccess;
+}
+
+chorusResult_t check_peer(Comm& c, int peer, const char* call) {
+  if (peer < 0 || peer >= c.size())
+    return fail(Code::kInvalidArgument, "{} on rank {}: peer {} is outside 0..{}", call, c.rank(), peer, c.size() - 1);
+  if (peer == c.rank())
+    return fail(Code::kInvalidUsage, "{} on rank {}: peer {} is this rank (send/recv to self is not supported)", call, c.rank(), peer);
+  return chorusSuccess;
+}
+
+chorusResult_t init_comm(chorus::Result<chorus::transport::Rendezvous> rdzv, chorusComm_t* out, const char* call) {
+  if (!rdzv.is_ok()) return report(rdzv.status().wrap(call));
+  double timeout = chorus::env_seconds("CHORUS_TIMEOUT", 300).is_ok() ? *chorus::env_seconds("CHORUS_TIMEOUT", 300) : 300;
+  auto deadline = chorus::Deadline::after_seconds(timeout);
+  int rank = rdzv->rank, size = rdzv->size;
+  uint64_t uid = chorus::transport::hash64(rdzv->secret.data(), rdzv->secret.size());
+  auto job = chorus::Job::create(std::move(rdzv.value()), deadline);
+  if (!job.is_ok()) return report(job.status().wrap(call));
+  std::vector<int> ranks(size);
+  for (int i = 0; i < size; ++i) ranks[i] = i;
+  auto comm = Comm::create(job.value(), "r", uid, rank, ranks, deadline);
+  if (!comm.is_ok()) return report(comm.status().wrap(fmt::format("{} on rank {}", call, rank)));
+  auto* h = new chorusComm();
+  h->comm = std::move(comm.value());
+  *out = h;
+  return chorusSuccess;
+}
+
+}  // namespace
+
+CHORUS_API const char* chorusGetErrorString(chorusResult_t r) {
+  switch (r) {
+    case chorusSuccess: return "no error";
+    case chorusUnhandledCudaError: return "unhandled cuda error";
+    case chorusInProgress: return "operation in progress";
+    default: return chorus::code_name(static_cast<Code>(r));
+  }
+}
+
+CHORUS_API const char* chorusGetLastError(chorusComm_t) { return t_last_error.c_str(); }
+
+CHORUS_API chorusResult_t chorusGetVersion(int* version) {
+  if (!version) return fail(Code::kInvalidArgument, "chorusGetVersion: version is NULL");
+  *version = CHORUS_VERSION_CODE;
+  return chorusSuccess;
+}
+
+CHORUS_API chorusResult_t chorusGetUniqueId(chorusUniqueId* id) {
+  if (!id) return fail(Code::kInvalidArgument, "chorusGetUniqueId: id is NULL");
+  auto data = chorus::transport::make_unique_id();
+  if (!data.is_ok()) return report(data.status().wrap("chorusGetUniqueId"));
+  std::memcpy(id->internal, &data.value(), sizeof(chorus::transport::UniqueIdData));
+  return chorusSuccess;
+}
+
+CHORUS_API chorusResult_t chorusCommInitRank(chorusComm_t* comm, int nranks, chorusUniqueId id, int rank) {
+  if (!comm) return fail(Code::kInvalidArgument, "chorusCommInitRank: comm is NULL");
+  chorus::transport::UniqueIdData data;
+  std::memcpy(&data, id.internal, sizeof data);
+  return init_comm(chorus::transport::rendezvous_from_id(data, rank, nranks), comm, "chorusCommInitRank");
+}
+
+CHORUS_API chorusResult_t chorusCommInitFromEnv(chorusComm_t* comm) {
+  if (!comm) return fail(Code::kInvalidArgument, "chorusCommInitFromEnv: comm is NULL");
+  double timeout = chorus::env_seconds("CHORUS_TIMEOUT", 300).is_ok() ? *chorus::env_seconds("CHORUS_TIMEOUT", 300) : 300;
+  return init_comm(chorus::transport::rendezvous_from_env(chorus::Deadline::after_seconds(timeout)), comm,
+                   "chorusCommInitFromEnv");
+}
+
+CHORUS_API chorusResult_t chorusCommDestroy(chorusComm_t h) {
+  auto c = live(h, "chorusCommDestroy");
+  if (!c.is_ok()) return report(c.status());
+  Status s = (*c)->destroy();
+  std::lock_guard<std::mutex> lock(h->mu);
+  h->comm.reset();
+  h->gone = "destroyed (chorusCommDestroy)";
+  return report(s);
+}
+
+CHORUS_API chorusResult_t chorusCommAbort(chorusComm_t h) {
+  auto c = live(h, "chorusCommAbort");
+  if (!c.is_ok()) return report(c.status());
+  (*c)->abort(fmt::format("rank {} aborted the communicator (chorusCommAbort)", (*c)->rank()));
+  (void)(*c)->destroy();
+  std::lock_guard<std::mutex> lock(h->mu);
+  h->comm.reset();
+  h->gone = "aborted (chorusCommAbort)";
+  return chorusSuccess;
+}
+
+CHORUS_API chorusResult_t chorusCommGetAsyncError(chorusComm_t h, chorusResult_t* err) {
+  if (!err) return fail(Code::kInvalidArgument, "chorusCommGetAsyncError: async_error is NULL");
+  auto c = live(h, "chorusCommGetAsyncError");
+  if (!c.is_ok()) return report(c.status());
+  Status s = (*c)->error();
+  *err = to_result(s.code());
+  if (!s.is_ok()) t_last_error = s.message();
+  return chorusSuccess;
+}
+
+CHORUS_API chorusResult_t chorusCommCount(const chorusComm_t h, int* count) {
+  if (!count) return fail(Code::kInvalidArgument, "chorusCommCount: count is NULL");
+  auto c = live(h, "chorusCommCount");
+  if (!c.is_ok()) return report(c.status());
+  *count = (*c)->size();
+  return chorusSuccess;
+}
+
+CHORUS_API chorusResult_t chorusCommUserRank(const chorusComm_t h, int* rank) {
+  if (!rank) return fail(Code::kInvalidArgument, "chorusCommUserRank: rank is NULL");
+  auto c = live(h, "chorusCommUserRank");
+  if (!c.is_ok()) return report(c.status());
+  *rank = (*c)->rank();
+  return chorusSuccess;
+}
+
+CHORUS_API chorusResult_t chorusCommSplit(chorusComm_t h, int color, int key, chorusComm_t* newcomm) {
+  if (!newcomm) return fail(Code::kInvalidArgument, "chorusCommSplit: newcomm is NULL");
+  auto c = live(h, "chorusCommSplit");
+  if (!c.is_ok()) return report(c.status());
+  if (color < 0 && color != CHORUS_SPLIT_NOCOLOR)
+    return fail(Code::kInvalidArgument, "chorusCommSplit on rank {}: color {} (use >= 0 or CHORUS_SPLIT_NOCOLOR)", (*c)->rank(), color);
+  auto n = (*c)->split(color, key);
+  if (!n.is_ok()) return report(n.status().wrap(fmt::format("chorusCommSplit on rank {}", (*c)->rank())));
+  *newcomm = nullptr;
+  if (n.value()) {
+    auto* nh = new chorusComm();
+    nh->comm = std::move(n.value());
+    *newcomm = nh;
+  }
+  return chorusSuccess;
+}
+
+CHORUS_API chorusResult_t chorusIsend(const void* buf, size_t count, chorusDataType_t dt, int peer, int tag,
+                                      chorusComm_t h, chorusRequest_t* req) {
+  auto c = live(h, "chorusIsend");
+  if (!c.is_ok()) return report(c.status());
+  if (auto rc = check_peer(**c, peer, "chorusIsend")) return rc;
+  auto bytes = byte_count(count, dt, "chorusIsend", (*c)->rank());
+  if (!bytes.is_ok()) return report(bytes.status());
+  if (!buf && count > 0) return fail(Code::kInvalidArgument, "chorusIsend on rank {}: sendbuff is NULL with count {}", (*c)->rank(), count);
+  OpDesc d{OpKind::kSend, (*c)->next_p2p_seq(peer, true), count, dt, -1, -1, peer, tag};
+  size_t n = *bytes;
+  return submit(h, "chorusIsend", d, [buf, n](OpCtx& ctx) { return chorus::run_send(ctx, buf, n); }, req);
+}
+
+CHORUS_API chorusResult_t chorusIrecv(void* buf, size_t count, chorusDataType_t dt, int peer, int tag,
+                                      chorusComm_t h, chorusRequest_t* req) {
+  auto c = live(h, "chorusIrecv");
+  if (!c.is_ok()) return report(c.status());
+  if (auto rc = check_peer(**c, peer, "chorusIrecv")) return rc;
+  auto bytes = byte_count(count, dt, "chorusIrecv", (*c)->rank());
+  if (!bytes.is_ok()) return report(bytes.status());
+  if (!buf && count > 0) return fail(Code::kInvalidArgument, "chorusIrecv on rank {}: recvbuff is NULL with count {}", (*c)->rank(), count);
+  OpDesc d{OpKind::kRecv, (*c)->next_p2p_seq(peer, false), count, dt, -1, -1, peer, tag};
+  size_t n = *bytes;
+  return submit(h, "chorusIrecv", d, [buf, n](OpCtx& ctx) { return chorus::run_recv(ctx, buf, n); }, req);
+}
+
+CHORUS_API chorusResult_t chorusIbroadcast(const void* send, void* recv, size_t count, chorusDataType_t dt,
+                                           int root, chorusComm_t h, chorusRequest_t* req) {
+  auto c = live(h, "chorusIbroadcast");
+  if (!c.is_ok()) return report(c.status());
+  int rank = (*c)->rank();
+  if (root < 0 || root >= (*c)->size())
+    return fail(Code::kInvalidArgument, "chorusBroadcast on rank {}: root {} is outside 0..{}", rank, root, (*c)->size() - 1);
+  auto bytes = byte_count(count, dt, "chorusBroadcast", rank);
+  if (!bytes.is_ok()) return report(bytes.status());
+  if (count > 0 && (!recv || (rank == root && !send)))
+    return fail(Code::kInvalidArgument, "chorusBroadcast on rank {}: {} is NULL with count {}", rank, recv ? "sendbuff" : "recvbuff", count);
+  auto chunk = chorus::env_int("CHORUS_CHUNK_BYTES", 256 << 10);
+  if (!chunk.is_ok()) return report(chunk.status());
+  if (*chunk < 1) return fail(Code::kInvalidArgument, "CHORUS_CHUNK_BYTES={} must be positive", *chunk);
+  OpDesc d{OpKind::kBroadcast, (*c)->next_collective_seq(), count, dt, root, -1, -1, 0};
+  size_t n = *bytes, cb = static_cast<size_t>(*chunk);
+  return submit(h, "chorusBroadcast", d,
+                [send, recv, n, cb](OpCtx& ctx) { return chorus::run_broadcast(ctx, send, recv, n, cb); }, req);
+}
+
+CHORUS_API chorusResult_t chorusIbarrier(chorusComm_t h, chorusRequest_t* req) {
+  auto c = live(h, "chorusIbarrier");
+  if (!c.is_ok()) return report(c.status());
+  OpDesc d{OpKind::kBarrier, (*c)->next_collective_seq(), 0, chorusUint8, -1, -1, -1, 0};
+  return submit(h, "chorusBarrier", d, [](OpCtx& ctx) { return chorus::run_barrier(ctx); }, req);
+}
+
+CHORUS_API chorusResult_t chorusWait(chorusRequest_t req, double timeout_seconds) {
+  if (!req || req->magic != kRequestMagic) return fail(Code::kInvalidArgument, "chorusWait: not a chorus request");
+  if (!req->work->wait(timeout_seconds)) return chorusInProgress;
+  return report(req->work->status());
+}
+
+CHORUS_API chorusResult_t chorusTest(chorusRequest_t req, int* done) {
+  if (!req || req->magic != kRequestMagic || !done) return fail(Code::kInvalidArgument, "chorusTest: bad request or NULL done");
+  *done = req->work->test() ? 1 : 0;
+  return *done ? report(req->work->status()) : chorusSuccess;
+}
+
+CHORUS_API chorusResult_t chorusRequestFree(chorusRequest_t req) {
+  if (!req || req->magic != kRequestMagic) return fail(Code::kInvalidArgument, "chorusRequestFree: not a chorus request");
+  req->magic = 0;
+  delete req;
+  return chorusSuccess;
+}
+
+CHORUS_API chorusResult_t chorusSend(const void* buf, size_t count, chorusDataType_t dt, int peer, chorusComm_t h,
+                                     chorusStream_t stream) {
+  if (stream) return fail(Code::kInvalidArgument, "chorusSend: stream must be NULL for CPU buffers");
+  chorusRequest_t r = nullptr;
+  return finish_blocking(chorusIsend(buf, count, dt, peer, 0, h, &r), r);
+}
+
+CHORUS_API chorusResult_t chorusRecv(void* buf, size_t count, chorusDataType_t dt, int peer, chorusComm_t h,
+                                     chorusStream_t stream) {
+  if (stream) return fail(Code::kInvalidArgument, "chorusRecv: stream must be NULL for CPU buffers");
+  chorusRequest_t r = nullptr;
+  return finish_blocking(chorusIrecv(buf, count, dt, peer, 0, h, &r), r);
+}
+
+CHORUS_API chorusResult_t chorusBroadcast(const void* send, void* recv, size_t count, chorusDataType_t dt, int root,
+                                          chorusComm_t h, chorusStream_t stream) {
+  if (stream) return fail(Code::kInvalidArgument, "chorusBroadcast: stream must be NULL for CPU buffers");
+  chorusRequest_t r = nullptr;
+  return finish_blocking(chorusIbroadcast(send, recv, count, dt, root, h, &r), r);
+}
+
+CHORUS_API chorusResult_t chorusBarrier(chorusComm_t h, chorusStream_t stream) {
+  if (stream) return fail(Code::kInvalidArgument, "chorusBarrier: stream must be NULL for CPU buffers");
+  chorusRequest_t r = nullptr;
+  return finish_blocking(chorusIbarrier(h, &r), r);
+}

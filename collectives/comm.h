@@ -1,0 +1,153 @@
+// Comm: a communicator -- its ranks, its links, its queue of operations and the progress
+// thread that runs them in call order.
+//
+// Threading: any thread may submit operations, wait on Work, abort or destroy. One progress
+// thread per communicator drives the links; operations never run concurrently. A failure
+// (dead peer, mismatch, timeout, abort) is sticky: the running operation and every later one
+// fail with the first error, as NCCL's async error does.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "collectives/op.h"
+#include "common/clock.h"
+#include "transport/connect.h"
+
+namespace chorus {
+
+class Job;
+class OpCtx;
+
+// The state behind a chorusRequest_t / chorus::Work.
+class Work {
+ public:
+  explicit Work(OpDesc desc) : desc_(desc) {}
+  // true when finished within `seconds` (< 0: no limit besides the operation's own deadline).
+  bool wait(double seconds);
+  bool test() const;
+  Status status() const;
+  void finish(Status s);
+  const OpDesc& desc() const { return desc_; }
+
+ private:
+  OpDesc desc_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  Status status_;
+};
+
+using OpFn = std::function<Status(OpCtx&)>;
+
+class Comm : public std::enable_shared_from_this<Comm> {
+ public:
+  // Collective over `job_ranks` (job rank of each comm rank). prefix/uid identify the comm.
+  static Result<std::shared_ptr<Comm>> create(std::shared_ptr<Job> job, std::string prefix, uint64_t uid,
+                                              int rank, std::vector<int> job_ranks, Deadline deadline);
+  ~Comm();
+
+  int rank() const { return rank_; }
+  int size() const { return static_cast<int>(job_ranks_.size()); }
+  uint64_t uid() const { return uid_; }
+  double timeout_seconds() const { return timeout_s_; }
+
+  // Queues an operation; the Work reports its end. Fails at once on a broken communicator.
+  Result<std::shared_ptr<Work>> submit(OpDesc desc, OpFn fn);
+  // Sequence numbers: collectives share one counter, send/recv count per peer and direction.
+  uint64_t next_collective_seq() { return ++coll_seq_; }
+  uint64_t next_p2p_seq(int peer, bool send);
+
+  Result<std::shared_ptr<Comm>> split(int color, int key);
+  void abort(const std::string& why);
+  // Waits for queued work (bounded by the timeout), stops the progress thread, closes links.
+  Status destroy();
+  Status error() const;
+
+  // Called by the Job's watch thread.
+  void on_peer_dead(int job_rank, const std::string& text);
+  void on_remote_error(const std::string& text);
+  std::string state_text() const;  // for "what are you doing?" queries
+
+ private:
+  friend class OpCtx;
+  Comm() = default;
+  void progress_loop();
+  void fail(const Status& s);
+  void wake();
+  std::string timeout_report(const OpDesc& d, const std::string& waiting_for);
+
+  std::shared_ptr<Job> job_;
+  std::string prefix_;
+  uint64_t uid_ = 0;
+  int rank_ = 0;
+  std::vector<int> job_ranks_;
+  transport::LinkSet links_;
+  double timeout_s_ = 300;
+  int spin_us_ = 50;
+  int epoll_fd_ = -1;
+  int event_fd_ = -1;
+
+  std::atomic<uint64_t> coll_seq_{0};
+  std::mutex seq_mu_;
+  std::vector<uint64_t> send_seq_, recv_seq_;
+  uint64_t split_count_ = 0;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::pair<std::shared_ptr<Work>, OpFn>> queue_;
+  bool stopping_ = false;
+  bool running_op_ = false;
+  std::atomic<bool> failed_{false};
+  Status error_;
+  std::string current_;       // what the progress thread is doing now ("" when idle)
+  double current_since_ = 0;
+  std::string last_done_;
+  std::thread thread_;
+};
+
+// What an algorithm sees while it runs: the links, and a wait that progresses them.
+class OpCtx {
+ public:
+  OpCtx(Comm& comm, const OpDesc& desc);
+  int rank() const { return comm_.rank_; }
+  int size() const { return comm_.size(); }
+  const OpDesc& desc() const { return desc_; }
+  transport::Link& link(int peer) { return *comm_.links_.links[peer]; }
+
+  // Posts this operation's header to a peer / a receive of the peer's header.
+  uint64_t send_header(int peer);
+  uint64_t recv_header(int peer);  // the header lands in a buffer owned by the ctx
+  Status check_header(int peer);   // after recv_header completed
+
+  // Progresses every busy link until done() is true: spins briefly, then sleeps on a wake-up.
+  // Fails on the operation's deadline, a link error, a dead peer or an abort.
+  // `waiting_for` is a rank, for the timeout message (-1: unknown).
+  Status wait(const std::function<bool()>& done, int waiting_for);
+  Status wait_send(int peer, uint64_t ticket) { return wait([&] { return link(peer).send_done(ticket); }, peer); }
+  Status wait_recv(int peer, uint64_t ticket) { return wait([&] { return link(peer).recv_done(ticket); }, peer); }
+
+ private:
+  Result<bool> progress_all();
+  void sleep_once(uint32_t seen, bool has_tcp, bool has_shm);
+  Comm& comm_;
+  OpDesc desc_;
+  OpHeader my_header_;
+  std::vector<OpHeader> headers_;  // received, per peer
+  Deadline deadline_;
+};
+
+// The algorithms (one file each).
+Status run_send(OpCtx& ctx, const void* buf, size_t bytes);
+Status run_recv(OpCtx& ctx, void* buf, size_t bytes);
+Status run_barrier(OpCtx& ctx);
+Status run_broadcast(OpCtx& ctx, const void* send, void* recv, size_t bytes, size_t chunk_bytes);
+
+}  // namespace chorus

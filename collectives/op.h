@@ -1,0 +1,53 @@
+// What an operation is (kind, sequence number, count, type, root, ...), how it is described in
+// messages, and the header every operation sends ahead of its data so peers can check it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "chorus/chorus.h"
+#include "common/status.h"
+
+namespace chorus {
+
+enum class OpKind : uint16_t { kSend = 1, kRecv, kBarrier, kBroadcast };
+
+struct OpDesc {
+  OpKind kind = OpKind::kBarrier;
+  uint64_t seq = 0;      // collectives: per communicator; send/recv: per (pair, direction)
+  uint64_t count = 0;
+  int dtype = chorusUint8;
+  int root = -1;         // broadcast
+  int redop = -1;        // reductions (later)
+  int peer = -1;         // send/recv: the other rank
+  int tag = 0;           // send/recv
+};
+
+const char* op_name(OpKind k);
+const char* dtype_name(int dtype);
+size_t dtype_size(int dtype);  // 0 for an unknown type
+// "broadcast #12 (count 1000 f32, root 0)", "barrier #3", "send #2 to rank 1 (count 5 u8, tag 7)"
+std::string describe(const OpDesc& d);
+
+// The first bytes of every operation between two ranks.
+struct OpHeader {
+  uint32_t magic;
+  uint16_t kind;
+  uint16_t dtype;
+  uint64_t seq;
+  uint64_t count;
+  int32_t root;
+  int32_t redop;
+  int32_t tag;
+  int32_t sender;
+  uint64_t comm_uid;
+};
+static_assert(sizeof(OpHeader) == 48);
+constexpr uint32_t kOpMagic = 0x4f504844;  // "OPHD"
+
+OpHeader make_header(const OpDesc& d, int sender, uint64_t comm_uid);
+// Checks a received header against what this rank is doing. The error (kMismatch) names both
+// ranks and both calls, lower rank first: "barrier #12 on rank 0 vs broadcast #12 (...) on rank 1".
+Status check_header(const OpHeader& got, int from, const OpDesc& mine, int me, uint64_t comm_uid);
+
+}  // namespace chorus

@@ -1,0 +1,133 @@
+/* chorus: collective communication for CPU processes (and GPUs, later), shaped like NCCL.
+ *
+ * A quick tour:
+ *
+ *   chorusComm_t comm;
+ *   chorusCommInitFromEnv(&comm);          // under chorus-run, torchrun, mpirun or srun
+ *   chorusBroadcast(buf, buf, n, chorusFloat32, 0, comm, NULL);
+ *   chorusBarrier(comm, NULL);
+ *   chorusCommDestroy(comm);
+ *
+ * Or, with an id handed around by the caller (as ncclGetUniqueId):
+ *   rank 0: chorusGetUniqueId(&id); ...send id to the others...
+ *   all:    chorusCommInitRank(&comm, nranks, id, rank);
+ *
+ * Contracts, written once:
+ * - Every call returns a chorusResult_t and never throws; on failure chorusGetLastError()
+ *   tells what went wrong in words (which call, which ranks, expected vs got).
+ * - Collective calls must be made by every rank of the communicator in the same order.
+ *   When ranks disagree (a barrier here, a broadcast there; different counts or roots) every
+ *   rank fails at once with chorusMismatch and a message naming both calls.
+ * - A dead peer fails every survivor's current and later operations with chorusRemoteError
+ *   within seconds; every wait ends by CHORUS_TIMEOUT (seconds, default 300) at the latest.
+ * - Blocking calls (chorusSend, chorusBroadcast, ...) return when the operation is complete
+ *   on this rank. The chorusI* calls return a request at once; the buffers must stay valid
+ *   until chorusWait/chorusTest reports completion. stream must be NULL for CPU buffers.
+ * - In place: sendbuff == recvbuff is allowed wherever both appear.
+ * - A destroyed or aborted communicator answers every later call with an error, never a crash.
+ *   chorusCommAbort may be called from any thread.
+ */
+#ifndef CHORUS_CHORUS_H_
+#define CHORUS_CHORUS_H_
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CHORUS_VERSION_CODE 100 /* 0.1.0 */
+#define CHORUS_UNIQUE_ID_BYTES 128
+#define CHORUS_SPLIT_NOCOLOR (-1)
+
+typedef struct chorusComm* chorusComm_t;
+typedef struct chorusRequest* chorusRequest_t;
+typedef void* chorusStream_t; /* a cudaStream_t for GPU buffers; NULL for CPU buffers */
+typedef struct {
+  char internal[CHORUS_UNIQUE_ID_BYTES];
+} chorusUniqueId;
+
+typedef enum {
+  chorusSuccess = 0,
+  chorusUnhandledCudaError = 1,
+  chorusSystemError = 2,
+  chorusInternalError = 3,
+  chorusInvalidArgument = 4,
+  chorusInvalidUsage = 5,
+  chorusRemoteError = 6,
+  chorusTimeout = 7,
+  chorusAborted = 8,
+  chorusMismatch = 9,
+  chorusInProgress = 10
+} chorusResult_t;
+
+/* Same numbering as NCCL's ncclDataType_t. */
+typedef enum {
+  chorusInt8 = 0,
+  chorusUint8 = 1,
+  chorusInt32 = 2,
+  chorusUint32 = 3,
+  chorusInt64 = 4,
+  chorusUint64 = 5,
+  chorusFloat16 = 6,
+  chorusFloat32 = 7,
+  chorusFloat64 = 8,
+  chorusBfloat16 = 9,
+  chorusNumTypes = 10
+} chorusDataType_t;
+
+typedef enum { chorusSum = 0, chorusProd = 1, chorusMax = 2, chorusMin = 3, chorusAvg = 4 } chorusRedOp_t;
+
+const char* chorusGetErrorString(chorusResult_t result);
+/* The message of the last failed call on this thread ("" if none). */
+const char* chorusGetLastError(chorusComm_t comm);
+chorusResult_t chorusGetVersion(int* version);
+
+chorusResult_t chorusGetUniqueId(chorusUniqueId* unique_id);
+chorusResult_t chorusCommInitRank(chorusComm_t* comm, int nranks, chorusUniqueId comm_id, int rank);
+/* Reads the launcher's variables: chorus-run/torchrun, OpenMPI's mpirun, Slurm's srun. */
+chorusResult_t chorusCommInitFromEnv(chorusComm_t* comm);
+/* Waits for queued operations (up to CHORUS_TIMEOUT), then frees the communicator. */
+chorusResult_t chorusCommDestroy(chorusComm_t comm);
+/* Stops at once: the current operation fails here and on every peer. Any thread. */
+chorusResult_t chorusCommAbort(chorusComm_t comm);
+chorusResult_t chorusCommGetAsyncError(chorusComm_t comm, chorusResult_t* async_error);
+chorusResult_t chorusCommCount(const chorusComm_t comm, int* count);
+chorusResult_t chorusCommUserRank(const chorusComm_t comm, int* rank);
+/* Collective over comm: ranks with the same color form a new communicator, ordered by key
+ * (then by old rank). color CHORUS_SPLIT_NOCOLOR gives *newcomm = NULL. */
+chorusResult_t chorusCommSplit(chorusComm_t comm, int color, int key, chorusComm_t* newcomm);
+
+/* Blocking operations. */
+chorusResult_t chorusSend(const void* sendbuff, size_t count, chorusDataType_t datatype, int peer,
+                          chorusComm_t comm, chorusStream_t stream);
+chorusResult_t chorusRecv(void* recvbuff, size_t count, chorusDataType_t datatype, int peer,
+                          chorusComm_t comm, chorusStream_t stream);
+chorusResult_t chorusBroadcast(const void* sendbuff, void* recvbuff, size_t count,
+                               chorusDataType_t datatype, int root, chorusComm_t comm,
+                               chorusStream_t stream);
+chorusResult_t chorusBarrier(chorusComm_t comm, chorusStream_t stream);
+
+/* Asynchronous operations: a request to wait on. tag must match between sender and receiver
+ * (messages between a pair are matched in call order, and the tag is checked). */
+chorusResult_t chorusIsend(const void* sendbuff, size_t count, chorusDataType_t datatype, int peer,
+                           int tag, chorusComm_t comm, chorusRequest_t* request);
+chorusResult_t chorusIrecv(void* recvbuff, size_t count, chorusDataType_t datatype, int peer,
+                           int tag, chorusComm_t comm, chorusRequest_t* request);
+chorusResult_t chorusIbroadcast(const void* sendbuff, void* recvbuff, size_t count,
+                                chorusDataType_t datatype, int root, chorusComm_t comm,
+                                chorusRequest_t* request);
+chorusResult_t chorusIbarrier(chorusComm_t comm, chorusRequest_t* request);
+/* Waits up to timeout_seconds (< 0: until the operation ends, itself bounded by CHORUS_TIMEOUT).
+ * chorusInProgress when the time ran out first; the operation's own error otherwise. */
+chorusResult_t chorusWait(chorusRequest_t request, double timeout_seconds);
+/* *done = 1 when finished; returns the operation's error once finished. */
+chorusResult_t chorusTest(chorusRequest_t request, int* done);
+/* Releases the handle; a running operation continues (its buffers must stay valid). */
+chorusResult_t chorusRequestFree(chorusRequest_t request);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CHORUS_CHORUS_H_ */

@@ -1,0 +1,136 @@
+// chorus.hpp: a header-only C++ layer over the C ABI in chorus.h. RAII for communicators and
+// requests, exceptions (chorus::Error, with the code and the full message) instead of codes.
+//
+//   auto comm = chorus::Communicator::from_env();
+//   comm.broadcast(data.data(), data.size(), chorusFloat32, /*root=*/0);
+//   chorus::Work w = comm.ibarrier();  ...  w.wait();
+#pragma once
+
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include "chorus/chorus.h"
+
+namespace chorus {
+
+class Error : public std::runtime_error {
+ public:
+  Error(chorusResult_t code, const std::string& what) : std::runtime_error(what), code_(code) {}
+  chorusResult_t code() const { return code_; }
+
+ private:
+  chorusResult_t code_;
+};
+
+inline void check(chorusResult_t rc) {
+  if (rc != chorusSuccess && rc != chorusInProgress) {
+    std::string msg = chorusGetLastError(nullptr);
+    throw Error(rc, std::string(chorusGetErrorString(rc)) + ": " + msg);
+  }
+}
+
+// An operation in flight. Destroying it does not cancel the operation.
+class Work {
+ public:
+  Work() = default;
+  explicit Work(chorusRequest_t r) : req_(r) {}
+  Work(Work&& o) noexcept : req_(std::exchange(o.req_, nullptr)) {}
+  Work& operator=(Work&& o) noexcept { reset(); req_ = std::exchange(o.req_, nullptr); return *this; }
+  ~Work() { reset(); }
+  // Waits; true when done (throws the operation's error), false when `seconds` ran out first.
+  bool wait(double seconds = -1) {
+    chorusResult_t rc = chorusWait(req_, seconds);
+    check(rc);
+    return rc != chorusInProgress;
+  }
+  bool test() {
+    int done = 0;
+    check(chorusTest(req_, &done));
+    return done != 0;
+  }
+
+ private:
+  void reset() {
+    if (req_) chorusRequestFree(req_);
+    req_ = nullptr;
+  }
+  chorusRequest_t req_ = nullptr;
+};
+
+class Communicator {
+ public:
+  Communicator() = default;
+  static Communicator from_env() {
+    chorusComm_t c = nullptr;
+    check(chorusCommInitFromEnv(&c));
+    return Communicator(c);
+  }
+  static chorusUniqueId unique_id() {
+    chorusUniqueId id;
+    check(chorusGetUniqueId(&id));
+    return id;
+  }
+  static Communicator init(int nranks, const chorusUniqueId& id, int rank) {
+    chorusComm_t c = nullptr;
+    check(chorusCommInitRank(&c, nranks, id, rank));
+    return Communicator(c);
+  }
+  Communicator(Communicator&& o) noexcept : comm_(std::exchange(o.comm_, nullptr)) {}
+  Communicator& operator=(Communicator&& o) noexcept {
+    if (this != &o) { destroy_quietly(); comm_ = std::exchange(o.comm_, nullptr); }
+    return *this;
+  }
+  ~Communicator() { destroy_quietly(); }
+
+  explicit operator bool() const { return comm_ != nullptr; }
+  chorusComm_t handle() const { return comm_; }
+  int rank() const { int r = -1; check(chorusCommUserRank(comm_, &r)); return r; }
+  int size() const { int n = 0; check(chorusCommCount(comm_, &n)); return n; }
+
+  void send(const void* buf, size_t count, chorusDataType_t dt, int peer, int tag = 0) { isend(buf, count, dt, peer, tag).wait(); }
+  void recv(void* buf, size_t count, chorusDataType_t dt, int peer, int tag = 0) { irecv(buf, count, dt, peer, tag).wait(); }
+  void broadcast(void* buf, size_t count, chorusDataType_t dt, int root) { ibroadcast(buf, buf, count, dt, root).wait(); }
+  void barrier() { ibarrier().wait(); }
+
+  Work isend(const void* buf, size_t count, chorusDataType_t dt, int peer, int tag = 0) {
+    chorusRequest_t r = nullptr;
+    check(chorusIsend(buf, count, dt, peer, tag, comm_, &r));
+    return Work(r);
+  }
+  Work irecv(void* buf, size_t count, chorusDataType_t dt, int peer, int tag = 0) {
+    chorusRequest_t r = nullptr;
+    check(chorusIrecv(buf, count, dt, peer, tag, comm_, &r));
+    return Work(r);
+  }
+  Work ibroadcast(const void* send, void* recv, size_t count, chorusDataType_t dt, int root) {
+    chorusRequest_t r = nullptr;
+    check(chorusIbroadcast(send, recv, count, dt, root, comm_, &r));
+    return Work(r);
+  }
+  Work ibarrier() {
+    chorusRequest_t r = nullptr;
+    check(chorusIbarrier(comm_, &r));
+    return Work(r);
+  }
+  // Collective; an empty Communicator for color CHORUS_SPLIT_NOCOLOR.
+  Communicator split(int color, int key) {
+    chorusComm_t c = nullptr;
+    check(chorusCommSplit(comm_, color, key, &c));
+    return Communicator(c);
+  }
+  void abort() { check(chorusCommAbort(comm_)); }
+  void destroy() { check(chorusCommDestroy(comm_)); }
+  // Keeps the (destroyed) handle so later calls fail with an error; see chorus.h.
+  chorusResult_t async_error() const { chorusResult_t e = chorusSuccess; check(chorusCommGetAsyncError(comm_, &e)); return e; }
+
+ private:
+  explicit Communicator(chorusComm_t c) : comm_(c) {}
+  void destroy_quietly() {
+    if (comm_) chorusCommDestroy(comm_);
+    comm_ = nullptr;
+  }
+  chorusComm_t comm_ = nullptr;
+};
+
+}  // namespace chorus

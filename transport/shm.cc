@@ -1,0 +1,218 @@
+// Shared-memory segments, rings and doorbells.
+#include "transport/shm.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+namespace chorus::transport {
+namespace {
+
+constexpr uint64_t kSegMagic = 0x63686f7275732d31ull;  // "chorus-1"
+
+struct SegHeader {
+  uint64_t magic;
+  uint64_t size;
+  uint64_t slot_bytes;
+  int32_t nslots;
+  int32_t nrings;
+  int32_t pid;
+  int32_t pad;
+  alignas(64) Doorbell doorbell;
+};
+
+struct alignas(64) RingCtl {
+  alignas(64) std::atomic<uint64_t> head;  // slots published by the producer
+  alignas(64) std::atomic<uint64_t> tail;  // slots released by the consumer
+};
+
+struct alignas(64) SlotHeader {
+  uint64_t len;
+};
+
+size_t slot_stride(size_t slot_bytes) { return sizeof(SlotHeader) + ((slot_bytes + 63) & ~size_t{63}); }
+size_t ring_bytes(size_t slot_bytes, int nslots) { return sizeof(RingCtl) + nslots * slot_stride(slot_bytes); }
+
+RingCtl* ctl(char* ring) { return reinterpret_cast<RingCtl*>(ring); }
+SlotHeader* slot(char* ring, size_t slot_bytes, uint64_t i, int nslots) {
+  return reinterpret_cast<SlotHeader*>(ring + sizeof(RingCtl) + (i % nslots) * slot_stride(slot_bytes));
+}
+char* slot_data(SlotHeader* s) { return reinterpret_cast<char*>(s) + sizeof(SlotHeader); }
+
+}  // namespace
+
+ShmSegment::~ShmSegment() {
+  if (base_) munmap(base_, size_);
+  if (owner_) shm_unlink(name_.c_str());
+}
+
+void ShmSegment::unlink() {
+  if (owner_) shm_unlink(name_.c_str());
+  owner_ = false;
+}
+
+Result<std::unique_ptr<ShmSegment>> ShmSegment::create(const std::string& name, int nrings, const ShmConfig& cfg) {
+  size_t size = sizeof(SegHeader) + nrings * ring_bytes(cfg.slot_bytes, cfg.nslots);
+  int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  if (fd < 0) return make_error(Code::kSystemError, "shm: cannot create /dev/shm{}: {}", name, strerror(errno));
+  std::unique_ptr<ShmSegment> seg(new ShmSegment());
+  seg->name_ = name;
+  seg->owner_ = true;
+  int rc = ftruncate(fd, static_cast<off_t>(size));
+  if (rc == 0) rc = posix_fallocate(fd, 0, static_cast<off_t>(size));
+  else rc = errno;
+  if (rc != 0) {
+    close(fd);
+    struct statvfs vfs{};
+    statvfs("/dev/shm", &vfs);
+    double free_mib = vfs.f_bavail * static_cast<double>(vfs.f_frsize) / (1 << 20);
+    return make_error(Code::kSystemError,
+                      "shm: /dev/shm is too small: need {:.1f} MiB for {} peer rings of {} x {} KiB slots, {:.1f} MiB free "
+                      "({}); enlarge /dev/shm (docker: --shm-size), lower CHORUS_SHM_SLOT_BYTES/CHORUS_SHM_SLOTS, "
+                      "or use CHORUS_TRANSPORT=tcp",
+                      size / double(1 << 20), nrings, cfg.nslots, cfg.slot_bytes >> 10, free_mib, strerror(rc));
+  }
+  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (p == MAP_FAILED) return make_error(Code::kSystemError, "shm: mmap of {} bytes failed: {}", size, strerror(errno));
+  seg->base_ = p;
+  seg->size_ = size;
+  auto* h = new (p) SegHeader();
+  h->size = size;
+  h->slot_bytes = cfg.slot_bytes;
+  h->nslots = cfg.nslots;
+  h->nrings = nrings;
+  h->pid = getpid();
+  for (int r = 0; r < nrings; ++r) new (seg->ring(r)) RingCtl();
+  std::atomic_thread_fence(std::memory_order_release);
+  h->magic = kSegMagic;
+  return seg;
+}
+
+Result<std::unique_ptr<ShmSegment>> ShmSegment::open(const std::string& name) {
+  int fd = shm_open(name.c_str(), O_RDWR, 0600);
+  if (fd < 0) return make_error(Code::kSystemError, "shm: cannot open /dev/shm{}: {}", name, strerror(errno));
+  struct stat st{};
+  fstat(fd, &st);
+  if (st.st_size < static_cast<off_t>(sizeof(SegHeader))) {
+    close(fd);
+    return make_error(Code::kSystemError, "shm: /dev/shm{} is only {} bytes", name, st.st_size);
+  }
+  void* p = mmap(nullptr, st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (p == MAP_FAILED) return make_error(Code::kSystemError, "shm: mmap of /dev/shm{} failed: {}", name, strerror(errno));
+  std::unique_ptr<ShmSegment> seg(new ShmSegment());
+  seg->name_ = name;
+  seg->base_ = p;
+  seg->size_ = st.st_size;
+  auto* h = static_cast<SegHeader*>(p);
+  if (h->magic != kSegMagic || h->size != static_cast<uint64_t>(st.st_size))
+    return make_error(Code::kSystemError, "shm: /dev/shm{} is not a chorus segment (magic {:#x})", name, h->magic);
+  return seg;
+}
+
+Doorbell* ShmSegment::doorbell() { return &static_cast<SegHeader*>(base_)->doorbell; }
+int ShmSegment::owner_pid() const { return static_cast<SegHeader*>(base_)->pid; }
+size_t ShmSegment::slot_bytes() const { return static_cast<SegHeader*>(base_)->slot_bytes; }
+int ShmSegment::nslots() const { return static_cast<SegHeader*>(base_)->nslots; }
+char* ShmSegment::ring(int index) {
+  return static_cast<char*>(base_) + sizeof(SegHeader) + index * ring_bytes(slot_bytes(), nslots());
+}
+
+void doorbell_wait(Doorbell* db, uint32_t seen, int ms) {
+  struct timespec ts{ms / 1000, (ms % 1000) * 1000000L};
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&db->seq), FUTEX_WAIT, seen, &ts, nullptr, 0);
+}
+
+void doorbell_ring(Doorbell* db) {
+  db->seq.fetch_add(1, std::memory_order_seq_cst);
+  if (db->sleepers.load(std::memory_order_seq_cst) != 0)
+    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&db->seq), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+}
+
+ShmLink::ShmLink(int peer, std::string peer_name, ShmSegment* mine, int in_ring,
+                 std::shared_ptr<ShmSegment> theirs, int out_ring, int peer_pid)
+    : Link(peer, std::move(peer_name)), mine_(mine), theirs_(std::move(theirs)), peer_pid_(peer_pid) {
+  in_ = mine_->ring(in_ring);
+  out_ = theirs_->ring(out_ring);
+  slot_bytes_ = mine_->slot_bytes();
+  nslots_ = mine_->nslots();
+}
+
+// Fills free slots with queued bytes; several small requests may share one slot.
+bool ShmLink::progress_send() {
+  RingCtl* c = ctl(out_);
+  size_t out_slot_bytes = theirs_->slot_bytes();
+  int out_nslots = theirs_->nslots();
+  uint64_t head = c->head.load(std::memory_order_relaxed);
+  bool moved = false;
+  while (!sends_.empty() && head - c->tail.load(std::memory_order_acquire) < static_cast<uint64_t>(out_nslots)) {
+    SlotHeader* s = slot(out_, out_slot_bytes, head, out_nslots);
+    char* dst = slot_data(s);
+    size_t used = 0;
+    while (!sends_.empty() && used < out_slot_bytes) {
+      Request& r = sends_.front();
+      size_t n = std::min(r.n - r.done, out_slot_bytes - used);
+      std::memcpy(dst + used, r.buf + r.done, n);
+      used += n;
+      r.done += n;
+      if (r.done == r.n) complete_send();
+    }
+    s->len = used;
+    c->head.store(++head, std::memory_order_release);
+    moved = true;
+  }
+  return moved;
+}
+
+// Copies published bytes into posted receives; frees each slot once it is fully consumed.
+bool ShmLink::progress_recv() {
+  RingCtl* c = ctl(in_);
+  uint64_t tail = c->tail.load(std::memory_order_relaxed);
+  bool moved = false;
+  while (!recvs_.empty() && tail < c->head.load(std::memory_order_acquire)) {
+    SlotHeader* s = slot(in_, slot_bytes_, tail, nslots_);
+    const char* src = slot_data(s);
+    while (!recvs_.empty() && in_offset_ < s->len) {
+      Request& r = recvs_.front();
+      size_t n = std::min(r.n - r.done, s->len - in_offset_);
+      std::memcpy(r.buf + r.done, src + in_offset_, n);
+      in_offset_ += n;
+      r.done += n;
+      if (r.done == r.n) complete_recv();
+    }
+    if (in_offset_ < s->len) break;
+    in_offset_ = 0;
+    c->tail.store(++tail, std::memory_order_release);
+    moved = true;
+  }
+  // Zero-byte receives complete without data.
+  while (!recvs_.empty() && recvs_.front().n == 0) complete_recv();
+  return moved;
+}
+
+Result<bool> ShmLink::progress() {
+  while (!sends_.empty() && sends_.front().n == 0) complete_send();
+  bool sent = progress_send();
+  bool received = progress_recv();
+  if (sent || received) doorbell_ring(theirs_->doorbell());
+  return sent || received;
+}
+
+Status ShmLink::check_alive() {
+  if (kill(peer_pid_, 0) != 0 && errno == ESRCH)
+    return make_error(Code::kRemoteError, "{} died (process {} is gone)", peer_name(), peer_pid_);
+  return Status::ok();
+}
+
+}  // namespace chorus::transport

@@ -1,0 +1,80 @@
+// Shared-memory link: one single-producer/single-consumer ring of slots per directed pair.
+//
+// Each rank owns one POSIX shm segment: a doorbell, then one inbound ring per same-host peer.
+// A sender copies into the next free slot of its ring in the receiver's segment and publishes
+// it by advancing `head` (release); the receiver reads, then frees the slot by advancing `tail`
+// (release). No locks on the data path. Whoever changes a ring rings the other side's doorbell:
+// a 32-bit futex word that a rank with nothing to do sleeps on after a short spin.
+// See docs in collectives/engine.h for the spin-then-sleep policy.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "transport/link.h"
+
+namespace chorus::transport {
+
+struct alignas(64) Doorbell {
+  std::atomic<uint32_t> seq{0};
+  std::atomic<uint32_t> sleepers{0};
+};
+
+struct ShmConfig {
+  size_t slot_bytes = 256 << 10;
+  int nslots = 8;
+};
+
+// One mapped segment (own or a peer's). The owner creates it; peers open it by name.
+class ShmSegment {
+ public:
+  ~ShmSegment();
+  // Creates "/dev/shm/<name>" with `nrings` inbound rings; fails clearly when /dev/shm is small.
+  static Result<std::unique_ptr<ShmSegment>> create(const std::string& name, int nrings, const ShmConfig& cfg);
+  static Result<std::unique_ptr<ShmSegment>> open(const std::string& name);
+  void unlink();  // removes the name; the mapping stays valid for everyone who has it
+  Doorbell* doorbell();
+  int owner_pid() const;
+  char* ring(int index);  // start of inbound ring `index`
+  size_t slot_bytes() const;
+  int nslots() const;
+  const std::string& name() const { return name_; }
+
+ private:
+  ShmSegment() = default;
+  std::string name_;
+  void* base_ = nullptr;
+  size_t size_ = 0;
+  bool owner_ = false;
+};
+
+// Sleeps on a doorbell until its seq differs from `seen`, or `ms` pass.
+void doorbell_wait(Doorbell* db, uint32_t seen, int ms);
+void doorbell_ring(Doorbell* db);
+
+class ShmLink : public Link {
+ public:
+  // out_ring: my inbound ring inside the peer's segment; in_ring: the peer's ring in mine.
+  ShmLink(int peer, std::string peer_name, ShmSegment* mine, int in_ring, std::shared_ptr<ShmSegment> theirs,
+          int out_ring, int peer_pid);
+  Result<bool> progress() override;
+  Status check_alive() override;
+  LinkKind kind() const override { return LinkKind::kShm; }
+
+ private:
+  bool progress_send();
+  bool progress_recv();
+  ShmSegment* mine_;
+  std::shared_ptr<ShmSegment> theirs_;
+  char* in_;
+  char* out_;
+  size_t slot_bytes_;
+  int nslots_;
+  int peer_pid_;
+  size_t in_offset_ = 0;  // bytes already consumed from the current inbound slot
+};
+
+}  // namespace chorus::transport
