@@ -72,17 +72,19 @@ chorus::Result<size_t> byte_count(size_t count, chorusDataType_t dt, const char*
   return count * es;
 }
 
-chorusResult_t finish_blocking(chorusResult_t rc, chorusRequest_t req) {
-  if (rc != chorusSuccess) return rc;
-  rc = chorusWait(req, -1);
-  chorusRequestFree(req);
-  return rc;
-}
 
+// out == nullptr: a blocking call -- run inline when the communicator is idle, else queue and wait.
 chorusResult_t submit(chorusComm_t h, const char* call, OpDesc d, chorus::OpFn fn, chorusRequest_t* out) {
-  if (out == nullptr) return fail(Code::kInvalidArgument, "{}: request is NULL", call);
   auto c = live(h, call);
   if (!c.is_ok()) return report(c.status());
+  if (out == nullptr) {
+    Status s;
+    if ((*c)->try_run_inline(d, fn, &s)) return report(s);
+    auto w = (*c)->submit(d, std::move(fn));
+    if (!w.is_ok()) return report(w.status());
+    (*w)->wait(-1);
+    return report((*w)->status());
+  }
   auto w = (*c)->submit(d, std::move(fn));
   if (!w.is_ok()) return report(w.status());
   *out = new chorusRequest{kRequestMagic, std::move(w.value())};
@@ -220,7 +222,7 @@ CHORUS_API chorusResult_t chorusCommSplit(chorusComm_t h, int color, int key, ch
   return chorusSuccess;
 }
 
-CHORUS_API chorusResult_t chorusIsend(const void* buf, size_t count, chorusDataType_t dt, int peer, int tag,
+static chorusResult_t do_Isend(const void* buf, size_t count, chorusDataType_t dt, int peer, int tag,
                                       chorusComm_t h, chorusRequest_t* req) {
   auto c = live(h, "chorusIsend");
   if (!c.is_ok()) return report(c.status());
@@ -233,7 +235,7 @@ CHORUS_API chorusResult_t chorusIsend(const void* buf, size_t count, chorusDataT
   return submit(h, "chorusIsend", d, [buf, n](OpCtx& ctx) { return chorus::run_send(ctx, buf, n); }, req);
 }
 
-CHORUS_API chorusResult_t chorusIrecv(void* buf, size_t count, chorusDataType_t dt, int peer, int tag,
+static chorusResult_t do_Irecv(void* buf, size_t count, chorusDataType_t dt, int peer, int tag,
                                       chorusComm_t h, chorusRequest_t* req) {
   auto c = live(h, "chorusIrecv");
   if (!c.is_ok()) return report(c.status());
@@ -246,7 +248,7 @@ CHORUS_API chorusResult_t chorusIrecv(void* buf, size_t count, chorusDataType_t 
   return submit(h, "chorusIrecv", d, [buf, n](OpCtx& ctx) { return chorus::run_recv(ctx, buf, n); }, req);
 }
 
-CHORUS_API chorusResult_t chorusIbroadcast(const void* send, void* recv, size_t count, chorusDataType_t dt,
+static chorusResult_t do_Ibroadcast(const void* send, void* recv, size_t count, chorusDataType_t dt,
                                            int root, chorusComm_t h, chorusRequest_t* req) {
   auto c = live(h, "chorusIbroadcast");
   if (!c.is_ok()) return report(c.status());
@@ -266,7 +268,7 @@ CHORUS_API chorusResult_t chorusIbroadcast(const void* send, void* recv, size_t 
                 [send, recv, n, cb](OpCtx& ctx) { return chorus::run_broadcast(ctx, send, recv, n, cb); }, req);
 }
 
-CHORUS_API chorusResult_t chorusIbarrier(chorusComm_t h, chorusRequest_t* req) {
+static chorusResult_t do_Ibarrier(chorusComm_t h, chorusRequest_t* req) {
   auto c = live(h, "chorusIbarrier");
   if (!c.is_ok()) return report(c.status());
   OpDesc d{OpKind::kBarrier, (*c)->next_collective_seq(), 0, chorusUint8, -1, -1, -1, 0};
@@ -295,26 +297,45 @@ CHORUS_API chorusResult_t chorusRequestFree(chorusRequest_t req) {
 CHORUS_API chorusResult_t chorusSend(const void* buf, size_t count, chorusDataType_t dt, int peer, chorusComm_t h,
                                      chorusStream_t stream) {
   if (stream) return fail(Code::kInvalidArgument, "chorusSend: stream must be NULL for CPU buffers");
-  chorusRequest_t r = nullptr;
-  return finish_blocking(chorusIsend(buf, count, dt, peer, 0, h, &r), r);
+  return do_Isend(buf, count, dt, peer, 0, h, nullptr);
 }
 
 CHORUS_API chorusResult_t chorusRecv(void* buf, size_t count, chorusDataType_t dt, int peer, chorusComm_t h,
                                      chorusStream_t stream) {
   if (stream) return fail(Code::kInvalidArgument, "chorusRecv: stream must be NULL for CPU buffers");
-  chorusRequest_t r = nullptr;
-  return finish_blocking(chorusIrecv(buf, count, dt, peer, 0, h, &r), r);
+  return do_Irecv(buf, count, dt, peer, 0, h, nullptr);
 }
 
 CHORUS_API chorusResult_t chorusBroadcast(const void* send, void* recv, size_t count, chorusDataType_t dt, int root,
                                           chorusComm_t h, chorusStream_t stream) {
   if (stream) return fail(Code::kInvalidArgument, "chorusBroadcast: stream must be NULL for CPU buffers");
-  chorusRequest_t r = nullptr;
-  return finish_blocking(chorusIbroadcast(send, recv, count, dt, root, h, &r), r);
+  return do_Ibroadcast(send, recv, count, dt, root, h, nullptr);
 }
 
 CHORUS_API chorusResult_t chorusBarrier(chorusComm_t h, chorusStream_t stream) {
   if (stream) return fail(Code::kInvalidArgument, "chorusBarrier: stream must be NULL for CPU buffers");
-  chorusRequest_t r = nullptr;
-  return finish_blocking(chorusIbarrier(h, &r), r);
+  return do_Ibarrier(h, nullptr);
+}
+
+CHORUS_API chorusResult_t chorusIsend(const void* buf, size_t count, chorusDataType_t dt, int peer, int tag,
+                                      chorusComm_t h, chorusRequest_t* req) {
+  if (!req) return fail(Code::kInvalidArgument, "chorusIsend: request is NULL");
+  return do_Isend(buf, count, dt, peer, tag, h, req);
+}
+
+CHORUS_API chorusResult_t chorusIrecv(void* buf, size_t count, chorusDataType_t dt, int peer, int tag,
+                                      chorusComm_t h, chorusRequest_t* req) {
+  if (!req) return fail(Code::kInvalidArgument, "chorusIrecv: request is NULL");
+  return do_Irecv(buf, count, dt, peer, tag, h, req);
+}
+
+CHORUS_API chorusResult_t chorusIbroadcast(const void* send, void* recv, size_t count, chorusDataType_t dt,
+                                           int root, chorusComm_t h, chorusRequest_t* req) {
+  if (!req) return fail(Code::kInvalidArgument, "chorusIbroadcast: request is NULL");
+  return do_Ibroadcast(send, recv, count, dt, root, h, req);
+}
+
+CHORUS_API chorusResult_t chorusIbarrier(chorusComm_t h, chorusRequest_t* req) {
+  if (!req) return fail(Code::kInvalidArgument, "chorusIbarrier: request is NULL");
+  return do_Ibarrier(h, req);
 }

@@ -110,7 +110,7 @@ void Comm::progress_loop() {
     OpFn fn;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      cv_.wait(lock, [&] { return (stopping_ && !running_op_) || (!queue_.empty() && !running_op_); });
       if (queue_.empty()) return;
       work = queue_.front().first;
       fn = std::move(queue_.front().second);
@@ -136,6 +136,35 @@ void Comm::progress_loop() {
     work->finish(s);
     cv_.notify_all();
   }
+}
+
+bool Comm::try_run_inline(const OpDesc& desc, const OpFn& fn, Status* result) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) {
+      *result = make_error(Code::kInvalidUsage, "{}: the communicator is being destroyed", describe(desc));
+      return true;
+    }
+    if (failed_.load()) {
+      *result = Status(error_.code(), fmt::format("{}: communicator is broken by an earlier error: {}", describe(desc), error_.message()));
+      return true;
+    }
+    if (!queue_.empty() || running_op_) return false;
+    running_op_ = true;
+    current_ = describe(desc);
+    current_since_ = now_seconds();
+  }
+  OpCtx ctx(*this, desc);
+  *result = fn(ctx);
+  if (!result->is_ok()) fail(*result);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    last_done_ = current_;
+    current_.clear();
+    running_op_ = false;
+  }
+  cv_.notify_all();
+  return true;
 }
 
 void Comm::wake() {

@@ -61,6 +61,9 @@ class Comm : public std::enable_shared_from_this<Comm> {
 
   // Queues an operation; the Work reports its end. Fails at once on a broken communicator.
   Result<std::shared_ptr<Work>> submit(OpDesc desc, OpFn fn);
+  // Runs a blocking call on the caller's thread when nothing is queued or running, skipping
+  // the hand-off to the progress thread (two thread wake-ups). false: busy, submit instead.
+  bool try_run_inline(const OpDesc& desc, const OpFn& fn, Status* result);
   // Sequence numbers: collectives share one counter, send/recv count per peer and direction.
   uint64_t next_collective_seq() { return ++coll_seq_; }
   uint64_t next_p2p_seq(int peer, bool send);

@@ -177,7 +177,10 @@ void StoreServer::serve_store(Conn& c) {
     }
   }
   std::lock_guard<std::mutex> lock(mu_);
-  if (static_cast<int>(joined_.size()) < world_) joined_.erase(c.hello.rank);
+  auto it = joined_.find(c.hello.rank);
+  if (static_cast<int>(joined_.size()) < world_ && it != joined_.end() &&
+      it->second == fmt::format("pid {} at {}", c.hello.pid, c.peer))
+    joined_.erase(it);
 }
 
 Status StoreServer::handle_join(Conn& c, uint32_t timeout_ms) {
@@ -319,7 +322,7 @@ Status StoreClient::join(Deadline deadline) {
     auto r = request(kJoin, "", "", static_cast<uint32_t>(slice * 1000), deadline);
     if (r.is_ok()) return Status::ok();
     if (r.status().code() != Code::kTimeout) return r.status().wrap("bootstrap");
-    if (deadline.expired())
+    if (deadline.remaining() < 0.05)
       return make_error(Code::kTimeout, "bootstrap: timed out after {:.0f} s at {}: {} never joined",
                         deadline.total(), server_.to_string(), r.status().message());
     log_warn("bootstrap: waiting for {} at {}, {:.0f} s of {:.0f} s", r.status().message(),

@@ -1,0 +1,239 @@
+// The headline feature: failures end in clear errors on every rank, within their bound, never a hang.
+#include <catch2/catch.hpp>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "chorus/chorus.hpp"
+#include "harness.h"
+
+using chorus::test::contains;
+using chorus::test::run_ranks;
+using chorus::test::RunOptions;
+
+namespace {
+
+double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+// Runs `call`, expects a chorus::Error with `code` whose message holds `part`, within `seconds`.
+template <typename F>
+int expect_error(F call, chorusResult_t code, const std::string& part, double seconds,
+                 chorusResult_t also = chorusSuccess) {
+  double t0 = now();
+  try {
+    call();
+  } catch (const chorus::Error& e) {
+    double took = now() - t0;
+    std::fprintf(stderr, "caught after %.2f s: %s\n", took, e.what());
+    if (e.code() != code && e.code() != also) { std::fprintf(stderr, "expected code %d, got %d\n", code, e.code()); return 2; }
+    if (!contains(e.what(), part)) { std::fprintf(stderr, "message lacks '%s'\n", part.c_str()); return 3; }
+    if (took > seconds) { std::fprintf(stderr, "took %.2f s, bound %.2f s\n", took, seconds); return 4; }
+    return 0;
+  }
+  std::fprintf(stderr, "no error raised\n");
+  return 5;
+}
+
+void require_codes(const std::vector<chorus::test::RankResult>& res, const std::vector<int>& codes) {
+  for (size_t r = 0; r < res.size(); ++r) {
+    INFO("rank " << r << " output:\n" << res[r].output);
+    REQUIRE(res[r].exit_code == codes[r]);
+  }
+}
+
+RunOptions on(const std::string& transport, double timeout = 30) {
+  RunOptions o;
+  o.env["CHORUS_TRANSPORT"] = transport;
+  o.env["CHORUS_TIMEOUT"] = std::to_string(timeout);
+  o.limit_seconds = 40;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("mismatched calls fail at once on every rank, naming both ranks and both calls", "[failure][mismatch]") {
+  auto transport = GENERATE(std::string("shm"), std::string("tcp"));
+  const std::string both = "barrier #2 on rank 0 vs broadcast #2 (count 1000 f32, root 0) on rank 1";
+  auto res = run_ranks(2, [&](int rank) {
+    auto comm = chorus::Communicator::from_env();
+    comm.barrier();  // #1 agrees
+    std::vector<float> v(1000);
+    if (rank == 0) return expect_error([&] { comm.barrier(); }, chorusMismatch, both, 5);
+    return expect_error([&] { comm.broadcast(v.data(), v.size(), chorusFloat32, 0); }, chorusMismatch, both, 5);
+  }, on(transport));
+  require_codes(res, {0, 0});
+}
+
+TEST_CASE("a count mismatch names both counts", "[failure][mismatch]") {
+  auto res = run_ranks(3, [](int rank) {
+    auto comm = chorus::Communicator::from_env();
+    std::vector<float> v(1024);
+    size_t count = rank == 2 ? 1024 : 1000;
+    // The root's part may be complete before rank 2 sees the header: then its next call fails.
+    return expect_error([&] { comm.broadcast(v.data(), count, chorusFloat32, 0); comm.barrier(); }, chorusMismatch,
+                        "broadcast #1 (count 1000 f32, root 0) on rank 1 vs broadcast #1 (count 1024 f32, root 0) on rank 2", 5);
+  }, on("shm"));
+  require_codes(res, {0, 0, 0});
+}
+
+TEST_CASE("a peer killed with SIGKILL fails every survivor within 5 s, naming it", "[failure][dead]") {
+  auto transport = GENERATE(std::string("shm"), std::string("tcp"));
+  auto big = GENERATE(false, true);
+  auto res = run_ranks(3, [&](int rank) {
+    auto comm = chorus::Communicator::from_env();
+    comm.barrier();
+    std::vector<unsigned char> buf(size_t{256} << 20);
+    if (rank == 2) {
+      if (big) {
+        // Die in the middle of a large broadcast (after posting it, before it can finish).
+        auto w = comm.ibroadcast(nullptr, buf.data(), buf.size(), chorusUint8, 0);
+        usleep(50000);
+      } else {
+        usleep(300000);
+      }
+      kill(getpid(), SIGKILL);
+    }
+    if (big) return expect_error([&] { for (int i = 0; i < 50; ++i) comm.broadcast(buf.data(), buf.size(), chorusUint8, 0); },
+                                 chorusRemoteError, "rank 2", 5);
+    return expect_error([&] { comm.barrier(); }, chorusRemoteError, "rank 2", 5);
+  }, on(transport));
+  require_codes(res, {0, 0, -SIGKILL});
+}
+
+TEST_CASE("a barrier reached by rank 0 alone ends in an error, not a hang (the forum's trap)", "[failure][forum]") {
+  auto transport = GENERATE(std::string("shm"), std::string("tcp"));
+  auto res = run_ranks(2, [](int rank) {
+    auto comm = chorus::Communicator::from_env();
+    comm.barrier();
+    if (rank == 0) return expect_error([&] { comm.barrier(); }, chorusRemoteError, "rank 1", 5);
+    return 0;  // rank 1 skips the barrier and exits cleanly
+  }, on(transport));
+  require_codes(res, {0, 0});
+}
+
+TEST_CASE("a deadline lists the ranks that never arrived and what they were doing", "[failure][timeout]") {
+  auto res = run_ranks(3, [](int rank) {
+    auto comm = chorus::Communicator::from_env();
+    comm.barrier();
+    if (rank == 0)
+      return expect_error([&] { comm.barrier(); }, chorusTimeout, "ranks that never arrived: 2", 6, chorusRemoteError);
+    if (rank == 1) return expect_error([&] { comm.barrier(); }, chorusRemoteError, "timed out", 8, chorusTimeout);
+    usleep(4000000);  // rank 2 dawdles past CHORUS_TIMEOUT
+    return expect_error([&] { comm.barrier(); }, chorusRemoteError, "timed out", 1);
+  }, on("shm", 2.0));
+  require_codes(res, {0, 0, 0});
+  REQUIRE((contains(res[0].output, "rank 2: idle, last finished barrier #1") ||
+           contains(res[1].output, "rank 2: idle, last finished barrier #1")));
+}
+
+TEST_CASE("joining times out naming the ranks that never came", "[failure][join]") {
+  RunOptions o = on("shm", 2.0);
+  o.world_size = 3;  // only 2 of 3 start
+  auto res = run_ranks(2, [](int) {
+    return expect_error([] { chorus::Communicator::from_env(); }, chorusTimeout, "of 3 never joined", 8);
+  }, o);
+  require_codes(res, {0, 0});
+}
+
+TEST_CASE("strangers, wrong secrets, garbage and truncated handshakes are refused; the job goes on", "[failure][handshake]") {
+  RunOptions o = on("tcp", 20);
+  o.port = chorus::test::free_port();
+  o.env["CHORUS_JOB_SECRET"] = "0123456789abcdef0123456789abcdef";
+  int port = o.port;
+  auto res = run_ranks(2, [port](int rank) {
+    if (rank == 1) {
+      usleep(200000);  // let rank 0 listen
+      auto raw = [port](const char* bytes, size_t n) {
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_port = htons(port);
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return false;
+        (void)!write(fd, bytes, n);
+        char reply[256];
+        shutdown(fd, SHUT_WR);
+        while (read(fd, reply, sizeof reply) > 0) {}
+        close(fd);
+        return true;
+      };
+      std::string http = "GET / HTTP/1.1\r\nHost: x\r\n\r\n" + std::string(64, 'x');
+      if (!raw(http.data(), http.size())) return 10;
+      if (!raw("\x53\x52\x48\x43\x01\x00", 6)) return 11;  // truncated hello
+      // Another job's process (different secret) tries to join as rank 1.
+      pid_t p = fork();
+      if (p == 0) {
+        setenv("CHORUS_JOB_SECRET", "ffffffffffffffffffffffffffffffff", 1);
+        setenv("CHORUS_TIMEOUT", "3", 1);
+        _exit(expect_error([] { chorus::Communicator::from_env(); }, chorusRemoteError, "wrong job secret", 6));
+      }
+      int st = 0;
+      waitpid(p, &st, 0);
+      if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) return 12;
+    }
+    auto comm = chorus::Communicator::from_env();
+    int v = rank == 0 ? 7 : 0;
+    comm.broadcast(&v, 1, chorusInt32, 0);
+    return v == 7 ? 0 : 13;
+  }, o);
+  require_codes(res, {0, 0});
+  REQUIRE(contains(res[0].output, "not a chorus peer"));
+  REQUIRE(contains(res[0].output, "incomplete handshake"));
+  REQUIRE(contains(res[0].output, "wrong job secret"));
+}
+
+TEST_CASE("two processes claiming the same rank: the second is told so", "[failure][join]") {
+  RunOptions o = on("shm", 5);
+  o.world_size = 2;
+  auto res = run_ranks(3, [](int rank) {
+    if (rank == 2) {
+      usleep(300000);
+      setenv("RANK", "1", 1);
+      return expect_error([] { chorus::Communicator::from_env(); }, chorusInvalidUsage, "rank 1 joined twice", 8);
+    }
+    auto comm = chorus::Communicator::from_env();
+    comm.barrier();
+    usleep(600000);  // stay joined while the impostor knocks
+    return 0;
+  }, o);
+  require_codes(res, {0, 0, 0});
+}
+
+TEST_CASE("calls on a destroyed or aborted communicator are errors, not crashes", "[failure][lifecycle]") {
+  auto res = run_ranks(2, [](int rank) {
+    auto comm = chorus::Communicator::from_env();
+    comm.barrier();
+    auto sub = comm.split(0, rank);
+    sub.destroy();
+    int v = 0;
+    int rc = expect_error([&] { sub.broadcast(&v, 1, chorusInt32, 0); }, chorusInvalidUsage, "destroyed", 1);
+    if (rc) return rc;
+    rc = expect_error([&] { sub.destroy(); }, chorusInvalidUsage, "destroyed", 1);
+    if (rc) return rc;
+    comm.barrier();
+    if (rank == 0) {
+      comm.abort();
+      return expect_error([&] { comm.barrier(); }, chorusInvalidUsage, "aborted", 1);
+    }
+    // The peer hears of the abort at once.
+    return expect_error([&] { comm.barrier(); }, chorusRemoteError, "aborted", 5);
+  }, on("shm"));
+  require_codes(res, {0, 0});
+  // Bad arguments name the call, the rank and the values.
+  auto bad = run_ranks(1, [](int) {
+    auto comm = chorus::Communicator::from_env();
+    int v = 0;
+    return expect_error([&] { comm.broadcast(&v, 1, chorusInt32, 3); }, chorusInvalidArgument,
+                        "chorusBroadcast on rank 0: root 3 is outside 0..0", 1);
+  });
+  require_codes(bad, {0});
+}

@@ -1,0 +1,109 @@
+// Multi-rank test harness (see harness.h).
+#include "harness.h"
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+namespace chorus::test {
+
+int free_port() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  int port = ntohs(a.sin_port);
+  close(fd);
+  return port;
+}
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+std::vector<RankResult> run_ranks(int n, const std::function<int(int)>& fn, const RunOptions& opt) {
+  int port = opt.port ? opt.port : free_port();
+  std::vector<pid_t> pids(n);
+  std::vector<std::string> logs(n);
+  auto start = std::chrono::steady_clock::now();
+  std::fflush(nullptr);
+  for (int r = 0; r < n; ++r) {
+    char path[] = "/tmp/chorus-test-XXXXXX";
+    int fd = mkstemp(path);
+    logs[r] = path;
+    pid_t pid = fork();
+    if (pid == 0) {
+      dup2(fd, 1);
+      dup2(fd, 2);
+      setenv("RANK", std::to_string(r).c_str(), 1);
+      setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
+      setenv("WORLD_SIZE", std::to_string(opt.world_size > 0 ? opt.world_size : n).c_str(), 1);
+      setenv("MASTER_ADDR", "127.0.0.1", 1);
+      setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+      if (!std::getenv("CHORUS_TIMEOUT")) setenv("CHORUS_TIMEOUT", "30", 1);
+      for (auto& [k, v] : opt.env) setenv(k.c_str(), v.c_str(), 1);
+      int rc = 1;
+      try {
+        rc = fn(r);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "rank %d: exception: %s\n", r, e.what());
+      }
+      std::fflush(nullptr);
+      _exit(rc);
+    }
+    close(fd);
+    pids[r] = pid;
+  }
+  std::vector<RankResult> out(n);
+  int left = n;
+  while (left > 0) {
+    double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    for (int r = 0; r < n; ++r) {
+      if (pids[r] == 0) continue;
+      int st = 0;
+      pid_t w = waitpid(pids[r], &st, el > opt.limit_seconds ? 0 : WNOHANG);
+      if (w == 0 && el > opt.limit_seconds) continue;
+      if (w == pids[r]) {
+        out[r].exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st);
+        out[r].seconds = el;
+        pids[r] = 0;
+        --left;
+      }
+    }
+    if (el > opt.limit_seconds) {
+      for (int r = 0; r < n; ++r)
+        if (pids[r]) {
+          kill(pids[r], SIGKILL);
+          waitpid(pids[r], nullptr, 0);
+          out[r].exit_code = -SIGKILL;
+          out[r].seconds = el;
+          out[r].output += "[harness: killed after the time limit: a hang]\n";
+          pids[r] = 0;
+          --left;
+        }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  for (int r = 0; r < n; ++r) {
+    std::ifstream f(logs[r]);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    out[r].output = ss.str() + out[r].output;
+    unlink(logs[r].c_str());
+  }
+  return out;
+}
+
+}  // namespace chorus::test

@@ -1,0 +1,30 @@
+// Multi-rank test harness: forks real processes, one per rank, with launcher variables set.
+// Each rank's stderr is captured so tests can check the error messages users would read.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace chorus::test {
+
+struct RankResult {
+  int exit_code = -1;   // -signal when killed
+  std::string output;   // what the rank wrote to stdout and stderr
+  double seconds = 0;   // from start until this rank ended
+};
+
+struct RunOptions {
+  std::map<std::string, std::string> env;  // extra variables for every rank
+  double limit_seconds = 60;               // ranks still alive then are killed (a hang = failure)
+  int world_size = -1;                     // WORLD_SIZE to announce (-1: the number of ranks started)
+  int port = 0;                            // 0: pick a free one
+};
+
+// Runs fn(rank) in n forked processes; fn's return value is the exit code (exceptions -> 1).
+std::vector<RankResult> run_ranks(int n, const std::function<int(int rank)>& fn, const RunOptions& opt = {});
+int free_port();
+bool contains(const std::string& text, const std::string& part);
+
+}  // namespace chorus::test
