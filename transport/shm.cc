@@ -63,6 +63,13 @@ void ShmSegment::unlink() {
 
 Result<std::unique_ptr<ShmSegment>> ShmSegment::create(const std::string& name, int nrings, const ShmConfig& cfg) {
   size_t size = sizeof(SegHeader) + nrings * ring_bytes(cfg.slot_bytes, cfg.nslots);
+  struct statvfs vfs{};
+  if (statvfs("/dev/shm", &vfs) == 0 && size > vfs.f_bavail * static_cast<double>(vfs.f_frsize))
+    return make_error(Code::kSystemError,
+                      "shm: /dev/shm is too small: need {:.1f} MiB for {} peer rings of {} x {} KiB slots, {:.1f} MiB free; "
+                      "enlarge /dev/shm (docker: --shm-size), lower CHORUS_SHM_SLOT_BYTES/CHORUS_SHM_SLOTS, or use CHORUS_TRANSPORT=tcp",
+                      size / double(1 << 20), nrings, cfg.nslots, cfg.slot_bytes >> 10,
+                      vfs.f_bavail * static_cast<double>(vfs.f_frsize) / (1 << 20));
   int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
   if (fd < 0) return make_error(Code::kSystemError, "shm: cannot create /dev/shm{}: {}", name, strerror(errno));
   std::unique_ptr<ShmSegment> seg(new ShmSegment());
