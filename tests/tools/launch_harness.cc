@@ -17,12 +17,13 @@ namespace {
 
 std::string required_env(const char* name) {
   const char* v = std::getenv(name);
-  if (!v || !*v) throw std::runtime_error(std::string(name) + " is not set (run through meson test)");
+  if (!v || !*v)
+    throw std::runtime_error(std::string(name) + " is not set (run through meson test)");
   return v;
 }
 
-[[noreturn]] void exec_launcher(const std::vector<std::string>& args, const std::vector<std::string>& env,
-                                int out_fd, int err_fd) {
+[[noreturn]] void exec_launcher(const std::vector<std::string>& args,
+                                const std::vector<std::string>& env, int out_fd, int err_fd) {
   dup2(out_fd, STDOUT_FILENO);
   dup2(err_fd, STDERR_FILENO);
   unsetenv("CHORUS_JOB_SECRET");
@@ -48,12 +49,15 @@ double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-std::string helper() { return required_env("RUN_HELPER"); }
+std::string helper() {
+  return required_env("RUN_HELPER");
+}
 
 Launch::Launch(const std::vector<std::string>& args, const std::vector<std::string>& env) {
   required_env("CHORUS_RUN");
   int out[2], err[2];
-  if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
+  if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0)
+    throw std::runtime_error("pipe failed");
   start_ = now_s();
   pid_ = fork();
   if (pid_ == 0) exec_launcher(args, env, out[1], err[1]);
@@ -104,7 +108,9 @@ bool Launch::read_until(const std::function<bool(const std::string&)>& done, dou
   return true;
 }
 
-void Launch::signal(int sig) { kill(pid_, sig); }
+void Launch::signal(int sig) {
+  kill(pid_, sig);
+}
 
 LaunchResult Launch::wait(double timeout_s) {
   double deadline = now_s() + timeout_s;
@@ -136,7 +142,8 @@ std::map<int, std::string> values_by_rank(const std::string& out, const std::str
     auto close = line.find("] ");
     if (line.empty() || line[0] != '[' || close == std::string::npos) continue;
     std::string rest = line.substr(close + 2);
-    if (rest.rfind(key + "=", 0) == 0) values[std::stoi(line.substr(1, close - 1))] = rest.substr(key.size() + 1);
+    if (rest.rfind(key + "=", 0) == 0)
+      values[std::stoi(line.substr(1, close - 1))] = rest.substr(key.size() + 1);
   }
   return values;
 }

@@ -45,8 +45,8 @@ class Launch {
 };
 
 // Runs to the end: Launch(args, env).wait(timeout_s).
-LaunchResult run_launcher(const std::vector<std::string>& args, const std::vector<std::string>& env = {},
-                          double timeout_s = 20);
+LaunchResult run_launcher(const std::vector<std::string>& args,
+                          const std::vector<std::string>& env = {}, double timeout_s = 20);
 
 // Path of the helper worker ($RUN_HELPER).
 std::string helper();

@@ -1,12 +1,14 @@
 // A worker for the chorus-run tests: does one thing chosen by argv[1], per rank ($RANK).
 //   env                      print the launcher's variables as KEY=value lines
-//   lines N                  N lines "out i" on stdout and "err i" on stderr, then "tail" with no newline
-//   sleep                    print "ready pid=P", sleep 30 s; on SIGTERM/SIGINT print "got signal S", exit 1
-//   fail-rank R CODE         rank R exits with CODE after 0.3 s; the others do "sleep"
-//   signal-rank R SIG        rank R raises SIG after 0.3 s; the others do "sleep"
+//   lines N                  N lines "out i" on stdout and "err i" on stderr, then "tail" with no
+//   newline sleep                    print "ready pid=P", sleep 30 s; on SIGTERM/SIGINT print "got
+//   signal S", exit 1 fail-rank R CODE         rank R exits with CODE after 0.3 s; the others do
+//   "sleep" signal-rank R SIG        rank R raises SIG after 0.3 s; the others do "sleep"
 //   ignore-term-rank R       rank R exits 1 after 0.5 s; the others ignore SIGTERM and sleep
 //   fail-first-attempt R     print "restart=C port=P secret=S"; rank R exits 4 when C is 0
 //   always-fail R CODE       rank R exits with CODE; the others exit 0
+//   background               leave a child sleeping 20 s with our stdout/stderr; print "pgid=G";
+//   exit 0
 #include <signal.h>
 #include <unistd.h>
 
@@ -24,7 +26,8 @@ std::string env(const char* name) {
 }
 
 void sleep_s(double seconds) {
-  timespec ts{static_cast<time_t>(seconds), static_cast<long>((seconds - static_cast<time_t>(seconds)) * 1e9)};
+  timespec ts{static_cast<time_t>(seconds),
+              static_cast<long>((seconds - static_cast<time_t>(seconds)) * 1e9)};
   while (nanosleep(&ts, &ts) != 0) {
   }
 }
@@ -97,5 +100,13 @@ int main(int argc, char** argv) {
     return rank == target && count == "0" ? 4 : 0;
   }
   if (mode == "always-fail") return rank == target ? value : 0;
+  if (mode == "background") {
+    if (fork() == 0) {
+      sleep_s(20);
+      _exit(0);
+    }
+    std::printf("pgid=%d\n", static_cast<int>(getpgrp()));
+    return 0;
+  }
   return 64;
 }

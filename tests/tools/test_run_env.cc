@@ -85,7 +85,8 @@ TEST_CASE("chorus-run gives every rank the same secret, new for each launch", "[
   CHECK(sa[2] == sa[0]);
   CHECK(sb[0] != sa[0]);
 
-  auto given = run_launcher({"-n", "2", helper(), "env"}, {"CHORUS_JOB_SECRET=00112233445566778899aabbccddeeff"});
+  auto given = run_launcher({"-n", "2", helper(), "env"},
+                            {"CHORUS_JOB_SECRET=00112233445566778899aabbccddeeff"});
   CHECK(values_by_rank(given.out, "CHORUS_JOB_SECRET")[1] == "00112233445566778899aabbccddeeff");
 }
 
@@ -165,11 +166,12 @@ TEST_CASE("chorus-run reports bad usage clearly", "[chorus-run]") {
 
   auto help = run_launcher({"--help"});
   CHECK(help.exit_code == 0);
-  for (const char* word : {"--nproc-per-node", "--nnodes", "--node-rank", "--master-addr", "--master-port",
-                           "--rdzv-endpoint", "--rdzv-id", "--max-restarts", "--grace", "--no-prefix",
-                           "--standalone", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
-                           "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT", "CHORUS_JOB_SECRET",
-                           "CHORUS_RESTART_COUNT"}) {
+  for (const char* word :
+       {"--nproc-per-node", "--nnodes",        "--node-rank",       "--master-addr",
+        "--master-port",    "--rdzv-endpoint", "--rdzv-id",         "--max-restarts",
+        "--grace",          "--no-prefix",     "--standalone",      "RANK",
+        "WORLD_SIZE",       "LOCAL_RANK",      "LOCAL_WORLD_SIZE",  "GROUP_RANK",
+        "MASTER_ADDR",      "MASTER_PORT",     "CHORUS_JOB_SECRET", "CHORUS_RESTART_COUNT"}) {
     CHECK_THAT(help.out, Catch::Contains(word));
   }
 }

@@ -1,5 +1,7 @@
 // chorus-run tests: rank prefixes on stdout and stderr, partial lines, large output, --no-prefix;
 // and the LinePrefixer unit on its own.
+#include <signal.h>
+
 #include <catch2/catch.hpp>
 #include <string>
 #include <vector>
@@ -16,8 +18,8 @@ namespace {
 
 // Checks that `text` holds, for each rank, exactly "[r] <word> i" for i = 0, step, 2*step ... < n
 // in order (ranks interleaved only at line boundaries), then "[r] tail" when `tail`.
-void check_rank_lines(const std::string& text, int ranks, long n, long step, const std::string& word,
-                      bool tail) {
+void check_rank_lines(const std::string& text, int ranks, long n, long step,
+                      const std::string& word, bool tail) {
   std::vector<long> next(ranks, 0);
   std::vector<bool> tails(ranks, false);
   long bad = 0;
@@ -69,6 +71,16 @@ TEST_CASE("chorus-run --no-prefix passes lines unchanged", "[chorus-run]") {
   REQUIRE(r.exit_code == 0);
   CHECK(r.out == "out 0\nout 1\nout 2\ntail");
   CHECK(r.err == "err 0\n");
+}
+
+TEST_CASE("chorus-run does not wait forever on a pipe a worker's child keeps open",
+          "[chorus-run]") {
+  auto r = run_launcher({"-n", "1", helper(), "background"});
+  CHECK(r.exit_code == 0);
+  CHECK(r.seconds < 5);  // bounded drain (2 s), not the child's 20 s
+  auto pgid = chorus::test::values_by_rank(r.out, "pgid");
+  REQUIRE(pgid.count(0) == 1);
+  kill(-std::stoi(pgid[0]), SIGKILL);  // the sleeping child shares the worker's process group
 }
 
 TEST_CASE("LinePrefixer emits whole prefixed lines across reads", "[chorus-run][unit]") {

@@ -71,12 +71,14 @@ std::string derive_secret(const std::string& seed) {
                      hash64(text, 0x84222325cbf29ce4ULL));
 }
 
-std::string choose_secret(const RunOptions& options, const std::string& master_addr, int master_port) {
+std::string choose_secret(const RunOptions& options, const std::string& master_addr,
+                          int master_port) {
   const char* from_env = std::getenv("CHORUS_JOB_SECRET");
   if (from_env && *from_env) return from_env;
   if (options.nnodes == 1) return random_secret();
   if (!options.rdzv_id.empty()) return derive_secret("id:" + options.rdzv_id);
-  return derive_secret(fmt::format("endpoint:{}:{}/nnodes:{}", master_addr, master_port, options.nnodes));
+  return derive_secret(
+      fmt::format("endpoint:{}:{}/nnodes:{}", master_addr, master_port, options.nnodes));
 }
 
 bool make_job(const RunOptions& options, Job& job, std::string& error) {
@@ -112,13 +114,17 @@ std::vector<std::string> worker_environment(const RunOptions& options, const Job
       {"TORCHELASTIC_MAX_RESTARTS", std::to_string(options.max_restarts)},
       {"TORCHELASTIC_RUN_ID", job.run_id},
   };
-  if (n > 1 && !std::getenv("OMP_NUM_THREADS")) set["OMP_NUM_THREADS"] = "1";
+  if (n > 1 && !std::getenv("OMP_NUM_THREADS")) set.emplace("OMP_NUM_THREADS", "1");
   std::vector<std::string> env;
   for (char** e = environ; *e; ++e) {
     std::string entry = *e;
     if (!set.count(entry.substr(0, entry.find('=')))) env.push_back(std::move(entry));
   }
-  for (auto& [key, value] : set) env.push_back(key + "=" + value);
+  for (auto& [key, value] : set) {
+    env.push_back(key);
+    env.back() += '=';
+    env.back() += value;
+  }
   return env;
 }
 

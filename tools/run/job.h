@@ -31,7 +31,8 @@ std::string derive_secret(const std::string& seed);
 
 // The secret this job uses: $CHORUS_JOB_SECRET if set and not empty; else random on one node;
 // else derived from --rdzv-id, or from "addr:port/nnodes" when no id was given.
-std::string choose_secret(const RunOptions& options, const std::string& master_addr, int master_port);
+std::string choose_secret(const RunOptions& options, const std::string& master_addr,
+                          int master_port);
 
 // The worker's full environment ("KEY=value"): the launcher's own plus the variables chorus-run
 // sets (see --help). `local_rank` is 0 .. nproc_per_node-1.

@@ -20,7 +20,8 @@ int run_job(const RunOptions& options, const Job& job) {
     if (int sig = received_stop_signal(); sig != 0) return 128 + sig;
     if (restart >= options.max_restarts) {
       if (options.max_restarts > 0)
-        say(fmt::format("giving up after {} restart{}: {}", restart, restart == 1 ? "" : "s", result.cause));
+        say(fmt::format("giving up after {} restart{}: {}", restart, restart == 1 ? "" : "s",
+                        result.cause));
       return result.exit_code;
     }
     say(fmt::format("restarting all workers (restart {} of {}) after {}", restart + 1,

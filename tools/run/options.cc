@@ -9,8 +9,8 @@
 #include <cstdlib>
 #include <cstring>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 namespace chorus::run {
 namespace {
@@ -94,8 +94,7 @@ void add_flags(CLI::App& app, RunOptions& o, RawArgs& raw) {
       ->type_name("N");
   app.add_flag("--standalone", o.standalone,
                "single-node job: master on 127.0.0.1, free port picked (like torchrun)");
-  app.add_option("--nnodes", o.nnodes, "number of nodes in the job (default 1)")
-      ->type_name("M");
+  app.add_option("--nnodes", o.nnodes, "number of nodes in the job (default 1)")->type_name("M");
   app.add_option("--node-rank,--node_rank", o.node_rank, "this node's rank, 0 .. nnodes-1")
       ->type_name("K");
   app.add_option("--master-addr,--master_addr", o.master_addr,
@@ -116,14 +115,17 @@ void add_flags(CLI::App& app, RunOptions& o, RawArgs& raw) {
   app.add_option("--grace", o.grace_s,
                  "seconds between SIGTERM and SIGKILL when stopping workers (default 5)")
       ->type_name("SECONDS");
-  app.add_flag("--no-prefix,--no_prefix", raw.no_prefix, "do not prefix output lines with the rank");
+  app.add_flag("--no-prefix,--no_prefix", raw.no_prefix,
+               "do not prefix output lines with the rank");
 }
 
 // Checks the numbers and fills the endpoint; returns an exit code, or -1 when all is well.
 int check_numbers(RunOptions& o, const RawArgs& raw) {
   if (o.nproc_per_node < 1)
-    return usage_error(fmt::format("-n/--nproc-per-node must be at least 1, got {}", o.nproc_per_node));
-  if (o.nnodes < 1) return usage_error(fmt::format("--nnodes must be at least 1, got {}", o.nnodes));
+    return usage_error(
+        fmt::format("-n/--nproc-per-node must be at least 1, got {}", o.nproc_per_node));
+  if (o.nnodes < 1)
+    return usage_error(fmt::format("--nnodes must be at least 1, got {}", o.nnodes));
   if (o.node_rank < 0 || o.node_rank >= o.nnodes)
     return usage_error(fmt::format("--node-rank {} is outside 0..{} (--nnodes {})", o.node_rank,
                                    o.nnodes - 1, o.nnodes));
@@ -136,19 +138,19 @@ int check_numbers(RunOptions& o, const RawArgs& raw) {
   if (!raw.master_port.empty()) {
     o.master_port = parse_port(raw.master_port);
     if (o.master_port == 0)
-      return usage_error(fmt::format("bad port '{}' in --master-port: expected a number in 1..65535",
-                                     raw.master_port));
+      return usage_error(fmt::format(
+          "bad port '{}' in --master-port: expected a number in 1..65535", raw.master_port));
   }
   if (!raw.rdzv_endpoint.empty()) {
     if (!o.master_addr.empty() || !raw.master_port.empty())
       return usage_error("give either --rdzv-endpoint or --master-addr/--master-port, not both");
     if (!split_endpoint(raw.rdzv_endpoint, o.master_addr, o.master_port))
-      return usage_error(fmt::format("bad --rdzv-endpoint '{}': expected HOST:PORT with port 1..65535",
-                                     raw.rdzv_endpoint));
+      return usage_error(fmt::format(
+          "bad --rdzv-endpoint '{}': expected HOST:PORT with port 1..65535", raw.rdzv_endpoint));
   }
   if (o.nnodes > 1 && o.master_addr.empty())
-    return usage_error(fmt::format("--nnodes {} needs --master-addr or --rdzv-endpoint naming node 0",
-                                   o.nnodes));
+    return usage_error(
+        fmt::format("--nnodes {} needs --master-addr or --rdzv-endpoint naming node 0", o.nnodes));
   if (o.master_addr.empty()) o.master_addr = "127.0.0.1";
   if (o.nnodes > 1 && o.master_port == 0) o.master_port = kDefaultMultiNodePort;
   return -1;
@@ -157,10 +159,12 @@ int check_numbers(RunOptions& o, const RawArgs& raw) {
 // Takes the program and its arguments from what CLI11 left over; returns an exit code or -1.
 int take_program(RunOptions& o, std::vector<std::string> rest) {
   if (!rest.empty() && rest.front() == "--") rest.erase(rest.begin());
-  if (rest.empty()) return usage_error("missing the program to run (usage: chorus-run -n N prog args...)");
+  if (rest.empty())
+    return usage_error("missing the program to run (usage: chorus-run -n N prog args...)");
   if (rest.front().size() > 1 && rest.front()[0] == '-')
-    return usage_error(fmt::format("unknown option '{}' (put '--' before a program whose name starts with '-')",
-                                   rest.front()));
+    return usage_error(
+        fmt::format("unknown option '{}' (put '--' before a program whose name starts with '-')",
+                    rest.front()));
   o.program = rest.front();
   o.argv = std::move(rest);
   std::string error;
@@ -231,7 +235,8 @@ std::optional<std::string> resolve_program(const std::string& program, std::stri
 ParseOutcome parse_options(int argc, char** argv) {
   RunOptions o;
   RawArgs raw;
-  CLI::App app{"chorus-run: start N local worker processes of a chorus job (like torchrun)", "chorus-run"};
+  CLI::App app{"chorus-run: start N local worker processes of a chorus job (like torchrun)",
+               "chorus-run"};
   app.formatter(std::make_shared<UsageFormatter>());
   add_flags(app, o, raw);
   app.footer(kFooter);

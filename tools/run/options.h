@@ -16,11 +16,11 @@ struct RunOptions {
   int master_port = 0;      // 0: not given (one node picks a free port, several use 29500)
   std::string rdzv_id;      // --rdzv-id / --job-id; seeds the multi-node secret
   int max_restarts = 0;
-  double grace_s = 5.0;     // SIGTERM -> SIGKILL delay when stopping workers
+  double grace_s = 5.0;  // SIGTERM -> SIGKILL delay when stopping workers
   bool prefix = true;
-  std::string program;                // as the user wrote it (argv[0] of the workers)
-  std::string program_path;           // resolved through PATH, checked executable
-  std::vector<std::string> argv;      // the workers' argv: program then its arguments
+  std::string program;            // as the user wrote it (argv[0] of the workers)
+  std::string program_path;       // resolved through PATH, checked executable
+  std::vector<std::string> argv;  // the workers' argv: program then its arguments
 };
 
 // What parsing decided: options to run, or an exit code (help printed: 0; usage error: 2;

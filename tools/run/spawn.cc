@@ -64,7 +64,8 @@ bool spawn_worker(const std::string& path, const std::vector<std::string>& argv,
   auto c_env = c_strings(env);
   pid_t launcher = getpid();
   pid_t pid = fork();
-  if (pid == 0) exec_child(path.c_str(), c_argv.data(), c_env.data(), out_pipe[1], err_pipe[1], launcher);
+  if (pid == 0)
+    exec_child(path.c_str(), c_argv.data(), c_env.data(), out_pipe[1], err_pipe[1], launcher);
   close(out_pipe[1]);
   close(err_pipe[1]);
   if (pid < 0) {

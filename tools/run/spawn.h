@@ -12,9 +12,9 @@ namespace chorus::run {
 struct Worker {
   int local_rank = 0;
   int rank = 0;
-  pid_t pid = -1;       // also the worker's process group id
-  int out_fd = -1;      // read end of the worker's stdout pipe (non-blocking), -1 once closed
-  int err_fd = -1;      // same for stderr
+  pid_t pid = -1;   // also the worker's process group id
+  int out_fd = -1;  // read end of the worker's stdout pipe (non-blocking), -1 once closed
+  int err_fd = -1;  // same for stderr
   bool reaped = false;
   int wait_status = 0;  // valid once reaped
 };

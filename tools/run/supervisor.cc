@@ -55,7 +55,9 @@ bool install_signal_handlers(std::string& error) {
   return true;
 }
 
-int received_stop_signal() { return g_stop_signal; }
+int received_stop_signal() {
+  return g_stop_signal;
+}
 
 void say(const std::string& message) {
   static OutputSink sink(STDERR_FILENO);
@@ -70,7 +72,6 @@ AttemptResult Supervisor::run_attempt(int restart_count) {
   state_ = State::kRunning;
   result_ = AttemptResult{};
   draining_ = false;
-  signals_seen_ = g_stop_count;  // a signal from before this attempt is the caller's business
   spawn_all(restart_count);
   while (true) {
     handle_signals();
@@ -160,15 +161,18 @@ void Supervisor::on_worker_end(Slot& slot) {
   std::string live = live_ranks(&slot);
   say(fmt::format("rank {} (pid {}) {}; {}", w.rank, w.pid, how,
                   live.empty() ? "no other ranks running" : "stopping ranks " + live));
-  result_ = {AttemptEnd::kWorkerFailed, exit_code_of(w.wait_status), fmt::format("rank {} {}", w.rank, how)};
+  result_ = {AttemptEnd::kWorkerFailed, exit_code_of(w.wait_status),
+             fmt::format("rank {} {}", w.rank, how)};
   begin_stop(SIGTERM);
 }
 
 void Supervisor::begin_stop(int sig) {
   if (state_ != State::kRunning) return;
   state_ = State::kStopping;
-  deadline_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                 std::chrono::duration<double>(options_.grace_s));
+  stop_signal_ = sig;
+  stop_started_ = Clock::now();
+  deadline_ = stop_started_ + std::chrono::duration_cast<Clock::duration>(
+                                  std::chrono::duration<double>(options_.grace_s));
   for (auto& slot : slots_) {
     if (!slot.worker.reaped) killpg(slot.worker.pid, sig);
   }
@@ -180,8 +184,9 @@ void Supervisor::check_deadlines() {
     for (auto& slot : slots_) {
       const Worker& w = slot.worker;
       if (w.reaped) continue;
-      say(fmt::format("rank {} (pid {}) still running {:g} s after it was told to stop; sending SIGKILL",
-                      w.rank, w.pid, options_.grace_s));
+      say(fmt::format("rank {} (pid {}) still running {:.1f} s after {}; sending SIGKILL", w.rank,
+                      w.pid, std::chrono::duration<double>(Clock::now() - stop_started_).count(),
+                      signal_name(stop_signal_)));
       killpg(w.pid, SIGKILL);
     }
     state_ = State::kKilling;
@@ -201,9 +206,8 @@ void Supervisor::check_deadlines() {
 bool Supervisor::finished() {
   if (live_count() > 0) return false;
   if (Clock::now() >= drain_deadline_) return true;
-  return std::all_of(slots_.begin(), slots_.end(), [](const Slot& s) {
-    return s.worker.out_fd < 0 && s.worker.err_fd < 0;
-  });
+  return std::all_of(slots_.begin(), slots_.end(),
+                     [](const Slot& s) { return s.worker.out_fd < 0 && s.worker.err_fd < 0; });
 }
 
 void Supervisor::poll_once() {
@@ -221,9 +225,10 @@ void Supervisor::poll_once() {
     }
   }
   auto now = Clock::now();
-  auto until = live_count() > 0 ? (state_ == State::kRunning ? now + std::chrono::milliseconds(kPollCapMs)
-                                                             : deadline_)
-                                : drain_deadline_;
+  auto until =
+      live_count() > 0
+          ? (state_ == State::kRunning ? now + std::chrono::milliseconds(kPollCapMs) : deadline_)
+          : drain_deadline_;
   auto wait_ms = std::chrono::duration_cast<std::chrono::milliseconds>(until - now).count() + 1;
   int timeout = static_cast<int>(std::clamp<int64_t>(wait_ms, 0, kPollCapMs));
   if (poll(fds.data(), fds.size(), timeout) <= 0) return;
@@ -268,8 +273,8 @@ std::string Supervisor::live_ranks(const Slot* except) const {
 }
 
 int Supervisor::live_count() const {
-  return static_cast<int>(std::count_if(slots_.begin(), slots_.end(),
-                                        [](const Slot& s) { return !s.worker.reaped; }));
+  return static_cast<int>(
+      std::count_if(slots_.begin(), slots_.end(), [](const Slot& s) { return !s.worker.reaped; }));
 }
 
 }  // namespace chorus::run

@@ -67,7 +67,9 @@ class Supervisor {
   std::vector<Slot> slots_;
   State state_ = State::kRunning;
   AttemptResult result_;
-  int signals_seen_ = 0;
+  int signals_seen_ = 0;  // stop signals handled so far; one arriving between attempts still counts
+  int stop_signal_ = 0;   // what the workers were told to stop with
+  Clock::time_point stop_started_;
   Clock::time_point deadline_;        // grace end (kStopping) or SIGKILL bound (kKilling)
   Clock::time_point drain_deadline_;  // set when the last worker is reaped
   bool draining_ = false;
