@@ -1,0 +1,47 @@
+// chorus-run: starts the workers of a chorus job on this node, like torchrun --nproc-per-node.
+// Usage: chorus-run [--standalone] -n N [--nnodes M --node-rank K --master-addr H --master-port P]
+//        [--max-restarts R] [--grace S] [--no-prefix] PROGRAM [ARGS...]   (see --help)
+#include <fmt/format.h>
+
+#include "tools/run/job.h"
+#include "tools/run/options.h"
+#include "tools/run/supervisor.h"
+
+namespace chorus::run {
+namespace {
+
+// Runs attempts until one succeeds, the restarts run out, or the launcher is told to stop.
+int run_job(const RunOptions& options, const Job& job) {
+  Supervisor supervisor(options, job);
+  for (int restart = 0;; ++restart) {
+    AttemptResult result = supervisor.run_attempt(restart);
+    if (result.end == AttemptEnd::kSuccess) return 0;
+    if (result.end != AttemptEnd::kWorkerFailed) return result.exit_code;
+    if (int sig = received_stop_signal(); sig != 0) return 128 + sig;
+    if (restart >= options.max_restarts) {
+      if (options.max_restarts > 0)
+        say(fmt::format("giving up after {} restart{}: {}", restart, restart == 1 ? "" : "s",
+                        result.cause));
+      return result.exit_code;
+    }
+    say(fmt::format("restarting all workers (restart {} of {}) after {}", restart + 1,
+                    options.max_restarts, result.cause));
+  }
+}
+
+}  // namespace
+}  // namespace chorus::run
+
+int main(int argc, char** argv) {
+  using namespace chorus::run;
+  ParseOutcome parsed = parse_options(argc, argv);
+  if (!parsed.options) return parsed.exit_code;
+  const RunOptions& options = *parsed.options;
+  Job job;
+  std::string error;
+  if (!make_job(options, job, error) || !install_signal_handlers(error)) {
+    say(error);
+    return 1;
+  }
+  return run_job(options, job);
+}

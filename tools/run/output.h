@@ -1,0 +1,40 @@
+// Worker output: splitting a byte stream into lines prefixed "[rank] ", and writing it out whole.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+namespace chorus::run {
+
+// Turns the bytes of one worker stream into whole prefixed lines. Not thread-safe; one per stream.
+// With an empty prefix lines pass through unchanged (still whole, so ranks never interleave
+// mid-line). A line longer than kMaxLine is cut there, so memory stays bounded.
+class LinePrefixer {
+ public:
+  static constexpr size_t kMaxLine = 1 << 20;
+
+  explicit LinePrefixer(std::string prefix) : prefix_(std::move(prefix)) {}
+
+  // Appends to `out` every line completed by these bytes; keeps the rest for later.
+  void feed(const char* data, size_t size, std::string& out);
+  // End of stream: appends the pending partial line, if any (plus a newline when prefixing).
+  void finish(std::string& out);
+
+ private:
+  std::string prefix_;
+  std::string pending_;
+};
+
+// Writes all of `data` to `fd` (retrying short writes and EINTR; waiting out EAGAIN). Returns
+// false once the reader is gone (EPIPE) or the fd fails; later calls then drop the data.
+class OutputSink {
+ public:
+  explicit OutputSink(int fd) : fd_(fd) {}
+  bool write(const std::string& data);
+
+ private:
+  int fd_;
+  bool broken_ = false;
+};
+
+}  // namespace chorus::run
