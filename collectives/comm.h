@@ -139,6 +139,7 @@ class OpCtx {
 
  private:
   Result<bool> progress_all();
+  Status explain_link_failure(const Status& link_error);
   void sleep_once(uint32_t seen, bool has_tcp, bool has_shm);
   Comm& comm_;
   OpDesc desc_;

@@ -30,12 +30,21 @@ Status OpCtx::check_header(int peer) {
   return s;
 }
 
+// A peer that fails an operation (a mismatch, a timeout) tells everyone through the watch
+// channel and may then exit, closing its links. Its explanation is worth more than our
+// "connection closed", so give it a moment to arrive before reporting the link's error.
+Status OpCtx::explain_link_failure(const Status& link_error) {
+  for (int i = 0; i < 100 && !comm_.failed_.load(); ++i) usleep(5000);
+  if (comm_.failed_.load()) return comm_.error();
+  return Status(link_error.code(), fmt::format("{} on rank {}: {}", describe(desc_), comm_.rank_, link_error.message()));
+}
+
 Result<bool> OpCtx::progress_all() {
   bool moved = false;
   for (auto& l : comm_.links_.links) {
     if (!l || !l->busy()) continue;
     auto r = l->progress();
-    if (!r.is_ok()) return Status(r.status().code(), fmt::format("{} on rank {}: {}", describe(desc_), comm_.rank_, r.status().message()));
+    if (!r.is_ok()) return explain_link_failure(r.status());
     moved |= *r;
   }
   return moved;
@@ -89,7 +98,7 @@ Status OpCtx::wait(const std::function<bool()>& done, int waiting_for) {
       if (l->kind() == transport::LinkKind::kTcp) has_tcp = true;
       else has_shm = true;
       Status alive = l->check_alive();
-      if (!alive.is_ok()) return Status(alive.code(), fmt::format("{} on rank {} failed: {}", describe(desc_), comm_.rank_, alive.message()));
+      if (!alive.is_ok()) return explain_link_failure(alive);
     }
     if (db) db->sleepers.fetch_add(1, std::memory_order_seq_cst);
     auto r2 = progress_all();

@@ -16,6 +16,8 @@ passed = failed = skipped = 0
 log = os.path.join(build, "meson-logs", "testlog.json")
 with open(log) as f:
     for line in f:
+        if not line.strip():
+            continue
         t = json.loads(line)
         res = t.get("result")
         if res in ("OK", "EXPECTEDFAIL"):

@@ -80,6 +80,7 @@ StoreServer::~StoreServer() {
   broadcast(static_cast<uint32_t>(WatchType::kShutdown), -1, 0, 0, -1, "the bootstrap store is shutting down", nullptr);
   stop_ = true;
   cv_.notify_all();
+  usleep(100000);  // lets pending joins and gets send their final answers before the cut
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& c : conns_) ::shutdown(c->fd.get(), SHUT_RDWR);
@@ -203,6 +204,8 @@ Status StoreServer::handle_join(Conn& c, uint32_t timeout_ms) {
   std::vector<int> missing;
   for (int r = 0; r < world_; ++r)
     if (!joined_.count(r)) missing.push_back(r);
+  if (stop_.load())  // the host gave up: a final answer, so the others need not wait for theirs
+    return make_error(Code::kTimeout, "ranks {} of {} never joined (the store's host stopped waiting)", rank_list(missing), world_);
   return make_error(Code::kTimeout, "ranks {} of {}", rank_list(missing), world_);
 }
 
@@ -322,6 +325,8 @@ Status StoreClient::join(Deadline deadline) {
     auto r = request(kJoin, "", "", static_cast<uint32_t>(slice * 1000), deadline);
     if (r.is_ok()) return Status::ok();
     if (r.status().code() != Code::kTimeout) return r.status().wrap("bootstrap");
+    if (r.status().message().find("never joined") != std::string::npos)
+      return make_error(Code::kTimeout, "bootstrap: {} at {}", r.status().message(), server_.to_string());
     if (deadline.remaining() < 0.05)
       return make_error(Code::kTimeout, "bootstrap: timed out after {:.0f} s at {}: {} never joined",
                         deadline.total(), server_.to_string(), r.status().message());
