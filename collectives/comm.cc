@@ -241,7 +241,9 @@ std::string Comm::timeout_report(const OpDesc& d, const std::string& waiting_for
       auto it = answers.find(job_ranks_[r]);
       std::string text = it == answers.end() ? "no answer" : it->second;
       report += fmt::format("; rank {}: {}", r, text);
-      if (text.rfind(mine, 0) != 0) absent += (absent.empty() ? "" : ",") + std::to_string(r);
+      if (text.rfind(mine, 0) == 0) continue;
+      if (!absent.empty()) absent += ',';
+      absent += std::to_string(r);
     }
   }
   return fmt::format("{} on rank {} timed out after {:.0f} s{} (CHORUS_TIMEOUT); ranks that never arrived: {}{}",

@@ -51,7 +51,10 @@ bool wait_readable(int fd, const std::atomic<bool>& stop) {
 
 std::string rank_list(const std::vector<int>& ranks) {
   std::string s;
-  for (int r : ranks) s += (s.empty() ? "" : ",") + std::to_string(r);
+  for (int r : ranks) {
+    if (!s.empty()) s += ',';
+    s += std::to_string(r);
+  }
   return s;
 }
 
