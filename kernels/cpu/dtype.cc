@@ -18,9 +18,9 @@ struct Alias {
   DType t;
 };
 constexpr Alias kDTypeAliases[] = {
-    {"float32", DType::kF32}, {"float", DType::kF32},    {"float64", DType::kF64},
-    {"double", DType::kF64},  {"float16", DType::kF16},  {"half", DType::kF16},
-    {"bfloat16", DType::kBF16}, {"int32", DType::kI32},  {"int64", DType::kI64},
+    {"float32", DType::kF32},   {"float", DType::kF32},   {"float64", DType::kF64},
+    {"double", DType::kF64},    {"float16", DType::kF16}, {"half", DType::kF16},
+    {"bfloat16", DType::kBF16}, {"int32", DType::kI32},   {"int64", DType::kI64},
     {"uint8", DType::kU8},
 };
 

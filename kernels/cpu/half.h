@@ -51,16 +51,16 @@ inline uint16_t float_to_half(float f) {
     if (abs == 0x7f800000u) return sign | 0x7c00u;
     return uint16_t(sign | 0x7c00u | 0x0200u | ((abs >> 13) & 0x3ffu));
   }
-  if (abs >= 0x477ff000u) return sign | 0x7c00u;  // >= 65520 rounds to inf
-  if (abs >= 0x38800000u) {                         // normal half (>= 2^-14)
+  if (abs >= 0x477ff000u) return sign | 0x7c00u;      // >= 65520 rounds to inf
+  if (abs >= 0x38800000u) {                           // normal half (>= 2^-14)
     uint32_t r = abs + 0x0fffu + ((abs >> 13) & 1u);  // round to nearest even at bit 13
     return uint16_t(sign | ((r - (uint32_t(127 - 15) << 23)) >> 13));
   }
   if (abs < 0x33000000u) return sign;  // < 2^-25 (half of the smallest subnormal): ±0
   // Subnormal half: shift the full significand right so that one unit is 2^-24, rounding to even.
-  uint32_t exp = abs >> 23;                        // 102..112
-  uint32_t sig = (abs & 0x7fffffu) | 0x800000u;    // 24-bit significand
-  uint32_t shift = 126 - exp;                      // 14..24
+  uint32_t exp = abs >> 23;                      // 102..112
+  uint32_t sig = (abs & 0x7fffffu) | 0x800000u;  // 24-bit significand
+  uint32_t shift = 126 - exp;                    // 14..24
   uint32_t q = sig >> shift;
   uint32_t rem = sig & ((1u << shift) - 1);
   uint32_t half_unit = 1u << (shift - 1);
@@ -69,7 +69,9 @@ inline uint16_t float_to_half(float f) {
 }
 
 // bfloat16: the top 16 bits of a float.
-inline float bf16_to_float(uint16_t h) { return bits_float(uint32_t(h) << 16); }
+inline float bf16_to_float(uint16_t h) {
+  return bits_float(uint32_t(h) << 16);
+}
 
 inline uint16_t float_to_bf16(float f) {
   uint32_t u = float_bits(f);

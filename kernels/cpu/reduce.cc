@@ -167,13 +167,34 @@ struct U8 : IntBase {
   static V max(V a, V b) { return _mm512_max_epu8(a, b); }
 };
 
-struct OpSum { template <class L> static auto apply(auto a, auto b) { return L::sum(a, b); } };
-struct OpProd { template <class L> static auto apply(auto a, auto b) { return L::prod(a, b); } };
-struct OpMin { template <class L> static auto apply(auto a, auto b) { return L::min(a, b); } };
-struct OpMax { template <class L> static auto apply(auto a, auto b) { return L::max(a, b); } };
+struct OpSum {
+  template <class L>
+  static auto apply(auto a, auto b) {
+    return L::sum(a, b);
+  }
+};
+struct OpProd {
+  template <class L>
+  static auto apply(auto a, auto b) {
+    return L::prod(a, b);
+  }
+};
+struct OpMin {
+  template <class L>
+  static auto apply(auto a, auto b) {
+    return L::min(a, b);
+  }
+};
+struct OpMax {
+  template <class L>
+  static auto apply(auto a, auto b) {
+    return L::max(a, b);
+  }
+};
 
 // Elements before `p` reaches an aligned store (capped at n); 0 if p is not element-aligned.
-template <class L> size_t head_count(const void* p, size_t n) {
+template <class L>
+size_t head_count(const void* p, size_t n) {
   constexpr size_t kBytes = L::kLanes * sizeof(typename L::S);
   uintptr_t addr = reinterpret_cast<uintptr_t>(p);
   if (addr % sizeof(typename L::S) != 0) return 0;
@@ -216,7 +237,8 @@ void reduce_simd(const void* va, const void* vb, void* vout, void* vout2, size_t
   if (i < n) partial(i, n - i);
 }
 
-template <class L> void scale_simd(void* vbuf, size_t n, int nranks) {
+template <class L>
+void scale_simd(void* vbuf, size_t n, int nranks) {
   using S = typename L::S;
   constexpr size_t kW = L::kLanes;
   S* buf = static_cast<S*>(vbuf);
@@ -228,26 +250,39 @@ template <class L> void scale_simd(void* vbuf, size_t n, int nranks) {
   }
 }
 
-template <class L, bool kCopy> ReduceFn pick_op(RedOp op) {
+template <class L, bool kCopy>
+ReduceFn pick_op(RedOp op) {
   switch (op) {
     case RedOp::kSum:
-    case RedOp::kAvg: return reduce_simd<L, OpSum, kCopy>;
-    case RedOp::kProd: return reduce_simd<L, OpProd, kCopy>;
-    case RedOp::kMin: return reduce_simd<L, OpMin, kCopy>;
-    case RedOp::kMax: return reduce_simd<L, OpMax, kCopy>;
+    case RedOp::kAvg:
+      return reduce_simd<L, OpSum, kCopy>;
+    case RedOp::kProd:
+      return reduce_simd<L, OpProd, kCopy>;
+    case RedOp::kMin:
+      return reduce_simd<L, OpMin, kCopy>;
+    case RedOp::kMax:
+      return reduce_simd<L, OpMax, kCopy>;
   }
   __builtin_trap();
 }
 
-template <bool kCopy> ReduceFn pick(DType t, RedOp op) {
+template <bool kCopy>
+ReduceFn pick(DType t, RedOp op) {
   switch (t) {
-    case DType::kF32: return pick_op<F32, kCopy>(op);
-    case DType::kF64: return pick_op<F64, kCopy>(op);
-    case DType::kF16: return pick_op<F16, kCopy>(op);
-    case DType::kBF16: return pick_op<BF16, kCopy>(op);
-    case DType::kI32: return pick_op<I32, kCopy>(op);
-    case DType::kI64: return pick_op<I64, kCopy>(op);
-    case DType::kU8: return pick_op<U8, kCopy>(op);
+    case DType::kF32:
+      return pick_op<F32, kCopy>(op);
+    case DType::kF64:
+      return pick_op<F64, kCopy>(op);
+    case DType::kF16:
+      return pick_op<F16, kCopy>(op);
+    case DType::kBF16:
+      return pick_op<BF16, kCopy>(op);
+    case DType::kI32:
+      return pick_op<I32, kCopy>(op);
+    case DType::kI64:
+      return pick_op<I64, kCopy>(op);
+    case DType::kU8:
+      return pick_op<U8, kCopy>(op);
   }
   __builtin_trap();
 }
@@ -267,21 +302,50 @@ void reduce_loop(const void* va, const void* vb, void* vout, void* vout2, size_t
   }
 }
 
-struct OpSum { template <class T> static T apply(T a, T b) { return elem::sum(a, b); } };
-struct OpProd { template <class T> static T apply(T a, T b) { return elem::prod(a, b); } };
-struct OpMin { template <class T> static T apply(T a, T b) { return elem::min(a, b); } };
-struct OpMax { template <class T> static T apply(T a, T b) { return elem::max(a, b); } };
+struct OpSum {
+  template <class T>
+  static T apply(T a, T b) {
+    return elem::sum(a, b);
+  }
+};
+struct OpProd {
+  template <class T>
+  static T apply(T a, T b) {
+    return elem::prod(a, b);
+  }
+};
+struct OpMin {
+  template <class T>
+  static T apply(T a, T b) {
+    return elem::min(a, b);
+  }
+};
+struct OpMax {
+  template <class T>
+  static T apply(T a, T b) {
+    return elem::max(a, b);
+  }
+};
 
-template <bool kCopy> ReduceFn pick(DType t, RedOp op) {
+template <bool kCopy>
+ReduceFn pick(DType t, RedOp op) {
   ReduceFn fn = nullptr;
   elem::with_storage_type(t, [&](auto tag) {
     using S = decltype(tag);
     switch (op) {
       case RedOp::kSum:
-      case RedOp::kAvg: fn = reduce_loop<S, OpSum, kCopy>; return;
-      case RedOp::kProd: fn = reduce_loop<S, OpProd, kCopy>; return;
-      case RedOp::kMin: fn = reduce_loop<S, OpMin, kCopy>; return;
-      case RedOp::kMax: fn = reduce_loop<S, OpMax, kCopy>; return;
+      case RedOp::kAvg:
+        fn = reduce_loop<S, OpSum, kCopy>;
+        return;
+      case RedOp::kProd:
+        fn = reduce_loop<S, OpProd, kCopy>;
+        return;
+      case RedOp::kMin:
+        fn = reduce_loop<S, OpMin, kCopy>;
+        return;
+      case RedOp::kMax:
+        fn = reduce_loop<S, OpMax, kCopy>;
+        return;
     }
   });
   if (!fn) __builtin_trap();
@@ -290,7 +354,8 @@ template <bool kCopy> ReduceFn pick(DType t, RedOp op) {
 
 #endif
 
-template <class S> void scale_loop(void* vbuf, size_t n, int nranks) {
+template <class S>
+void scale_loop(void* vbuf, size_t n, int nranks) {
   S* buf = static_cast<S*>(vbuf);
   for (size_t i = 0; i < n; i++) buf[i] = elem::narrow<S>(elem::div(elem::widen(buf[i]), nranks));
 }
@@ -310,11 +375,16 @@ void scale_avg(DType t, void* buf, size_t count, int nranks) {
   if (nranks == 1) return;
 #if CHORUS_REDUCE_AVX512
   switch (t) {
-    case DType::kF32: return scale_simd<F32>(buf, count, nranks);
-    case DType::kF64: return scale_simd<F64>(buf, count, nranks);
-    case DType::kF16: return scale_simd<F16>(buf, count, nranks);
-    case DType::kBF16: return scale_simd<BF16>(buf, count, nranks);
-    default: break;  // integer division has no SIMD instruction: scalar loop below
+    case DType::kF32:
+      return scale_simd<F32>(buf, count, nranks);
+    case DType::kF64:
+      return scale_simd<F64>(buf, count, nranks);
+    case DType::kF16:
+      return scale_simd<F16>(buf, count, nranks);
+    case DType::kBF16:
+      return scale_simd<BF16>(buf, count, nranks);
+    default:
+      break;  // integer division has no SIMD instruction: scalar loop below
   }
 #endif
   elem::with_storage_type(t, [&](auto tag) { scale_loop<decltype(tag)>(buf, count, nranks); });

@@ -15,8 +15,10 @@ void reduce_typed(RedOp op, const S* a, const S* b, S* out, S* out2, size_t coun
   }
 }
 
-template <class S> void scale_typed(S* buf, size_t count, int nranks) {
-  for (size_t i = 0; i < count; i++) buf[i] = elem::narrow<S>(elem::div(elem::widen(buf[i]), nranks));
+template <class S>
+void scale_typed(S* buf, size_t count, int nranks) {
+  for (size_t i = 0; i < count; i++)
+    buf[i] = elem::narrow<S>(elem::div(elem::widen(buf[i]), nranks));
 }
 
 }  // namespace

@@ -24,8 +24,8 @@ namespace {
 constexpr DType kAllTypes[] = {DType::kF32, DType::kF64, DType::kF16, DType::kBF16,
                                DType::kI32, DType::kI64, DType::kU8};
 constexpr RedOp kAllOps[] = {RedOp::kSum, RedOp::kProd, RedOp::kMin, RedOp::kMax, RedOp::kAvg};
-constexpr size_t kCounts[] = {0,  1,  2,  3,  7,   15,   16,   17,           31,
-                              33, 63, 65, 127, 1000, 4097, (1u << 20) + 3};
+constexpr size_t kCounts[] = {0,  1,  2,  3,  7,   15,   16,   17,
+                              31, 33, 63, 65, 127, 1000, 4097, (1u << 20) + 3};
 
 // Mostly ordinary values, with the special ones (NaN, inf, ±0, subnormals, extremes) mixed in.
 std::vector<uint8_t> random_bytes(DType t, size_t count, uint32_t seed) {
@@ -39,9 +39,14 @@ std::vector<uint8_t> random_bytes(DType t, size_t count, uint32_t seed) {
     uint64_t bits = rng();
     switch (t) {
       case DType::kF32: {
-        const float sp[] = {0.0f, -0.0f, std::numeric_limits<float>::infinity(),
-                            -std::numeric_limits<float>::infinity(), bits_float(0x7fc01234u),
-                            bits_float(0xff800001u), bits_float(0x00000003u), 3.0e38f};
+        const float sp[] = {0.0f,
+                            -0.0f,
+                            std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(),
+                            bits_float(0x7fc01234u),
+                            bits_float(0xff800001u),
+                            bits_float(0x00000003u),
+                            3.0e38f};
         float v = special ? sp[pick(8)] : (pick(2) ? small_float() : bits_float(uint32_t(bits)));
         std::memcpy(p, &v, 4);
         break;
@@ -55,8 +60,9 @@ std::vector<uint8_t> random_bytes(DType t, size_t count, uint32_t seed) {
       case DType::kF16:
       case DType::kBF16: {
         uint16_t h = uint16_t(bits);
-        if (!special) h = t == DType::kF16 ? float_to_half(small_float() * float(1 << pick(14)))
-                                           : float_to_bf16(small_float());
+        if (!special)
+          h = t == DType::kF16 ? float_to_half(small_float() * float(1 << pick(14)))
+                               : float_to_bf16(small_float());
         std::memcpy(p, &h, 2);
         break;
       }
@@ -74,11 +80,28 @@ std::vector<uint8_t> random_bytes(DType t, size_t count, uint32_t seed) {
 
 bool is_nan_elem(DType t, const uint8_t* p) {
   switch (t) {
-    case DType::kF32: { float f; std::memcpy(&f, p, 4); return f != f; }
-    case DType::kF64: { double d; std::memcpy(&d, p, 8); return d != d; }
-    case DType::kF16: { uint16_t h; std::memcpy(&h, p, 2); return (h & 0x7fff) > 0x7c00; }
-    case DType::kBF16: { uint16_t h; std::memcpy(&h, p, 2); return (h & 0x7fff) > 0x7f80; }
-    default: return false;
+    case DType::kF32: {
+      float f;
+      std::memcpy(&f, p, 4);
+      return f != f;
+    }
+    case DType::kF64: {
+      double d;
+      std::memcpy(&d, p, 8);
+      return d != d;
+    }
+    case DType::kF16: {
+      uint16_t h;
+      std::memcpy(&h, p, 2);
+      return (h & 0x7fff) > 0x7c00;
+    }
+    case DType::kBF16: {
+      uint16_t h;
+      std::memcpy(&h, p, 2);
+      return (h & 0x7fff) > 0x7f80;
+    }
+    default:
+      return false;
   }
 }
 
@@ -102,8 +125,8 @@ const char* layout_name(Layout l) {
 }
 
 // Runs one fast and one reference call in the given layout; returns the mismatch index or -1.
-long check_reduce(DType t, RedOp op, const std::vector<uint8_t>& a0,
-                  const std::vector<uint8_t>& b0, size_t count, Layout layout, bool copy) {
+long check_reduce(DType t, RedOp op, const std::vector<uint8_t>& a0, const std::vector<uint8_t>& b0,
+                  size_t count, Layout layout, bool copy) {
   size_t sz = dtype_size(t);
   std::vector<uint8_t> a[2] = {a0, a0}, b[2] = {b0, b0};
   std::vector<uint8_t> out[2], out2[2];
@@ -146,7 +169,8 @@ long check_reduce(DType t, RedOp op, const std::vector<uint8_t>& a0,
   return -1;
 }
 
-template <class T> std::vector<T> run_fast(DType t, RedOp op, std::vector<T> a, std::vector<T> b) {
+template <class T>
+std::vector<T> run_fast(DType t, RedOp op, std::vector<T> a, std::vector<T> b) {
   std::vector<T> out(a.size());
   reduce(t, op, a.data(), b.data(), out.data(), a.size());
   std::vector<T> want(a.size());
@@ -163,8 +187,8 @@ TEST_CASE("fast reduce matches the reference for every type, op, count and layou
       auto a = random_bytes(t, count, uint32_t(count * 31 + int(t)));
       auto b = random_bytes(t, count, uint32_t(count * 17 + int(t) + 1000));
       for (RedOp op : kAllOps) {
-        for (Layout layout : {Layout::kOutOfPlace, Layout::kOutIsA, Layout::kOutIsB,
-                              Layout::kMisaligned}) {
+        for (Layout layout :
+             {Layout::kOutOfPlace, Layout::kOutIsA, Layout::kOutIsB, Layout::kMisaligned}) {
           for (bool copy : {false, true}) {
             INFO(dtype_name(t) << " " << red_op_name(op) << " count=" << count << " "
                                << layout_name(layout) << (copy ? " reduce_copy" : " reduce"));
@@ -235,10 +259,14 @@ TEST_CASE("hand-computed values", "[reduce]") {
   }
   SECTION("u8 min, max, wrapping sum and prod") {
     std::vector<uint8_t> a = {200, 0, 255, 16, 15}, b = {100, 255, 1, 16, 17};
-    CHECK(run_fast<uint8_t>(DType::kU8, RedOp::kMax, a, b) == std::vector<uint8_t>{200, 255, 255, 16, 17});
-    CHECK(run_fast<uint8_t>(DType::kU8, RedOp::kMin, a, b) == std::vector<uint8_t>{100, 0, 1, 16, 15});
-    CHECK(run_fast<uint8_t>(DType::kU8, RedOp::kSum, a, b) == std::vector<uint8_t>{44, 255, 0, 32, 32});
-    CHECK(run_fast<uint8_t>(DType::kU8, RedOp::kProd, a, b) == std::vector<uint8_t>{32, 0, 255, 0, 255});
+    CHECK(run_fast<uint8_t>(DType::kU8, RedOp::kMax, a, b) ==
+          std::vector<uint8_t>{200, 255, 255, 16, 17});
+    CHECK(run_fast<uint8_t>(DType::kU8, RedOp::kMin, a, b) ==
+          std::vector<uint8_t>{100, 0, 1, 16, 15});
+    CHECK(run_fast<uint8_t>(DType::kU8, RedOp::kSum, a, b) ==
+          std::vector<uint8_t>{44, 255, 0, 32, 32});
+    CHECK(run_fast<uint8_t>(DType::kU8, RedOp::kProd, a, b) ==
+          std::vector<uint8_t>{32, 0, 255, 0, 255});
   }
   SECTION("float min/max propagate NaN; on ±0 the second operand wins") {
     const float nan = std::numeric_limits<float>::quiet_NaN();
