@@ -124,7 +124,8 @@ const char* layout_name(Layout l) {
   return names[int(l)];
 }
 
-// Runs one fast and one reference call in the given layout; returns the mismatch index or -1.
+// Runs one fast and one reference call in the given layout; returns the mismatch index, -2 for a
+// write before the start, count for a write past the end, or -1 when all is well.
 long check_reduce(DType t, RedOp op, const std::vector<uint8_t>& a0, const std::vector<uint8_t>& b0,
                   size_t count, Layout layout, bool copy) {
   size_t sz = dtype_size(t);
@@ -142,10 +143,8 @@ long check_reduce(DType t, RedOp op, const std::vector<uint8_t>& a0, const std::
     void* po = out[k].data() + shift;
     if (layout == Layout::kOutIsA) po = a[k].data();
     if (layout == Layout::kOutIsB) po = b[k].data();
-    void* po2 = out2[k].data() + 1;  // odd address for every type
+    void* po2 = out2[k].data() + sz;  // one element in: aligned differently from out
     if (copy) {
-      // Keep po2 element-aligned: element types need their natural alignment.
-      po2 = out2[k].data() + (sz > 1 ? sz : 1);
       (k ? ref::reduce_copy : reduce_copy)(t, op, pa, pb, po, po2, count);
     } else {
       (k ? ref::reduce : reduce)(t, op, pa, pb, po, count);
@@ -162,10 +161,15 @@ long check_reduce(DType t, RedOp op, const std::vector<uint8_t>& a0, const std::
     bad = first_mismatch(t, out[0].data() + shift, out2[0].data() + sz, count);
     if (bad >= 0) return bad;
   }
-  // Nothing written past the end.
+  // Nothing written before the start or past the end.
   if (layout == Layout::kOutOfPlace || layout == Layout::kMisaligned) {
+    for (size_t i = 0; i < shift; i++)
+      if (out[0][i] != 0xee) return -2;
     if (out[0][count * sz + shift] != 0xee) return long(count);
   }
+  for (size_t i = 0; i < sz; i++)
+    if (out2[0][i] != 0xdd) return -2;
+  if (out2[0][count * sz + sz] != 0xdd) return long(count);
   return -1;
 }
 
