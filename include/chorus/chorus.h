@@ -108,6 +108,29 @@ chorusResult_t chorusBroadcast(const void* sendbuff, void* recvbuff, size_t coun
                                chorusStream_t stream);
 chorusResult_t chorusBarrier(chorusComm_t comm, chorusStream_t stream);
 
+/* Reductions. op chorusAvg divides the sum by the number of ranks (integers: truncating).
+ * f16 and bf16 are accumulated at float precision. Algorithm, chunk size and channels come from
+ * the tuner (CHORUS_ALGO=ring|tree|rd, CHORUS_CHUNK_BYTES, CHORUS_NCHANNELS override it). */
+chorusResult_t chorusAllReduce(const void* sendbuff, void* recvbuff, size_t count,
+                               chorusDataType_t datatype, chorusRedOp_t op, chorusComm_t comm,
+                               chorusStream_t stream);
+/* recvbuff is significant on root only. */
+chorusResult_t chorusReduce(const void* sendbuff, void* recvbuff, size_t count,
+                            chorusDataType_t datatype, chorusRedOp_t op, int root,
+                            chorusComm_t comm, chorusStream_t stream);
+/* recvbuff holds nranks * sendcount elements, rank i's at offset i * sendcount. */
+chorusResult_t chorusAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                               chorusDataType_t datatype, chorusComm_t comm, chorusStream_t stream);
+/* sendbuff holds nranks * recvcount elements; rank i receives the reduction of block i. */
+chorusResult_t chorusReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                                   chorusDataType_t datatype, chorusRedOp_t op, chorusComm_t comm,
+                                   chorusStream_t stream);
+
+/* Groups (as ncclGroupStart/End): send/recv calls between Start and End are only queued, then
+ * run together at End, so pairwise exchanges cannot deadlock. End waits for them. */
+chorusResult_t chorusGroupStart(void);
+chorusResult_t chorusGroupEnd(void);
+
 /* Asynchronous operations: a request to wait on. tag must match between sender and receiver
  * (messages between a pair are matched in call order, and the tag is checked). */
 chorusResult_t chorusIsend(const void* sendbuff, size_t count, chorusDataType_t datatype, int peer,
@@ -118,6 +141,18 @@ chorusResult_t chorusIbroadcast(const void* sendbuff, void* recvbuff, size_t cou
                                 chorusDataType_t datatype, int root, chorusComm_t comm,
                                 chorusRequest_t* request);
 chorusResult_t chorusIbarrier(chorusComm_t comm, chorusRequest_t* request);
+chorusResult_t chorusIallReduce(const void* sendbuff, void* recvbuff, size_t count,
+                                chorusDataType_t datatype, chorusRedOp_t op, chorusComm_t comm,
+                                chorusRequest_t* request);
+chorusResult_t chorusIreduce(const void* sendbuff, void* recvbuff, size_t count,
+                             chorusDataType_t datatype, chorusRedOp_t op, int root,
+                             chorusComm_t comm, chorusRequest_t* request);
+chorusResult_t chorusIallGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                                chorusDataType_t datatype, chorusComm_t comm,
+                                chorusRequest_t* request);
+chorusResult_t chorusIreduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                                    chorusDataType_t datatype, chorusRedOp_t op,
+                                    chorusComm_t comm, chorusRequest_t* request);
 /* Waits up to timeout_seconds (< 0: until the operation ends, itself bounded by CHORUS_TIMEOUT).
  * chorusInProgress when the time ran out first; the operation's own error otherwise. */
 chorusResult_t chorusWait(chorusRequest_t request, double timeout_seconds);

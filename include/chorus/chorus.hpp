@@ -88,10 +88,51 @@ class Communicator {
   int rank() const { int r = -1; check(chorusCommUserRank(comm_, &r)); return r; }
   int size() const { int n = 0; check(chorusCommCount(comm_, &n)); return n; }
 
-  void send(const void* buf, size_t count, chorusDataType_t dt, int peer, int tag = 0) { isend(buf, count, dt, peer, tag).wait(); }
-  void recv(void* buf, size_t count, chorusDataType_t dt, int peer, int tag = 0) { irecv(buf, count, dt, peer, tag).wait(); }
-  void broadcast(void* buf, size_t count, chorusDataType_t dt, int root) { ibroadcast(buf, buf, count, dt, root).wait(); }
-  void barrier() { ibarrier().wait(); }
+  void send(const void* buf, size_t count, chorusDataType_t dt, int peer, int tag = 0) {
+    if (tag == 0) return check(chorusSend(buf, count, dt, peer, comm_, nullptr));
+    isend(buf, count, dt, peer, tag).wait();
+  }
+  void recv(void* buf, size_t count, chorusDataType_t dt, int peer, int tag = 0) {
+    if (tag == 0) return check(chorusRecv(buf, count, dt, peer, comm_, nullptr));
+    irecv(buf, count, dt, peer, tag).wait();
+  }
+  void broadcast(void* buf, size_t count, chorusDataType_t dt, int root) {
+    check(chorusBroadcast(buf, buf, count, dt, root, comm_, nullptr));
+  }
+  void barrier() { check(chorusBarrier(comm_, nullptr)); }
+
+  void all_reduce(const void* send, void* recv, size_t count, chorusDataType_t dt, chorusRedOp_t op) {
+    check(chorusAllReduce(send, recv, count, dt, op, comm_, nullptr));
+  }
+  void reduce(const void* send, void* recv, size_t count, chorusDataType_t dt, chorusRedOp_t op, int root) {
+    check(chorusReduce(send, recv, count, dt, op, root, comm_, nullptr));
+  }
+  void all_gather(const void* send, void* recv, size_t sendcount, chorusDataType_t dt) {
+    check(chorusAllGather(send, recv, sendcount, dt, comm_, nullptr));
+  }
+  void reduce_scatter(const void* send, void* recv, size_t recvcount, chorusDataType_t dt, chorusRedOp_t op) {
+    check(chorusReduceScatter(send, recv, recvcount, dt, op, comm_, nullptr));
+  }
+  Work iall_reduce(const void* send, void* recv, size_t count, chorusDataType_t dt, chorusRedOp_t op) {
+    chorusRequest_t r = nullptr;
+    check(chorusIallReduce(send, recv, count, dt, op, comm_, &r));
+    return Work(r);
+  }
+  Work ireduce(const void* send, void* recv, size_t count, chorusDataType_t dt, chorusRedOp_t op, int root) {
+    chorusRequest_t r = nullptr;
+    check(chorusIreduce(send, recv, count, dt, op, root, comm_, &r));
+    return Work(r);
+  }
+  Work iall_gather(const void* send, void* recv, size_t sendcount, chorusDataType_t dt) {
+    chorusRequest_t r = nullptr;
+    check(chorusIallGather(send, recv, sendcount, dt, comm_, &r));
+    return Work(r);
+  }
+  Work ireduce_scatter(const void* send, void* recv, size_t recvcount, chorusDataType_t dt, chorusRedOp_t op) {
+    chorusRequest_t r = nullptr;
+    check(chorusIreduceScatter(send, recv, recvcount, dt, op, comm_, &r));
+    return Work(r);
+  }
 
   Work isend(const void* buf, size_t count, chorusDataType_t dt, int peer, int tag = 0) {
     chorusRequest_t r = nullptr;
