@@ -16,7 +16,7 @@
 // - min / max: if `a` is NaN the result is `a`, else if `b` is NaN it is `b`, else
 //   `a < b ? a : b` (min) / `a > b ? a : b` (max); so NaN propagates (like torch.minimum, unlike
 //   fmin) and for -0 vs +0 the second operand `b` is returned.
-// - NaN bit patterns are not part of the contract: a NaN result is some quiet NaN (f16/bf16
+// - NaN bit patterns are not part of the contract: a NaN result is some NaN (f16/bf16
 //   results are always quiet; sum/prod give whatever the hardware gives). The tests require
 //   bit-equality everywhere else and "both NaN" where the reference is NaN.
 // - avg: reduce() and reduce_copy() treat RedOp::kAvg exactly as kSum. The division by the number
