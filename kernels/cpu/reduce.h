@@ -12,8 +12,7 @@
 // Semantics (shared with the scalar reference in reduce_ref.h, which the tests compare bitwise):
 // - Integers (i32, i64, u8): sum and prod wrap modulo 2^bits (two's complement); never UB.
 // - f16 and bf16: both inputs are widened to float, the op runs in float, and the result is
-//   rounded back to the 16-bit type, to nearest even (for f16 sum, which is exact in float,
-//   that is the only rounding).
+//   rounded back to the 16-bit type, to nearest even.
 // - min / max: if `a` is NaN the result is `a`, else if `b` is NaN it is `b`, else
 //   `a < b ? a : b` (min) / `a > b ? a : b` (max); so NaN propagates (like torch.minimum, unlike
 //   fmin) and for -0 vs +0 the second operand `b` is returned.
