@@ -143,6 +143,12 @@ class OpCtx {
   // Sends this operation's header to every rank in `to` and checks the header of every rank
   // in `from` (-1 entries are skipped): how an algorithm opens its links for this operation.
   Status exchange_headers(std::initializer_list<int> to, std::initializer_list<int> from);
+  // Small messages over a direct link in one slot: header and data together. Writes ours,
+  // waits for the peer's, checks its header and returns its data (valid until eager_release).
+  // Both sides must call it for the same exchange. Use when eager_fits().
+  bool eager_fits(int peer, size_t bytes) { return link(peer).slot_capacity() >= sizeof(OpHeader) + bytes; }
+  Result<const char*> eager_exchange(int peer, const void* data, size_t bytes);
+  void eager_release(int peer, size_t bytes) { link(peer).recv_consume(sizeof(OpHeader) + bytes); }
   // Waits until every posted send and receive of this operation is complete.
   Status drain();
   // Posts this operation's header to a peer / a receive of the peer's header.

@@ -12,6 +12,8 @@
 
 #include <immintrin.h>
 
+#include <cstring>
+
 #include "collectives/comm.h"
 
 namespace chorus {
@@ -41,6 +43,27 @@ Status OpCtx::exchange_headers(std::initializer_list<int> to, std::initializer_l
     CHORUS_TRY(check_header(p));
   }
   return Status::ok();
+}
+
+Result<const char*> OpCtx::eager_exchange(int peer, const void* data, size_t bytes) {
+  transport::Link& l = link(peer);
+  const size_t total = sizeof(OpHeader) + bytes;
+  std::pair<char*, size_t> out;
+  CHORUS_TRY(wait([&] { out = l.send_reserve(); return out.second >= total; }, peer));
+  std::memcpy(out.first, &my_header_, sizeof(OpHeader));
+  if (bytes) std::memcpy(out.first + sizeof(OpHeader), data, bytes);
+  l.send_commit(total);
+  std::pair<const char*, size_t> in;
+  CHORUS_TRY(wait([&] { in = l.recv_peek(); return in.second > 0; }, peer));
+  if (in.second < sizeof(OpHeader))
+    return make_error(Code::kMismatch, "{} on rank {}: rank {} sent a {} byte message where a {} byte header was due",
+                      describe(desc_), comm_.rank_, peer, in.second, sizeof(OpHeader));
+  std::memcpy(&headers_[peer], in.first, sizeof(OpHeader));
+  CHORUS_TRY(check_header(peer));
+  if (in.second != total)
+    return make_error(Code::kRemoteError, "{} on rank {}: rank {} sent {} bytes, expected {}", describe(desc_),
+                      comm_.rank_, peer, in.second, total);
+  return in.first + sizeof(OpHeader);
 }
 
 Status OpCtx::drain() {

@@ -28,19 +28,25 @@ Status run_rd_allreduce(OpCtx& ctx, const char* send, char* recv) {
   int rounds = 0;
   while ((1 << rounds) < p2) ++rounds;
 
-  // Headers with everyone this rank talks to.
+  // Small buffers over shared memory go eagerly: header and data in one slot per round.
+  bool eager = vrank >= 0;
+  for (int k = 0; k < rounds && eager; ++k) eager = ctx.eager_fits(real(vrank ^ (1 << k)), bytes);
+  // ... and partners agree on that: the choice depends only on the size and the link kind.
+
+  // Headers with everyone this rank talks to (eager rounds carry their own).
   int fold_peer = r < 2 * rem ? (r % 2 == 0 ? r + 1 : r - 1) : -1;
   int partners[8] = {-1, -1, -1, -1, -1, -1, -1, -1};
-  for (int k = 0; k < rounds && k < 8 && vrank >= 0; ++k) partners[k] = real(vrank ^ (1 << k));
+  for (int k = 0; k < rounds && k < 8 && vrank >= 0 && !eager; ++k) partners[k] = real(vrank ^ (1 << k));
   // (more than 256 ranks: the rounds past 8 check their header on first contact below)
   CHORUS_TRY(ctx.exchange_headers({fold_peer, partners[0], partners[1], partners[2], partners[3], partners[4], partners[5], partners[6], partners[7]},
                                   {fold_peer, partners[0], partners[1], partners[2], partners[3], partners[4], partners[5], partners[6], partners[7]}));
-  for (int k = 8; k < rounds && vrank >= 0; ++k) {
+  for (int k = 8; k < rounds && vrank >= 0 && !eager; ++k) {
     int peer = real(vrank ^ (1 << k));
     CHORUS_TRY(ctx.exchange_headers({peer}, {peer}));
   }
 
-  Steps s(ctx, dt, *kernel_redop(d.redop));
+  const auto op = *kernel_redop(d.redop);
+  Steps s(ctx, dt, op);
   const size_t piece = std::max(es, d.piece - d.piece % es);
   if (vrank < 0) {  // folded: hand the data over, get the result back
     CHORUS_TRY(s.send(fold_peer, send, bytes));
@@ -53,7 +59,17 @@ Status run_rd_allreduce(OpCtx& ctx, const char* send, char* recv) {
     CHORUS_TRY(s.recv_reduce_copy(fold_peer, acc, recv, bytes));
     acc = recv;
   }
-  for (int k = 0; k < rounds; ++k) {
+  for (int k = 0; k < rounds && eager; ++k) {
+    int vpeer = vrank ^ (1 << k);
+    int peer = real(vpeer);
+    CHORUS_ASSIGN_OR_RETURN(const char* theirs, ctx.eager_exchange(peer, acc, bytes));
+    if (vrank < vpeer) kernels::reduce(dt, op, acc, theirs, recv, d.count);
+    else kernels::reduce(dt, op, theirs, acc, recv, d.count);
+    ctx.eager_release(peer, bytes);
+    acc = recv;
+  }
+  if (eager && avg) kernels::scale_avg(dt, recv, d.count, n);
+  for (int k = 0; k < rounds && !eager; ++k) {
     int vpeer = vrank ^ (1 << k);
     int peer = real(vpeer);
     s.set_own_first(vrank < vpeer);
@@ -65,7 +81,6 @@ Status run_rd_allreduce(OpCtx& ctx, const char* send, char* recv) {
     }
     acc = recv;
   }
-  if (rounds == 0 && avg) kernels::scale_avg(dt, recv, d.count, n);
   if (fold_peer >= 0) CHORUS_TRY(s.send(fold_peer, recv, bytes));
   return s.finish();
 }

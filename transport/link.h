@@ -41,6 +41,7 @@ class Link {
   // direction is pending. recv_peek: the next received bytes, contiguous (empty when none yet);
   // send_reserve: writable space in the next free outgoing slot (empty when the ring is full).
   virtual bool direct() const { return false; }
+  virtual size_t slot_capacity() const { return 0; }  // bytes one outgoing slot holds
   virtual std::pair<const char*, size_t> recv_peek() { return {nullptr, 0}; }
   virtual void recv_consume(size_t) {}
   virtual std::pair<char*, size_t> send_reserve() { return {nullptr, 0}; }

@@ -67,6 +67,7 @@ class ShmLink : public Link {
   Status check_alive() override;
   LinkKind kind() const override { return LinkKind::kShm; }
   bool direct() const override { return true; }
+  size_t slot_capacity() const override { return theirs_->slot_bytes(); }
   std::pair<const char*, size_t> recv_peek() override;
   void recv_consume(size_t n) override;
   std::pair<char*, size_t> send_reserve() override;
