@@ -1,0 +1,43 @@
+// 2-D convolution (cross-correlation, like PyTorch), NCHW, f32: a direct reference and an
+// im2col + GEMM fast path, forward and backward side by side.
+#pragma once
+
+#include <cstddef>
+
+namespace chorus::kernels::cpu {
+
+struct Conv2dShape {
+  int n = 0, c = 0, h = 0, w = 0;  // input (N,C,H,W)
+  int oc = 0, kh = 0, kw = 0;      // weight (OC,C,KH,KW)
+  int stride = 1, pad = 0;
+  int oh() const { return (h + 2 * pad - kh) / stride + 1; }
+  int ow() const { return (w + 2 * pad - kw) / stride + 1; }
+  long patch() const { return static_cast<long>(c) * kh * kw; }  // K: one column of im2col
+  long pixels() const { return static_cast<long>(n) * oh() * ow(); }  // N*OH*OW
+  size_t col_floats() const { return static_cast<size_t>(patch()) * pixels(); }
+  // Scratch conv2d_forward/backward need beside the col buffer: OC x N*OH*OW.
+  size_t scratch_floats() const { return static_cast<size_t>(oc) * pixels(); }
+};
+
+// ---- reference: seven plain loops ---------------------------------------------------------
+// x (N,C,H,W), w (OC,C,KH,KW), b (OC) or null -> y (N,OC,OH,OW)
+void conv2d_forward_ref(const Conv2dShape& s, const float* x, const float* w, const float* b, float* y);
+// dy (N,OC,OH,OW) -> dx (N,C,H,W) (skipped when null), dw (OC,C,KH,KW), db (OC) or null. Overwrites.
+void conv2d_backward_ref(const Conv2dShape& s, const float* x, const float* w, const float* dy,
+                         float* dx, float* dw, float* db);
+
+// ---- fast path: im2col + GEMM over the whole batch -----------------------------------------
+// x (N,C,H,W) -> col (K, N*OH*OW) where K = C*KH*KW; padding reads as zero.
+void im2col(const Conv2dShape& s, const float* x, float* col);
+// col (K, N*OH*OW) -> dx (N,C,H,W): overwrites dx with the sum of every column entry's source.
+void col2im(const Conv2dShape& s, const float* col, float* dx);
+// Fills col (kept for backward) and uses scratch; y (N,OC,OH,OW).
+void conv2d_forward(const Conv2dShape& s, const float* x, const float* w, const float* b, float* y,
+                    float* col, float* scratch);
+// col is forward's im2col of x; dx may be null (input needs no gradient); db may be null.
+// scratch holds OC x N*OH*OW; dcol needs col_floats() when dx is wanted (may alias col: col is
+// dead after dw is computed).
+void conv2d_backward(const Conv2dShape& s, const float* col, const float* w, const float* dy,
+                     float* dx, float* dw, float* db, float* scratch, float* dcol);
+
+}  // namespace chorus::kernels::cpu
