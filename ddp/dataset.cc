@@ -40,7 +40,8 @@ Tensor normalise_bytes(const uint8_t* bytes, const Shape& shape, const Normalize
   return t;
 }
 
-std::shared_ptr<TensorDataset> make_synthetic(int64_t n, const Shape& sample_shape, int num_classes, uint64_t seed) {
+std::shared_ptr<TensorDataset> make_synthetic(int64_t n, const Shape& sample_shape, int num_classes, uint64_t seed,
+                                              uint64_t split) {
   if (n <= 0 || sample_shape.ndim() != 3 || num_classes < 1)
     throw std::invalid_argument(fmt::format("synthetic: expected n > 0 and a (C, H, W) shape, got {} and {}", n,
                                             sample_shape.str()));
@@ -48,6 +49,7 @@ std::shared_ptr<TensorDataset> make_synthetic(int64_t n, const Shape& sample_sha
   const int64_t per = sample_shape.numel();
   std::vector<float> templates(static_cast<size_t>(per * num_classes));
   for (float& v : templates) v = gen.normal();
+  gen = Generator(seed * 0x9e3779b97f4a7c15ull + split + 1);
   Tensor images = Tensor::empty(Shape{n, sample_shape[0], sample_shape[1], sample_shape[2]});
   std::vector<int32_t> labels(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {

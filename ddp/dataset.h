@@ -67,8 +67,10 @@ constexpr const char* kFashionMnistDir = "/usr/share/datasets/fashion-mnist";
 std::shared_ptr<TensorDataset> load_cifar10_dir(const std::string& dir, bool train, const Normalize& norm = {});
 std::shared_ptr<TensorDataset> load_cifar10_files(const std::vector<std::string>& files, const Normalize& norm = {});
 
-// A learnable synthetic set: class k has a fixed random template; a sample is its class template
-// plus unit Gaussian noise. Same seed -> same data.
-std::shared_ptr<TensorDataset> make_synthetic(int64_t n, const Shape& sample_shape, int num_classes, uint64_t seed);
+// A learnable synthetic set: class k has a fixed random template (drawn from seed); a sample is its
+// class template plus unit Gaussian noise (drawn from seed and split, so split 0 = train and
+// split 1 = test share templates but no samples). Same arguments -> same data.
+std::shared_ptr<TensorDataset> make_synthetic(int64_t n, const Shape& sample_shape, int num_classes, uint64_t seed,
+                                              uint64_t split = 0);
 
 }  // namespace chorus

@@ -48,7 +48,7 @@ Data load_data(const std::string& spec, int64_t synthetic_size, const std::strin
   if (kind == "synthetic") {
     const chorus::Shape shape = parse_shape(synthetic_shape);
     const int64_t test_size = std::max<int64_t>(1, synthetic_size / 5);
-    return {chorus::make_synthetic(synthetic_size, shape, 10, seed), chorus::make_synthetic(test_size, shape, 10, seed),
+    return {chorus::make_synthetic(synthetic_size, shape, 10, seed), chorus::make_synthetic(test_size, shape, 10, seed, 1),
             fmt::format("synthetic {} x {}", synthetic_size, shape.str())};
   }
   throw std::invalid_argument(
