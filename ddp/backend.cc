@@ -5,6 +5,10 @@
 
 #include <stdexcept>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>
+#endif
+
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/softmax.h"
 
@@ -44,5 +48,16 @@ const Backend& backend_for(Device device) {
 }
 
 void set_cpu_threads(int threads) { k::gemm_set_threads(threads < 1 ? 1 : threads); }
+
+bool set_flush_denormal(bool on) {
+#if defined(__x86_64__) || defined(__i386__)
+  constexpr unsigned kFtzDaz = 0x8040;  // flush-to-zero (bit 15) | denormals-are-zero (bit 6)
+  const unsigned csr = _mm_getcsr();
+  _mm_setcsr(on ? (csr | kFtzDaz) : (csr & ~kFtzDaz));
+  return true;
+#else
+  return !on;
+#endif
+}
 
 }  // namespace chorus

@@ -19,11 +19,12 @@ struct Backend {
   void (*gemm)(Trans, Trans, int m, int n, int k, float alpha, const float* a, int lda, const float* b,
                int ldb, float beta, float* c, int ldc);
   void (*conv2d_forward)(const Conv2dShape&, const float* x, const float* w, const float* b, float* y,
-                         float* col, float* scratch);
-  void (*conv2d_backward)(const Conv2dShape&, const float* col, const float* w, const float* dy, float* dx,
-                          float* dw, float* db, float* scratch, float* dcol);
-  void (*max_pool2d_forward)(const PoolShape&, const float* x, float* y);
-  void (*max_pool2d_backward)(const PoolShape&, const float* x, const float* y, const float* dy, float* dx);
+                         float* workspace, int chunk);
+  void (*conv2d_backward)(const Conv2dShape&, const float* x, const float* w, const float* dy, float* dx,
+                          float* dw, float* db, float* workspace, int chunk);
+  void (*max_pool2d_forward)(const PoolShape&, const float* x, float* y, uint8_t* argmax);
+  void (*max_pool2d_backward)(const PoolShape&, const float* x, const float* y, const uint8_t* argmax,
+                              const float* dy, float* dx);
   void (*relu_forward)(long n, const float* x, float* y);
   void (*relu_backward)(long n, const float* y, const float* dy, float* dx);
   void (*add)(long n, const float* a, const float* b, float* y);
@@ -45,5 +46,11 @@ const Backend& backend_for(Device device);
 
 // Intra-op threads for the CPU kernels (today: the GEMM library's thread count).
 void set_cpu_threads(int threads);
+
+// Flush denormal floats to zero on the calling thread (x86 FTZ/DAZ), like
+// torch.set_flush_denormal(True). Momentum buffers of weights whose gradient stays zero decay
+// into the denormal range, where every multiply takes a ~100-cycle microcode assist.
+// Returns false where the CPU has no such mode.
+bool set_flush_denormal(bool on);
 
 }  // namespace chorus

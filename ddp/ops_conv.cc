@@ -10,45 +10,49 @@
 namespace chorus {
 namespace {
 
-// Saved: col = im2col(x) (K, N*OH*OW) and w. Gradients: dx (N,C,H,W), dw (OC,C,KH,KW), db (OC).
+// Saved: x and w (backward recomputes im2col chunk by chunk). dy (N,OC,OH,OW) ->
+// dx (N,C,H,W), dw (OC,C,KH,KW), db (OC).
 class Conv2dNode final : public Node {
  public:
-  Conv2dNode(const Conv2dShape& s, Tensor col, Tensor w) : s_(s), col_(std::move(col)), w_(std::move(w)) {}
+  Conv2dNode(const Conv2dShape& s, Tensor x, Tensor w) : s_(s), x_(std::move(x)), w_(std::move(w)) {}
   const char* name() const override { return "conv2d"; }
   void backward(const Tensor& dy, std::span<Tensor> grads) override {
-    const Backend& be = backend_for(dy.device());
-    Tensor dx = edge(0).defined() ? Tensor::empty(Shape{s_.n, s_.c, s_.h, s_.w}, dy.device()) : Tensor();
+    Tensor dx = edge(0).defined() ? Tensor::empty(x_.shape(), dy.device()) : Tensor();
     Tensor dw = Tensor::empty(w_.shape(), dy.device());
     Tensor db = edge(2).defined() ? Tensor::empty(Shape{s_.oc}, dy.device()) : Tensor();
-    Tensor scratch = Tensor::empty(Shape{static_cast<int64_t>(s_.scratch_floats())}, dy.device());
-    // dcol reuses col's buffer: col is dead once dw is computed.
-    be.conv2d_backward(s_, col_.data(), w_.data(), dy.data(), dx.defined() ? dx.data() : nullptr, dw.data(),
-                       db.defined() ? db.data() : nullptr, scratch.data(), col_.data());
+    const int chunk = kernels::cpu::conv2d_default_chunk(s_);
+    Tensor ws = Tensor::empty(Shape{static_cast<int64_t>(kernels::cpu::conv2d_workspace_floats(s_, chunk))},
+                              dy.device());
+    backend_for(dy.device())
+        .conv2d_backward(s_, x_.data(), w_.data(), dy.data(), dx.defined() ? dx.data() : nullptr, dw.data(),
+                         db.defined() ? db.data() : nullptr, ws.data(), chunk);
     grads[0] = dx;
     if (edge(1).defined()) grads[1] = dw;
     grads[2] = db;
-    col_ = Tensor();
   }
 
  private:
   Conv2dShape s_;
-  Tensor col_, w_;
+  Tensor x_, w_;
 };
 
-// Saved: x and y (the backward finds each window's first maximum again). dx (N,C,H,W).
+// Saved: x, y, and for 2x2/stride 2 each window's argmax (one byte per output, kept in a float
+// buffer of a quarter the size). dy (N,C,OH,OW) -> dx (N,C,H,W).
 class MaxPool2dNode final : public Node {
  public:
-  MaxPool2dNode(const PoolShape& s, Tensor x, Tensor y) : s_(s), x_(std::move(x)), y_(std::move(y)) {}
+  MaxPool2dNode(const PoolShape& s, Tensor x, Tensor y, Tensor argmax)
+      : s_(s), x_(std::move(x)), y_(std::move(y)), argmax_(std::move(argmax)) {}
   const char* name() const override { return "max_pool2d"; }
   void backward(const Tensor& dy, std::span<Tensor> grads) override {
     Tensor dx = Tensor::empty(x_.shape(), dy.device());
-    backend_for(dy.device()).max_pool2d_backward(s_, x_.data(), y_.data(), dy.data(), dx.data());
+    const auto* idx = argmax_.defined() ? reinterpret_cast<const uint8_t*>(argmax_.data()) : nullptr;
+    backend_for(dy.device()).max_pool2d_backward(s_, x_.data(), y_.data(), idx, dy.data(), dx.data());
     grads[0] = dx;
   }
 
  private:
   PoolShape s_;
-  Tensor x_, y_;
+  Tensor x_, y_, argmax_;
 };
 
 }  // namespace
@@ -74,11 +78,11 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, int stride, int
                                             s.kh, s.kw, x.shape().str()));
   const Backend& be = backend_for(x.device());
   Tensor y = Tensor::empty(Shape{s.n, s.oc, s.oh(), s.ow()}, x.device());
-  Tensor col = Tensor::empty(Shape{static_cast<int64_t>(s.col_floats())}, x.device());
-  Tensor scratch = Tensor::empty(Shape{static_cast<int64_t>(s.scratch_floats())}, x.device());
-  be.conv2d_forward(s, x.data(), w.data(), b.defined() ? b.data() : nullptr, y.data(), col.data(), scratch.data());
+  const int chunk = kernels::cpu::conv2d_default_chunk(s);
+  Tensor ws = Tensor::empty(Shape{static_cast<int64_t>(kernels::cpu::conv2d_workspace_floats(s, chunk))}, x.device());
+  be.conv2d_forward(s, x.data(), w.data(), b.defined() ? b.data() : nullptr, y.data(), ws.data(), chunk);
   if (any_requires_grad({&x, &w, &b})) {
-    auto node = std::make_shared<Conv2dNode>(s, col, w.detach());
+    auto node = std::make_shared<Conv2dNode>(s, x.detach(), w.detach());
     node->set_inputs({&x, &w, &b});
     record(y, std::move(node));
   }
@@ -96,9 +100,13 @@ Tensor max_pool2d(const Tensor& x, int kernel, int stride) {
   s.h = static_cast<int>(x.dim(2)), s.w = static_cast<int>(x.dim(3));
   s.kernel = kernel, s.stride = stride;
   Tensor y = Tensor::empty(Shape{x.dim(0), x.dim(1), s.oh(), s.ow()}, x.device());
-  backend_for(x.device()).max_pool2d_forward(s, x.data(), y.data());
-  if (any_requires_grad({&x})) {
-    auto node = std::make_shared<MaxPool2dNode>(s, x.detach(), y.detach());
+  const bool grad = any_requires_grad({&x});
+  Tensor argmax;
+  if (grad && kernels::cpu::max_pool2d_uses_argmax(s)) argmax = Tensor::empty(Shape{(y.numel() + 3) / 4}, x.device());
+  backend_for(x.device())
+      .max_pool2d_forward(s, x.data(), y.data(), argmax.defined() ? reinterpret_cast<uint8_t*>(argmax.data()) : nullptr);
+  if (grad) {
+    auto node = std::make_shared<MaxPool2dNode>(s, x.detach(), y.detach(), argmax);
     node->set_inputs({&x});
     record(y, std::move(node));
   }

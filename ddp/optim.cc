@@ -16,32 +16,36 @@ Sgd::Sgd(std::vector<Tensor> params, SgdOptions options)
         options_.dampening));
 }
 
+namespace {
+
+// One parameter's update; the branches are loop-invariant, so the compiler unswitches them and
+// vectorises each variant (restrict: param, grad and buffer never overlap).
+void sgd_update(const SgdOptions& o, long n, float* __restrict w, const float* __restrict grad,
+                float* __restrict buf, bool first) {
+  for (long j = 0; j < n; ++j) {
+    float d = grad[j];
+    if (o.weight_decay != 0.0f) d = d + o.weight_decay * w[j];  // d_p = d_p.add(param, alpha=wd)
+    if (buf) {
+      if (first)
+        buf[j] = d;  // buf = clone(d_p)
+      else
+        buf[j] = buf[j] * o.momentum + (1.0f - o.dampening) * d;  // buf.mul_(m).add_(d_p, alpha=1-damp)
+      d = o.nesterov ? d + o.momentum * buf[j] : buf[j];         // d_p = d_p.add(buf, alpha=m) | buf
+    }
+    w[j] = w[j] + (-o.lr) * d;  // param.add_(d_p, alpha=-lr)
+  }
+}
+
+}  // namespace
+
 void Sgd::step() {
-  const SgdOptions& o = options_;
   for (size_t i = 0; i < params_.size(); ++i) {
     Tensor& p = params_[i];
     if (!p.grad().defined()) continue;
-    const long n = static_cast<long>(p.numel());
-    float* w = p.data();
-    const float* grad = p.grad().data();
-    float* buf = nullptr;
-    const bool first = o.momentum != 0.0f && !buffers_[i].defined();
-    if (o.momentum != 0.0f) {
-      if (first) buffers_[i] = Tensor::empty(p.shape(), p.device());
-      buf = buffers_[i].data();
-    }
-    for (long j = 0; j < n; ++j) {
-      float d = grad[j];
-      if (o.weight_decay != 0.0f) d = d + o.weight_decay * w[j];  // d_p.add(param, alpha=wd)
-      if (o.momentum != 0.0f) {
-        if (first)
-          buf[j] = d;  // buf = clone(d_p)
-        else
-          buf[j] = buf[j] * o.momentum + (1.0f - o.dampening) * d;  // buf.mul_(m).add_(d_p, alpha=1-damp)
-        d = o.nesterov ? d + o.momentum * buf[j] : buf[j];         // d_p.add(buf, alpha=m) | buf
-      }
-      w[j] = w[j] + (-o.lr) * d;  // param.add_(d_p, alpha=-lr)
-    }
+    const bool first = options_.momentum != 0.0f && !buffers_[i].defined();
+    if (first) buffers_[i] = Tensor::empty(p.shape(), p.device());
+    float* buf = options_.momentum != 0.0f ? buffers_[i].data() : nullptr;
+    sgd_update(options_, static_cast<long>(p.numel()), p.data(), p.grad().data(), buf, first);
   }
 }
 

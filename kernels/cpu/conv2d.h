@@ -15,8 +15,6 @@ struct Conv2dShape {
   long patch() const { return static_cast<long>(c) * kh * kw; }  // K: one column of im2col
   long pixels() const { return static_cast<long>(n) * oh() * ow(); }  // N*OH*OW
   size_t col_floats() const { return static_cast<size_t>(patch()) * pixels(); }
-  // Scratch conv2d_forward/backward need beside the col buffer: OC x N*OH*OW.
-  size_t scratch_floats() const { return static_cast<size_t>(oc) * pixels(); }
 };
 
 // ---- reference: seven plain loops ---------------------------------------------------------
@@ -26,18 +24,25 @@ void conv2d_forward_ref(const Conv2dShape& s, const float* x, const float* w, co
 void conv2d_backward_ref(const Conv2dShape& s, const float* x, const float* w, const float* dy,
                          float* dx, float* dw, float* db);
 
-// ---- fast path: im2col + GEMM over the whole batch -----------------------------------------
+// ---- fast path: im2col + GEMM over chunks of images -----------------------------------------
 // x (N,C,H,W) -> col (K, N*OH*OW) where K = C*KH*KW; padding reads as zero.
 void im2col(const Conv2dShape& s, const float* x, float* col);
 // col (K, N*OH*OW) -> dx (N,C,H,W): overwrites dx with the sum of every column entry's source.
 void col2im(const Conv2dShape& s, const float* col, float* dx);
-// Fills col (kept for backward) and uses scratch; y (N,OC,OH,OW).
+
+// Images per GEMM: as many as keep one chunk's im2col within ~kChunkFloats, so it stays in L2
+// between im2col and the GEMM (one 64-image chunk of the first layer is 3.7 MB and runs ~1.4x
+// slower; bench/RESULTS.md).
+constexpr long kChunkFloats = 64 * 1024;
+int conv2d_default_chunk(const Conv2dShape& s);
+// Floats of workspace conv2d_forward/backward need for a given chunk: col + GEMM output.
+size_t conv2d_workspace_floats(const Conv2dShape& s, int chunk);
+// y (N,OC,OH,OW) = conv(x, w) + b.
 void conv2d_forward(const Conv2dShape& s, const float* x, const float* w, const float* b, float* y,
-                    float* col, float* scratch);
-// col is forward's im2col of x; dx may be null (input needs no gradient); db may be null.
-// scratch holds OC x N*OH*OW; dcol needs col_floats() when dx is wanted (may alias col: col is
-// dead after dw is computed).
-void conv2d_backward(const Conv2dShape& s, const float* col, const float* w, const float* dy,
-                     float* dx, float* dw, float* db, float* scratch, float* dcol);
+                    float* workspace, int chunk);
+// Recomputes im2col of x chunk by chunk (cheaper than keeping all of it). dx may be null (the
+// input needs no gradient), db may be null. Overwrites dx, dw, db.
+void conv2d_backward(const Conv2dShape& s, const float* x, const float* w, const float* dy,
+                     float* dx, float* dw, float* db, float* workspace, int chunk);
 
 }  // namespace chorus::kernels::cpu

@@ -43,60 +43,60 @@ void max_pool2d_backward_ref(const PoolShape& s, const float* x, const float* y,
 
 namespace {
 
-// One output row of a 2x2/stride-2 window: reads two input rows.
-void pool2x2_forward(const PoolShape& s, const float* x, float* y) {
+// 2x2/stride 2: max and index of the first maximum in window order (r0[2j], r0[2j+1], r1[2j],
+// r1[2j+1]), written with selects rather than branches (ties are common after relu).
+void pool2x2_forward(const PoolShape& s, const float* __restrict x, float* __restrict y,
+                     uint8_t* __restrict argmax) {
   const int oh = s.oh(), ow = s.ow();
   for (long p = 0; p < s.planes; ++p) {
     const float* xp = x + p * s.h * s.w;
-    float* yp = y + p * oh * ow;
     for (int i = 0; i < oh; ++i) {
-      const float* r0 = xp + (2 * i) * s.w;
-      const float* r1 = r0 + s.w;
-      for (int j = 0; j < ow; ++j)
-        yp[i * ow + j] = std::max(std::max(r0[2 * j], r0[2 * j + 1]), std::max(r1[2 * j], r1[2 * j + 1]));
+      const float* __restrict r0 = xp + (2 * i) * s.w;
+      const float* __restrict r1 = r0 + s.w;
+      float* __restrict yr = y + (p * oh + i) * ow;
+      uint8_t* __restrict ar = argmax ? argmax + (p * oh + i) * ow : nullptr;
+      for (int j = 0; j < ow; ++j) {
+        float m = r0[2 * j];
+        uint8_t k = 0;
+        const float a1 = r0[2 * j + 1], b0 = r1[2 * j], b1 = r1[2 * j + 1];
+        k = a1 > m ? 1 : k, m = a1 > m ? a1 : m;
+        k = b0 > m ? 2 : k, m = b0 > m ? b0 : m;
+        k = b1 > m ? 3 : k, m = b1 > m ? b1 : m;
+        yr[j] = m;
+        if (ar) ar[j] = k;
+      }
     }
   }
 }
 
-void pool2x2_backward(const PoolShape& s, const float* x, const float* y, const float* dy, float* dx) {
+void pool2x2_backward(const PoolShape& s, const uint8_t* __restrict argmax, const float* __restrict dy,
+                      float* __restrict dx) {
   const int oh = s.oh(), ow = s.ow();
   const long hw = static_cast<long>(s.h) * s.w;
+  std::fill(dx, dx + s.planes * hw, 0.0f);
+  const long offset[4] = {0, 1, s.w, s.w + 1};
   for (long p = 0; p < s.planes; ++p) {
-    const float* xp = x + p * hw;
     float* dxp = dx + p * hw;
-    const float* yp = y + p * oh * ow;
-    const float* gp = dy + p * oh * ow;
-    if (s.h != 2 * oh || s.w != 2 * ow) std::fill(dxp, dxp + hw, 0.0f);  // odd sizes: untouched edge
     for (int i = 0; i < oh; ++i) {
-      const float* r0 = xp + (2 * i) * s.w;
-      const float* r1 = r0 + s.w;
+      const long o = (p * oh + i) * ow;
       float* d0 = dxp + (2 * i) * s.w;
-      float* d1 = d0 + s.w;
-      for (int j = 0; j < ow; ++j) {
-        const float m = yp[i * ow + j], g = gp[i * ow + j];
-        // first maximum in window order (r0[2j], r0[2j+1], r1[2j], r1[2j+1]) takes the gradient
-        const bool a = r0[2 * j] == m;
-        const bool b = !a && r0[2 * j + 1] == m;
-        const bool c = !a && !b && r1[2 * j] == m;
-        const bool d = !a && !b && !c;
-        d0[2 * j] = a ? g : 0.0f;
-        d0[2 * j + 1] = b ? g : 0.0f;
-        d1[2 * j] = c ? g : 0.0f;
-        d1[2 * j + 1] = d ? g : 0.0f;
-      }
+      for (int j = 0; j < ow; ++j) d0[2 * j + offset[argmax[o + j]]] = dy[o + j];
     }
   }
 }
 
 }  // namespace
 
-void max_pool2d_forward(const PoolShape& s, const float* x, float* y) {
-  if (s.kernel == 2 && s.stride == 2) return pool2x2_forward(s, x, y);
+bool max_pool2d_uses_argmax(const PoolShape& s) { return s.kernel == 2 && s.stride == 2; }
+
+void max_pool2d_forward(const PoolShape& s, const float* x, float* y, uint8_t* argmax) {
+  if (max_pool2d_uses_argmax(s)) return pool2x2_forward(s, x, y, argmax);
   max_pool2d_forward_ref(s, x, y);
 }
 
-void max_pool2d_backward(const PoolShape& s, const float* x, const float* y, const float* dy, float* dx) {
-  if (s.kernel == 2 && s.stride == 2) return pool2x2_backward(s, x, y, dy, dx);
+void max_pool2d_backward(const PoolShape& s, const float* x, const float* y, const uint8_t* argmax,
+                         const float* dy, float* dx) {
+  if (max_pool2d_uses_argmax(s)) return pool2x2_backward(s, argmax, dy, dx);
   max_pool2d_backward_ref(s, x, y, dy, dx);
 }
 

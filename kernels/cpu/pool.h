@@ -2,6 +2,8 @@
 // a general reference and a 2x2/stride-2 fast path, forward and backward side by side.
 #pragma once
 
+#include <cstdint>
+
 namespace chorus::kernels::cpu {
 
 struct PoolShape {
@@ -19,8 +21,12 @@ void max_pool2d_forward_ref(const PoolShape& s, const float* x, float* y);
 // Overwrites dx (planes,H,W).
 void max_pool2d_backward_ref(const PoolShape& s, const float* x, const float* y, const float* dy, float* dx);
 
-// Fast path: dispatches to a 2x2/stride-2 loop when it applies, else to the reference.
-void max_pool2d_forward(const PoolShape& s, const float* x, float* y);
-void max_pool2d_backward(const PoolShape& s, const float* x, const float* y, const float* dy, float* dx);
+// Fast path. For 2x2/stride-2 the forward also records each window's argmax (0..3) in `argmax`
+// (one byte per output, may be null when no backward follows) and the backward scatters through
+// it; other sizes fall back to the reference (argmax unused).
+bool max_pool2d_uses_argmax(const PoolShape& s);
+void max_pool2d_forward(const PoolShape& s, const float* x, float* y, uint8_t* argmax);
+void max_pool2d_backward(const PoolShape& s, const float* x, const float* y, const uint8_t* argmax,
+                         const float* dy, float* dx);
 
 }  // namespace chorus::kernels::cpu

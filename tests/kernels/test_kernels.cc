@@ -71,45 +71,49 @@ TEST_CASE("conv2d: im2col + gemm matches the direct reference", "[kernels][conv]
                  ys = static_cast<size_t>(s.n) * s.oc * s.oh() * s.ow();
     auto x = random_vec(xs, 4), w = random_vec(ws, 5), b = random_vec(static_cast<size_t>(s.oc), 6);
     auto dy = random_vec(ys, 7);
-    std::vector<float> y_ref(ys), y(ys), col(s.col_floats()), scratch(s.scratch_floats());
+    std::vector<float> y_ref(ys), dx_ref(xs), dw_ref(ws), db_ref(static_cast<size_t>(s.oc));
     k::conv2d_forward_ref(s, x.data(), w.data(), b.data(), y_ref.data());
-    k::conv2d_forward(s, x.data(), w.data(), b.data(), y.data(), col.data(), scratch.data());
-    CHECK(rel_err(y, y_ref) < 1e-5);
-
-    std::vector<float> dx_ref(xs), dw_ref(ws), db_ref(static_cast<size_t>(s.oc)), dx(xs), dw(ws),
-        db(static_cast<size_t>(s.oc)), dcol(s.col_floats());
     k::conv2d_backward_ref(s, x.data(), w.data(), dy.data(), dx_ref.data(), dw_ref.data(), db_ref.data());
-    k::conv2d_backward(s, col.data(), w.data(), dy.data(), dx.data(), dw.data(), db.data(), scratch.data(),
-                       dcol.data());
-    CHECK(rel_err(dx, dx_ref) < 1e-5);
-    CHECK(rel_err(dw, dw_ref) < 1e-5);
-    CHECK(rel_err(db, db_ref) < 1e-5);
+    for (int chunk : {1, 2, s.n, k::conv2d_default_chunk(s)}) {
+      INFO("chunk " << chunk);
+      std::vector<float> y(ys), work(k::conv2d_workspace_floats(s, chunk)), dx(xs), dw(ws), db(static_cast<size_t>(s.oc));
+      k::conv2d_forward(s, x.data(), w.data(), b.data(), y.data(), work.data(), chunk);
+      CHECK(rel_err(y, y_ref) < 1e-5);
+      k::conv2d_backward(s, x.data(), w.data(), dy.data(), dx.data(), dw.data(), db.data(), work.data(), chunk);
+      CHECK(rel_err(dx, dx_ref) < 1e-5);
+      CHECK(rel_err(dw, dw_ref) < 1e-5);
+      CHECK(rel_err(db, db_ref) < 1e-5);
+    }
   }
 }
 
 TEST_CASE("max_pool2d: 2x2 fast path matches the reference, ties go to the first maximum", "[kernels][pool]") {
-  for (auto [planes, h, w] : {std::array<int, 3>{6, 24, 24}, {3, 7, 9}, {1, 2, 2}, {2, 5, 4}}) {
+  for (auto [planes, h, w, kern, stride] : {std::array<int, 5>{6, 24, 24, 2, 2}, {3, 7, 9, 2, 2}, {1, 2, 2, 2, 2},
+                                             {2, 5, 4, 2, 2}, {2, 7, 8, 3, 2}, {1, 5, 5, 2, 1}}) {
     k::PoolShape s;
-    s.planes = planes, s.h = h, s.w = w;
+    s.planes = planes, s.h = h, s.w = w, s.kernel = kern, s.stride = stride;
+    INFO("planes " << planes << " h " << h << " w " << w << " kernel " << kern << " stride " << stride);
     auto x = random_vec(static_cast<size_t>(planes) * h * w, 8);
     for (size_t i = 0; i < x.size(); i += 3) x[i] = 0.0f;  // ties, as after relu
     const size_t ys = static_cast<size_t>(planes) * s.oh() * s.ow();
     auto dy = random_vec(ys, 9);
     std::vector<float> y_ref(ys), y(ys), dx_ref(x.size()), dx(x.size(), 42.0f);
+    std::vector<uint8_t> idx(ys);
     k::max_pool2d_forward_ref(s, x.data(), y_ref.data());
-    k::max_pool2d_forward(s, x.data(), y.data());
+    k::max_pool2d_forward(s, x.data(), y.data(), idx.data());
     CHECK(y == y_ref);
     k::max_pool2d_backward_ref(s, x.data(), y_ref.data(), dy.data(), dx_ref.data());
-    k::max_pool2d_backward(s, x.data(), y.data(), dy.data(), dx.data());
+    k::max_pool2d_backward(s, x.data(), y.data(), idx.data(), dy.data(), dx.data());
     CHECK(dx == dx_ref);
   }
   // one window of four zeros: the gradient lands on the first
   k::PoolShape s;
   s.planes = 1, s.h = 2, s.w = 2;
   std::vector<float> x(4, 0.0f), y(1), dx(4);
+  uint8_t idx = 9;
   const float dy = 1.0f;
-  k::max_pool2d_forward(s, x.data(), y.data());
-  k::max_pool2d_backward(s, x.data(), y.data(), &dy, dx.data());
+  k::max_pool2d_forward(s, x.data(), y.data(), &idx);
+  k::max_pool2d_backward(s, x.data(), y.data(), &idx, &dy, dx.data());
   CHECK(dx == std::vector<float>{1, 0, 0, 0});
 }
 
