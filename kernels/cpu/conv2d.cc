@@ -129,12 +129,14 @@ int conv2d_default_chunk(const Conv2dShape& s) {
 }
 
 size_t conv2d_workspace_floats(const Conv2dShape& s, int chunk) {
+  if (conv2d_direct_applies(s)) return static_cast<size_t>(s.oc) * s.patch() * s.ow();
   const size_t pix = static_cast<size_t>(chunk) * s.oh() * s.ow();
   return (static_cast<size_t>(s.patch()) + static_cast<size_t>(s.oc)) * pix;
 }
 
 void conv2d_forward(const Conv2dShape& s, const float* x, const float* w, const float* b, float* y,
                     float* workspace, int chunk) {
+  if (conv2d_direct_applies(s)) return conv2d_forward_direct(s, x, w, b, y);
   const long plane = static_cast<long>(s.oh()) * s.ow(), in_image = static_cast<long>(s.c) * s.h * s.w;
   const int k = static_cast<int>(s.patch());
   for (int n0 = 0; n0 < s.n; n0 += chunk) {
@@ -160,6 +162,7 @@ void conv2d_forward(const Conv2dShape& s, const float* x, const float* w, const 
 
 void conv2d_backward(const Conv2dShape& s, const float* x, const float* w, const float* dy, float* dx,
                      float* dw, float* db, float* workspace, int chunk) {
+  if (conv2d_direct_applies(s)) return conv2d_backward_direct(s, x, w, dy, dx, dw, db, workspace);
   const long plane = static_cast<long>(s.oh()) * s.ow(), in_image = static_cast<long>(s.c) * s.h * s.w;
   const int k = static_cast<int>(s.patch());
   if (db) std::fill(db, db + s.oc, 0.0f);

@@ -55,15 +55,13 @@ void pool2x2_forward(const PoolShape& s, const float* __restrict x, float* __res
       const float* __restrict r1 = r0 + s.w;
       float* __restrict yr = y + (p * oh + i) * ow;
       uint8_t* __restrict ar = argmax ? argmax + (p * oh + i) * ow : nullptr;
+      for (int j = 0; j < ow; ++j)
+        yr[j] = std::max(std::max(r0[2 * j], r0[2 * j + 1]), std::max(r1[2 * j], r1[2 * j + 1]));
+      if (!ar) continue;
       for (int j = 0; j < ow; ++j) {
-        float m = r0[2 * j];
-        uint8_t k = 0;
-        const float a1 = r0[2 * j + 1], b0 = r1[2 * j], b1 = r1[2 * j + 1];
-        k = a1 > m ? 1 : k, m = a1 > m ? a1 : m;
-        k = b0 > m ? 2 : k, m = b0 > m ? b0 : m;
-        k = b1 > m ? 3 : k, m = b1 > m ? b1 : m;
-        yr[j] = m;
-        if (ar) ar[j] = k;
+        const float m = yr[j];
+        const int e0 = r0[2 * j] == m, e1 = r0[2 * j + 1] == m, e2 = r1[2 * j] == m;
+        ar[j] = static_cast<uint8_t>((1 - e0) * (1 + (1 - e1) * (1 + (1 - e2))));
       }
     }
   }

@@ -60,7 +60,10 @@ TEST_CASE("gemm: blocked and blas match the reference for every transpose", "[ke
 TEST_CASE("conv2d: im2col + gemm matches the direct reference", "[kernels][conv]") {
   struct Case { int n, c, h, w, oc, kh, kw, stride, pad; };
   const Case cases[] = {{2, 1, 28, 28, 6, 5, 5, 1, 0}, {3, 6, 12, 12, 16, 5, 5, 1, 0}, {1, 3, 7, 9, 4, 3, 3, 2, 1},
-                        {2, 2, 5, 6, 3, 3, 2, 1, 2},   {1, 1, 4, 4, 1, 4, 4, 1, 0},   {2, 3, 11, 10, 5, 3, 3, 3, 1}};
+                        {2, 2, 5, 6, 3, 3, 2, 1, 2},   {1, 1, 4, 4, 1, 4, 4, 1, 0},   {2, 3, 11, 10, 5, 3, 3, 3, 1},
+                        {2, 3, 26, 26, 4, 3, 3, 1, 0} /* direct path, C > 1 */, {1, 2, 27, 30, 3, 4, 4, 1, 0} /* not direct */,
+                        {1, 1, 24, 28, 2, 1, 5, 1, 0} /* direct, non-square */};
+  int direct = 0;
   for (const Case& t : cases) {
     k::Conv2dShape s;
     s.n = t.n, s.c = t.c, s.h = t.h, s.w = t.w, s.oc = t.oc, s.kh = t.kh, s.kw = t.kw, s.stride = t.stride,
@@ -74,6 +77,7 @@ TEST_CASE("conv2d: im2col + gemm matches the direct reference", "[kernels][conv]
     std::vector<float> y_ref(ys), dx_ref(xs), dw_ref(ws), db_ref(static_cast<size_t>(s.oc));
     k::conv2d_forward_ref(s, x.data(), w.data(), b.data(), y_ref.data());
     k::conv2d_backward_ref(s, x.data(), w.data(), dy.data(), dx_ref.data(), dw_ref.data(), db_ref.data());
+    direct += k::conv2d_direct_applies(s);
     for (int chunk : {1, 2, s.n, k::conv2d_default_chunk(s)}) {
       INFO("chunk " << chunk);
       std::vector<float> y(ys), work(k::conv2d_workspace_floats(s, chunk)), dx(xs), dw(ws), db(static_cast<size_t>(s.oc));
@@ -85,6 +89,7 @@ TEST_CASE("conv2d: im2col + gemm matches the direct reference", "[kernels][conv]
       CHECK(rel_err(db, db_ref) < 1e-5);
     }
   }
+  CHECK(direct == 3);  // both paths are exercised
 }
 
 TEST_CASE("max_pool2d: 2x2 fast path matches the reference, ties go to the first maximum", "[kernels][pool]") {
