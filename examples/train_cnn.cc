@@ -63,7 +63,7 @@ int main(int argc, char** argv) {
   int epochs = 3, threads = 1;
   int64_t batch_size = 64, synthetic_size = 10000, max_steps = -1;
   float lr = 0.01f, momentum = 0.9f, weight_decay = 0.0f;
-  bool nesterov = false, no_progress = false;
+  bool nesterov = false, no_progress = false, keep_denormals = false;
   uint64_t seed = 0;
   app.add_option("--data", data_spec, "fashion-mnist[:DIR] | mnist:DIR | cifar10:DIR | synthetic")->capture_default_str();
   app.add_option("--epochs", epochs)->capture_default_str();
@@ -78,10 +78,13 @@ int main(int argc, char** argv) {
   app.add_option("--synthetic-shape", synthetic_shape, "CxHxW for --data synthetic")->capture_default_str();
   app.add_option("--max-steps", max_steps, "stop each epoch after this many steps (< 0: whole epoch)");
   app.add_flag("--no-progress", no_progress, "no progress bar or progress lines");
+  app.add_flag("--keep-denormals", keep_denormals,
+               "compute with denormal floats (default: flush them to zero, see ddp/backend.h)");
   CLI11_PARSE(app, argc, argv);
 
   try {
     chorus::set_cpu_threads(threads);
+    chorus::set_flush_denormal(!keep_denormals);
     Data data = load_data(data_spec, synthetic_size, synthetic_shape, seed);
     const chorus::Shape s = data.train->sample_shape();
     if (s[1] != s[2] || s[1] < 16)
