@@ -9,6 +9,7 @@
 #include <xmmintrin.h>
 #endif
 
+#include "ddp/parallel.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/softmax.h"
 
@@ -47,7 +48,12 @@ const Backend& backend_for(Device device) {
                                           device_name(device)));
 }
 
-void set_cpu_threads(int threads) { k::gemm_set_threads(threads < 1 ? 1 : threads); }
+void set_cpu_threads(int threads) {
+  // Our pool splits conv layers over the batch; OpenBLAS stays on one thread so the two never
+  // oversubscribe the cores (a GEMM may run inside a pool part).
+  set_intra_op_threads(threads);
+  k::gemm_set_threads(1);
+}
 
 bool set_flush_denormal(bool on) {
 #if defined(__x86_64__) || defined(__i386__)

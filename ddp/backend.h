@@ -44,7 +44,9 @@ struct Backend {
 // Throws std::invalid_argument naming the device when no kernels exist for it.
 const Backend& backend_for(Device device);
 
-// Intra-op threads for the CPU kernels (today: the GEMM library's thread count).
+// Intra-op threads for the CPU kernels: conv2d forward/backward split the batch across this many
+// threads (ddp/parallel.h); everything else runs on the caller. Results depend on the thread
+// count only through the order dw/db partial sums are added (fixed for a given count).
 void set_cpu_threads(int threads);
 
 // Flush denormal floats to zero on the calling thread (x86 FTZ/DAZ), like

@@ -1,14 +1,34 @@
 // conv2d and max_pool2d: forward and backward side by side.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "ddp/autograd.h"
 #include "ddp/backend.h"
 #include "ddp/ops.h"
+#include "ddp/parallel.h"
 
 namespace chorus {
 namespace {
+
+// Batch split for intra-op threads: part p of `parts` covers images [first(p), first(p + 1)).
+struct BatchSplit {
+  int n, parts;
+  explicit BatchSplit(int batch) : n(batch), parts(std::max(1, std::min(intra_op_threads(), batch))) {}
+  int first(int p) const { return static_cast<int>(static_cast<long>(n) * p / parts); }
+  Conv2dShape sub(const Conv2dShape& s, int p) const {
+    Conv2dShape c = s;
+    c.n = first(p + 1) - first(p);
+    return c;
+  }
+  size_t workspace(const Conv2dShape& s) const {
+    const Conv2dShape c = sub(s, 0);  // part 0 is never larger than the others by more than 1
+    Conv2dShape big = c;
+    big.n = c.n + 1;
+    return kernels::cpu::conv2d_workspace_floats(big, kernels::cpu::conv2d_default_chunk(big));
+  }
+};
 
 // Saved: x and w (backward recomputes im2col chunk by chunk). dy (N,OC,OH,OW) ->
 // dx (N,C,H,W), dw (OC,C,KH,KW), db (OC).
@@ -20,12 +40,28 @@ class Conv2dNode final : public Node {
     Tensor dx = edge(0).defined() ? Tensor::empty(x_.shape(), dy.device()) : Tensor();
     Tensor dw = Tensor::empty(w_.shape(), dy.device());
     Tensor db = edge(2).defined() ? Tensor::empty(Shape{s_.oc}, dy.device()) : Tensor();
-    const int chunk = kernels::cpu::conv2d_default_chunk(s_);
-    Tensor ws = Tensor::empty(Shape{static_cast<int64_t>(kernels::cpu::conv2d_workspace_floats(s_, chunk))},
-                              dy.device());
-    backend_for(dy.device())
-        .conv2d_backward(s_, x_.data(), w_.data(), dy.data(), dx.defined() ? dx.data() : nullptr, dw.data(),
-                         db.defined() ? db.data() : nullptr, ws.data(), chunk);
+    const Backend& be = backend_for(dy.device());
+    const BatchSplit split(s_.n);
+    const size_t ws_each = split.workspace(s_);
+    const long wn = w_.numel();
+    // part 0 writes dw/db directly; the others into their own slices, summed after in part order
+    Tensor ws = Tensor::empty(Shape{static_cast<int64_t>((ws_each + wn + s_.oc) * split.parts)}, dy.device());
+    const long in_image = static_cast<long>(s_.c) * s_.h * s_.w, out_image = static_cast<long>(s_.oc) * s_.oh() * s_.ow();
+    parallel_parts(split.parts, [&](int p) {
+      const Conv2dShape c = split.sub(s_, p);
+      float* mine = ws.data() + p * (ws_each + wn + s_.oc);
+      float* pdw = p == 0 ? dw.data() : mine + ws_each;
+      float* pdb = !db.defined() ? nullptr : p == 0 ? db.data() : mine + ws_each + wn;
+      const long f = split.first(p);
+      be.conv2d_backward(c, x_.data() + f * in_image, w_.data(), dy.data() + f * out_image,
+                         dx.defined() ? dx.data() + f * in_image : nullptr, pdw, pdb, mine,
+                         kernels::cpu::conv2d_default_chunk(c));
+    });
+    for (int p = 1; p < split.parts; ++p) {
+      const float* mine = ws.data() + p * (ws_each + wn + s_.oc);
+      be.add(wn, dw.data(), mine + ws_each, dw.data());
+      if (db.defined()) be.add(s_.oc, db.data(), mine + ws_each + wn, db.data());
+    }
     grads[0] = dx;
     if (edge(1).defined()) grads[1] = dw;
     grads[2] = db;
@@ -78,9 +114,16 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, int stride, int
                                             s.kh, s.kw, x.shape().str()));
   const Backend& be = backend_for(x.device());
   Tensor y = Tensor::empty(Shape{s.n, s.oc, s.oh(), s.ow()}, x.device());
-  const int chunk = kernels::cpu::conv2d_default_chunk(s);
-  Tensor ws = Tensor::empty(Shape{static_cast<int64_t>(kernels::cpu::conv2d_workspace_floats(s, chunk))}, x.device());
-  be.conv2d_forward(s, x.data(), w.data(), b.defined() ? b.data() : nullptr, y.data(), ws.data(), chunk);
+  const BatchSplit split(s.n);
+  const size_t ws_each = split.workspace(s);
+  Tensor ws = Tensor::empty(Shape{static_cast<int64_t>(ws_each * split.parts)}, x.device());
+  const long in_image = static_cast<long>(s.c) * s.h * s.w, out_image = static_cast<long>(s.oc) * s.oh() * s.ow();
+  parallel_parts(split.parts, [&](int p) {
+    const Conv2dShape c = split.sub(s, p);
+    const long f = split.first(p);
+    be.conv2d_forward(c, x.data() + f * in_image, w.data(), b.defined() ? b.data() : nullptr, y.data() + f * out_image,
+                      ws.data() + p * ws_each, kernels::cpu::conv2d_default_chunk(c));
+  });
   if (any_requires_grad({&x, &w, &b})) {
     auto node = std::make_shared<Conv2dNode>(s, x.detach(), w.detach());
     node->set_inputs({&x, &w, &b});

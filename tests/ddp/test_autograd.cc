@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "ddp/autograd.h"
+#include "ddp/backend.h"
 #include "ddp/nn.h"
 #include "ddp/ops.h"
 
@@ -89,4 +90,27 @@ TEST_CASE("a hook sees the complete gradient of a parameter used twice", "[autog
   sum(mul(y, y)).backward();     // d/dw sum(y^2) = 2y(2w+1) = 2*(2,6)*(3,5) = (12, 60)
   CHECK(calls == 1);
   CHECK(seen == std::vector<float>{12, 60});
+}
+
+TEST_CASE("conv2d split over two threads matches one thread", "[autograd][threads]") {
+  for (auto shape : {Shape{5, 1, 28, 28}, Shape{3, 6, 12, 12}}) {
+    const int64_t c = shape[1];
+    Tensor x = Tensor::empty(shape);
+    for (int64_t i = 0; i < x.numel(); ++i) x.data()[i] = static_cast<float>((i * 37) % 101) / 50.0f - 1.0f;
+    x.set_requires_grad(true);
+    Tensor w = Tensor::full(Shape{4, c, 5, 5}, 0.01f).set_requires_grad(true);
+    Tensor b = Tensor::full(Shape{4}, 0.1f).set_requires_grad(true);
+    std::vector<std::vector<float>> results[2];
+    for (int threads : {1, 2}) {
+      set_cpu_threads(threads);
+      x.set_grad(Tensor()), w.set_grad(Tensor()), b.set_grad(Tensor());
+      Tensor y = conv2d(x, w, b);
+      sum(mul(y, y)).backward();
+      results[threads - 1] = {y.to_vector(), x.grad().to_vector(), w.grad().to_vector(), b.grad().to_vector()};
+    }
+    set_cpu_threads(1);
+    for (size_t k = 0; k < 4; ++k)
+      for (size_t i = 0; i < results[0][k].size(); ++i)
+        REQUIRE(results[1][k][i] == Approx(results[0][k][i]).epsilon(1e-4).margin(1e-5));
+  }
 }

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "ddp/backend.h"
 #include "ddp/data_loader.h"
 #include "ddp/dataset.h"
 #include "ddp/nn.h"
@@ -53,4 +54,15 @@ TEST_CASE("the CIFAR-shaped net trains at batch 4", "[training]") {
   CHECK(a[2].train_loss < a[0].train_loss);
   CHECK(a[2].test_acc > 0.5);
   CHECK(a[0].step_losses.size() == 96);
+}
+
+TEST_CASE("two intra-op threads: same results as one (to rounding), and deterministic", "[training][threads]") {
+  set_cpu_threads(2);
+  auto a = train_once(0, Shape{1, 28, 28}, 16, 0.05f, 512);
+  auto b = train_once(0, Shape{1, 28, 28}, 16, 0.05f, 512);
+  set_cpu_threads(1);
+  auto one = train_once(0, Shape{1, 28, 28}, 16, 0.05f, 512);
+  CHECK(a[2].step_losses == b[2].step_losses);
+  CHECK(a[0].step_losses[0] == Approx(one[0].step_losses[0]).epsilon(1e-5));
+  CHECK(a[0].step_losses[5] == Approx(one[0].step_losses[5]).epsilon(1e-3));
 }
