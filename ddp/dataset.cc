@@ -25,7 +25,6 @@ int32_t TensorDataset::get(int64_t i, float* out) const {
   return labels_[static_cast<size_t>(i)];
 }
 
-// Shared by the readers: bytes (N, C, H, W) -> normalised f32 tensor.
 Tensor normalise_bytes(const uint8_t* bytes, const Shape& shape, const Normalize& norm) {
   const int64_t c = shape[1], plane = shape[2] * shape[3];
   if (norm.mean.size() != norm.std.size() || (norm.mean.size() != 1 && static_cast<int64_t>(norm.mean.size()) != c))

@@ -49,6 +49,10 @@ struct Normalize {
   std::vector<float> std{0.5f};
 };
 
+// bytes (N, C, H, W) -> normalised f32 tensor of that shape; throws on a mean/std count that is
+// neither 1 nor C.
+Tensor normalise_bytes(const uint8_t* bytes, const Shape& shape, const Normalize& norm);
+
 // Raw IDX array (the MNIST format): dims from the header and the unsigned-byte payload.
 struct IdxArray {
   std::vector<int64_t> dims;

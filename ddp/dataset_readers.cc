@@ -9,8 +9,6 @@
 
 namespace chorus {
 
-Tensor normalise_bytes(const uint8_t* bytes, const Shape& shape, const Normalize& norm);
-
 namespace {
 
 // Whole file through zlib, which reads gzip and passes plain files through unchanged.

@@ -121,8 +121,11 @@ Net::Net(int in_channels, int side, uint64_t seed) {
 }
 
 Tensor Net::forward(const Tensor& x) {
-  Tensor h = pool->forward(relu(conv1->forward(x)));
-  h = pool->forward(relu(conv2->forward(h)));
+  // The tutorial writes pool(relu(conv(x))). relu and max pooling commute exactly -- the same
+  // values, and the same gradients: the window's first maximum is the same element, and where it
+  // is <= 0 both orders give it gradient 0 -- so relu runs on the pooled tensor, 4x smaller.
+  Tensor h = relu(pool->forward(conv1->forward(x)));
+  h = relu(pool->forward(conv2->forward(h)));
   h = flatten(h, 1);
   h = relu(fc1->forward(h));
   h = relu(fc2->forward(h));

@@ -114,3 +114,19 @@ TEST_CASE("conv2d split over two threads matches one thread", "[autograd][thread
         REQUIRE(results[1][k][i] == Approx(results[0][k][i]).epsilon(1e-4).margin(1e-5));
   }
 }
+
+TEST_CASE("relu and max_pool2d commute exactly, values and gradients (Net relies on it)", "[autograd]") {
+  Tensor x = Tensor::empty(Shape{2, 3, 6, 6});
+  for (int64_t i = 0; i < x.numel(); ++i) x.data()[i] = static_cast<float>((i * 7) % 5) - 2.0f;  // ties, zeros
+  x.set_requires_grad(true);
+  Tensor r = Tensor::empty(Shape{2, 3, 3, 3});
+  for (int64_t i = 0; i < r.numel(); ++i) r.data()[i] = static_cast<float>(i % 4) + 0.5f;
+  Tensor a = max_pool2d(relu(x), 2, 2);
+  sum(mul(a, r)).backward();
+  const std::vector<float> ga = x.grad().to_vector();
+  x.set_grad(Tensor());
+  Tensor b = relu(max_pool2d(x, 2, 2));
+  sum(mul(b, r)).backward();
+  CHECK(a.to_vector() == b.to_vector());
+  CHECK(x.grad().to_vector() == ga);
+}
