@@ -34,42 +34,58 @@ for r in $(seq 1 "$ROUNDS"); do
   (cd "$PEER" && timed "${torch_env[@]}" $PY baseline.py single --lr 0.01 --threads 1 --epochs "$EPOCHS") \
     > "$OUT/torch_fm_$r.log" 2>&1
   timed "$BUILD/bench/train_step" --shape 3x32x32 --batch 4 --reps 5 --min-time 2 > "$OUT/chorus_b4_$r.log" 2>&1
+  timed "$BUILD/bench/train_step" --shape 3x32x32 --batch 4 --reps 5 --min-time 2 --keep-denormals \
+    > "$OUT/chorusdn_b4_$r.log" 2>&1
   (cd "$PEER" && timed "${torch_env[@]}" $PY baseline.py synth --batches 4 --threads 1 --repeats 5) \
     > "$OUT/torch_b4_$r.log" 2>&1
   echo "   round $r: $(grep -h '^epoch' "$OUT/chorus_fm_$r.log" | tr '\n' ' ')"
   echo "            torch: $(grep -ho 'epoch [0-9]*: time [0-9.]*s *[0-9]* img/s' "$OUT/torch_fm_$r.log" | tr '\n' ' ')"
 done
 
-$PY - "$OUT" "$ROUNDS" <<'PYEOF'
+$PY - "$OUT" <<'PYEOF'
 import glob, json, re, statistics, sys
-out, rounds = sys.argv[1], int(sys.argv[2])
-def grab(pattern, files, cast=float):
-    vals = []
-    for f in files:
-        vals += [cast(m) for m in re.findall(pattern, open(f).read())]
-    return vals
+out = sys.argv[1]
+def files(kind):
+    return sorted(glob.glob(f"{out}/{kind}_*.log"))
+def grab(pattern, kind, cast=float):
+    return [cast(m) for f in files(kind) for m in re.findall(pattern, open(f).read())]
 def med(v):
     return f"{statistics.median(v):.0f} [{min(v):.0f}-{max(v):.0f}] (n={len(v)})" if v else "n/a"
+def ratio(a, b):
+    return f"{statistics.median(a) / statistics.median(b):.2f}" if a and b else "n/a"
 def rss(kind):
-    v = grab(r"maxrss_kib (\d+)", sorted(glob.glob(f"{out}/{kind}_*.log")), int)
+    v = grab(r"maxrss_kib (\d+)", kind, int)
     return f"{max(v) / 1024:.0f} MiB" if v else "n/a"
-c_fm = grab(r"epoch \d+: train loss [\d.]+, (\d+) images/s", sorted(glob.glob(f"{out}/chorus_fm_*.log")))
-t_fm = grab(r"epoch \d+: time [\d.]+s\s+(\d+) img/s", sorted(glob.glob(f"{out}/torch_fm_*.log")))
-c_b4 = []
-for f in sorted(glob.glob(f"{out}/chorus_b4_*.log")):
-    c_b4 += grab(r"images/s median (\d+)", [f])
-t_b4 = []
-for f in sorted(glob.glob(f"{out}/torch_b4_*.log")):
-    for line in open(f):
-        if line.startswith("JSON "):
-            for res in json.loads(line[5:])["results"]:
-                t_b4 += [r["img_per_s"] for r in res["reps"]]
-c_b4_reps = grab(r"images/s median \d+ \[(\d+)-", sorted(glob.glob(f"{out}/chorus_b4_*.log")))
-print("== results (images/s, median [min-max]; wall time, 1 thread)")
-print(f"   fashion-mnist b64  chorus {med(c_fm)}   torch+openblas {med(t_fm)}   ratio "
-      f"{statistics.median(c_fm) / statistics.median(t_fm):.2f}" if c_fm and t_fm else "   fashion-mnist: missing data")
-print(f"   cifar-net b4 synth chorus {med(c_b4)} (median of each run's 5 reps)   torch+openblas {med(t_b4)} (all reps)   ratio "
-      f"{statistics.median(c_b4) / statistics.median(t_b4):.2f}" if c_b4 and t_b4 else "   cifar b4: missing data")
+def torch_json(kind):
+    objs = []
+    for f in files(kind):
+        objs += [json.loads(l[5:]) for l in open(f) if l.startswith("JSON ")]
+    return objs
+# Fashion-MNIST b64: per epoch, wall and process-cpu images/s
+c_fm = grab(r"epoch \d+: train loss [\d.]+, (\d+) images/s", "chorus_fm")
+c_fm_cpu = [60000 / c for c in grab(r"cpu ([\d.]+) s", "chorus_fm")]
+t_ep = [e for o in torch_json("torch_fm") for e in o["epochs"]]
+t_fm = [e["img_per_s"] for e in t_ep]
+t_fm_cpu = [e["imgs"] / e["cpu_s"] for e in t_ep]
+# CIFAR-net b4: per repetition
+def chorus_b4(kind):
+    wall, cpu = [], []
+    for f in files(kind):
+        for w, c in re.findall(r"reps wall:([\d ]+) \| cpu:([\d ]+)", open(f).read()):
+            wall += [float(x) for x in w.split()]
+            cpu += [float(x) for x in c.split()]
+    return wall, cpu
+c_b4, c_b4_cpu = chorus_b4("chorus_b4")
+d_b4, d_b4_cpu = chorus_b4("chorusdn_b4")
+t_reps = [r for o in torch_json("torch_b4") for res in o["results"] for r in res["reps"]]
+t_b4 = [r["img_per_s"] for r in t_reps]
+t_b4_cpu = [r["iters"] * 4 / r["cpu_s"] for r in t_reps]
+print("== results: images/s median [min-max]; 1 thread; wall = the bar, cpu = images per CPU-second (robust to other load)")
+print(f"   fashion-mnist b64 (per epoch)    wall: chorus {med(c_fm)}  torch {med(t_fm)}  ratio {ratio(c_fm, t_fm)}")
+print(f"                                     cpu: chorus {med(c_fm_cpu)}  torch {med(t_fm_cpu)}  ratio {ratio(c_fm_cpu, t_fm_cpu)}")
+print(f"   cifar-net b4 synthetic           wall: chorus {med(c_b4)}  torch {med(t_b4)}  ratio {ratio(c_b4, t_b4)}")
+print(f"                                      cpu: chorus {med(c_b4_cpu)}  torch {med(t_b4_cpu)}  ratio {ratio(c_b4_cpu, t_b4_cpu)}")
+print(f"   cifar-net b4, chorus keeping denormals wall: {med(d_b4)} ratio {ratio(d_b4, t_b4)}; cpu: {med(d_b4_cpu)} ratio {ratio(d_b4_cpu, t_b4_cpu)}")
 print(f"   peak memory (max rss): train_cnn {rss('chorus_fm')}, baseline.py single {rss('torch_fm')}, "
       f"train_step {rss('chorus_b4')}, baseline.py synth {rss('torch_b4')}")
 PYEOF

@@ -50,10 +50,10 @@ int main(int argc, char** argv) {
   app.add_option("--reps", reps)->capture_default_str();
   app.add_option("--min-time", min_time, "seconds per repetition")->capture_default_str();
   app.add_option("--threads", threads)->capture_default_str();
-  bool flush_denormal = false;
-  app.add_flag("--flush-denormal", flush_denormal, "flush denormals to zero (FTZ/DAZ)");
+  bool keep_denormals = false;
+  app.add_flag("--keep-denormals", keep_denormals, "compute with denormals (default: flush to zero, like train_cnn)");
   CLI11_PARSE(app, argc, argv);
-  chorus::set_flush_denormal(flush_denormal);
+  chorus::set_flush_denormal(!keep_denormals);
   int c = 0, h = 0, w = 0;
   if (std::sscanf(shape.c_str(), "%dx%dx%d", &c, &h, &w) != 3) {
     fmt::print(stderr, "train_step: expected --shape CxHxW, got '{}'\n", shape);
@@ -104,9 +104,15 @@ int main(int argc, char** argv) {
   }
   const Stat sw = stat(wall_ips), sc = stat(cpu_ips);
   const double n = static_cast<double>(total_iters);
-  fmt::print("train_step shape {} batch {} threads {}: images/s median {:.0f} [{:.0f}-{:.0f}] (wall), {:.0f} [{:.0f}-{:.0f}] "
+  fmt::print("train_step shape {} batch {} threads {}{}: images/s median {:.0f} [{:.0f}-{:.0f}] (wall), {:.0f} [{:.0f}-{:.0f}] "
              "(thread cpu), ms/iter fwd {:.3f} bwd {:.3f} step {:.3f}\n",
-             shape, batch, threads, sw.median, sw.lo, sw.hi, sc.median, sc.lo, sc.hi, 1e3 * fwd / n, 1e3 * bwd / n,
+             shape, batch, threads, keep_denormals ? " keep-denormals" : "", sw.median, sw.lo, sw.hi, sc.median, sc.lo, sc.hi, 1e3 * fwd / n, 1e3 * bwd / n,
              1e3 * stp / n);
+  std::string wall_list, cpu_list;
+  for (size_t i = 0; i < wall_ips.size(); ++i) {
+    wall_list += fmt::format(" {:.0f}", wall_ips[i]);
+    cpu_list += fmt::format(" {:.0f}", cpu_ips[i]);
+  }
+  fmt::print("reps wall:{} | cpu:{}\n", wall_list, cpu_list);
   return 0;
 }

@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <time.h>
+
 #include <chrono>
 
 #include "ddp/autograd.h"
@@ -10,6 +12,15 @@
 #include "ddp/progress.h"
 
 namespace chorus {
+namespace {
+
+double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+}  // namespace
 
 Trainer::Trainer(Module& model, Sgd& optimizer, DataLoader& train, const Dataset* test, TrainOptions options)
     : model_(model), optimizer_(optimizer), train_(train), test_(test), options_(options) {}
@@ -24,6 +35,7 @@ EpochStats Trainer::run_epoch(int epoch) {
   ProgressBar bar(options_.out, fmt::format("epoch {}", epoch), steps, options_.progress);
   double loss_sum = 0.0;
   const auto t0 = std::chrono::steady_clock::now();
+  const double c0 = process_cpu_seconds();
   Batch batch;
   for (int64_t step = 0; step < steps && train_.next(batch); ++step) {
     optimizer_.zero_grad();
@@ -37,6 +49,7 @@ EpochStats Trainer::run_epoch(int epoch) {
     bar.update(step + 1, loss_sum / static_cast<double>(st.images), st.images);
   }
   st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  st.cpu_seconds = process_cpu_seconds() - c0;
   bar.finish();
   train_.end_epoch();  // stops the prefetch thread when steps were capped
   st.train_loss = st.images ? loss_sum / static_cast<double>(st.images) : 0.0;

@@ -20,6 +20,7 @@ struct EpochStats {
   double train_loss = 0.0;  // mean over the epoch's samples
   double images_per_s = 0.0;  // training loop only (not the test pass), like ../shared/peers/train
   double seconds = 0.0;
+  double cpu_seconds = 0.0;  // process CPU time over the same span (all threads, like Python's process_time)
   double test_acc = -1.0;   // -1 when no test set
   int64_t images = 0;
   std::vector<float> step_losses;  // one per step when TrainOptions::record_step_losses

@@ -106,8 +106,8 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     chorus::Trainer trainer(model, optimizer, loader, data.test.get(), to);
     trainer.run([](const chorus::EpochStats& e) {
-      fmt::print("epoch {}: train loss {:.4f}, {:.0f} images/s, test acc {:.4f}\n", e.epoch, e.train_loss,
-                 e.images_per_s, e.test_acc);
+      fmt::print("epoch {}: train loss {:.4f}, {:.0f} images/s, test acc {:.4f} | {:.2f} s, cpu {:.2f} s\n", e.epoch,
+                 e.train_loss, e.images_per_s, e.test_acc, e.seconds, e.cpu_seconds);
       std::fflush(stdout);
     });
     rusage ru{};
