@@ -20,8 +20,9 @@ namespace {
 
 // One parameter's update; the branches are loop-invariant, so the compiler unswitches them and
 // vectorises each variant (restrict: param, grad and buffer never overlap).
-void sgd_update(const SgdOptions& o, long n, float* __restrict w, const float* __restrict grad,
+void sgd_update(const SgdOptions& options, long n, float* __restrict w, const float* __restrict grad,
                 float* __restrict buf, bool first) {
+  const SgdOptions o = options;  // a local copy: stores to w cannot alias it, so the loop vectorises
   for (long j = 0; j < n; ++j) {
     float d = grad[j];
     if (o.weight_decay != 0.0f) d = d + o.weight_decay * w[j];  // d_p = d_p.add(param, alpha=wd)
