@@ -46,10 +46,9 @@ void conv2d_backward(const Conv2dShape& s, const float* x, const float* w, const
                      float* dx, float* dw, float* db, float* workspace, int chunk);
 
 // Direct path (conv2d_direct.cc), taken by conv2d_forward/backward when it applies: stride 1,
-// no padding, at most kDirectMaxPatch taps per output and output rows kDirectRow wide (the
-// 1x5x5 first layer of the Fashion-MNIST net).
-constexpr long kDirectMaxPatch = 32;
-constexpr int kDirectRow = 24;
+// no padding, at most kDirectMaxPatch taps per output and output rows 24 or 28 wide (the first
+// layers of the tutorial nets: 1x5x5 on 28x28, 3x5x5 on 32x32).
+constexpr long kDirectMaxPatch = 75;
 bool conv2d_direct_applies(const Conv2dShape& s);
 void conv2d_forward_direct(const Conv2dShape& s, const float* x, const float* w, const float* b, float* y);
 // acc: OC * patch() * OW floats of scratch.

@@ -62,7 +62,8 @@ TEST_CASE("conv2d: im2col + gemm matches the direct reference", "[kernels][conv]
   const Case cases[] = {{2, 1, 28, 28, 6, 5, 5, 1, 0}, {3, 6, 12, 12, 16, 5, 5, 1, 0}, {1, 3, 7, 9, 4, 3, 3, 2, 1},
                         {2, 2, 5, 6, 3, 3, 2, 1, 2},   {1, 1, 4, 4, 1, 4, 4, 1, 0},   {2, 3, 11, 10, 5, 3, 3, 3, 1},
                         {2, 3, 26, 26, 4, 3, 3, 1, 0} /* direct path, C > 1 */, {1, 2, 27, 30, 3, 4, 4, 1, 0} /* not direct */,
-                        {1, 1, 24, 28, 2, 1, 5, 1, 0} /* direct, non-square */};
+                        {1, 1, 24, 28, 2, 1, 5, 1, 0} /* direct, non-square */,
+                        {3, 3, 32, 32, 6, 5, 5, 1, 0} /* direct, 28-wide */, {1, 4, 30, 30, 2, 5, 5, 1, 0} /* 100 taps */};
   int direct = 0;
   for (const Case& t : cases) {
     k::Conv2dShape s;
@@ -89,7 +90,7 @@ TEST_CASE("conv2d: im2col + gemm matches the direct reference", "[kernels][conv]
       CHECK(rel_err(db, db_ref) < 1e-5);
     }
   }
-  CHECK(direct == 3);  // both paths are exercised
+  CHECK(direct == 4);  // both paths are exercised
 }
 
 TEST_CASE("max_pool2d: 2x2 fast path matches the reference, ties go to the first maximum", "[kernels][pool]") {
