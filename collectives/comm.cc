@@ -56,6 +56,7 @@ Result<std::shared_ptr<Comm>> Comm::create(std::shared_ptr<Job> job, std::string
   CHORUS_ASSIGN_OR_RETURN(c->timeout_s_, env_seconds("CHORUS_TIMEOUT", 300));
   CHORUS_ASSIGN_OR_RETURN(int64_t spin, env_int("CHORUS_SPIN_US", 50));
   c->spin_us_ = static_cast<int>(spin);
+  c->spin_now_us_ = c->spin_us_;
   c->send_seq_.assign(c->size(), 0);
   c->header_scratch_.resize(c->size());
   c->recv_seq_.assign(c->size(), 0);
@@ -173,6 +174,9 @@ bool Comm::try_run_inline(const OpDesc& desc, const OpFn& fn, Status* result) {
     have_last_ = true;
     busy_ = false;
     running_op_ = false;
+    // Wake the progress thread only when work queued up meanwhile, or destroy is waiting:
+    // a notify per call would cost a futex call on the fast path.
+    if (queue_.empty() && drain_waiters_ == 0) return true;
   }
   cv_.notify_all();
   return true;
@@ -269,8 +273,10 @@ Status Comm::destroy() {
   {
     std::unique_lock<std::mutex> lock(mu_);
     if (stopping_ && !thread_.joinable()) return Status::ok();
+    ++drain_waiters_;
     bool drained = cv_.wait_for(lock, std::chrono::duration<double>(failed_.load() ? 0.0 : timeout_s_),
                                 [&] { return queue_.empty() && !running_op_; });
+    --drain_waiters_;
     if (!drained && !failed_.load()) {
       lock.unlock();
       abort(fmt::format("rank {}: communicator destroyed with operations still pending after {:.0f} s", rank_, timeout_s_));

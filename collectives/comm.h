@@ -29,6 +29,15 @@ namespace chorus {
 class Job;
 class OpCtx;
 
+// Staging memory for links without direct slot access (tcp): one input buffer and a few
+// output buffers, owned by the communicator so that no operation allocates on its path.
+struct StagingBuffers {
+  static constexpr int kOut = 4;
+  static constexpr size_t kBytes = 256 << 10;
+  std::vector<char> in;
+  std::vector<char> out[kOut];
+};
+
 // The state behind a chorusRequest_t / chorus::Work.
 class Work {
  public:
@@ -104,9 +113,12 @@ class Comm : public std::enable_shared_from_this<Comm> {
   double timeout_s_ = 300;
   bool any_tcp_ = false;
   std::vector<OpHeader> header_scratch_;  // one per peer; one operation runs at a time
+  StagingBuffers staging_;
+  int drain_waiters_ = 0;  // threads waiting for the queue to empty (destroy)
   size_t slot_bytes_ = 256 << 10;
   TunerConfig tuner_;
-  int spin_us_ = 50;
+  int spin_us_ = 50;          // CHORUS_SPIN_US: the most a wait spins before it sleeps
+  std::atomic<int> spin_now_us_{50};  // adapts: halves when spinning did not pay, regrows when it did
   int epoll_fd_ = -1;
   int event_fd_ = -1;
 
@@ -137,6 +149,7 @@ class OpCtx {
   OpCtx(Comm& comm, const OpDesc& desc);
   int rank() const { return comm_.rank_; }
   int size() const { return comm_.size(); }
+  StagingBuffers& staging() { return comm_.staging_; }
   const OpDesc& desc() const { return desc_; }
   transport::Link& link(int peer) { return *comm_.links_.links[peer]; }
 

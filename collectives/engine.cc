@@ -12,6 +12,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "collectives/comm.h"
@@ -122,10 +123,22 @@ void OpCtx::sleep_once(uint32_t seen, bool has_tcp, bool has_shm) {
 Status OpCtx::wait(FunctionRef<bool()> done, int waiting_for) {
   auto* db = comm_.links_.own_segment ? comm_.links_.own_segment->doorbell() : nullptr;
   double last_move = now_seconds();
-  const double spin_s = comm_.spin_us_ * 1e-6;
+  // Spinning pays when the peer is running; when the cores are oversubscribed it only burns
+  // the time slice the peer needs. So the spin budget halves after every wait that had to
+  // sleep anyway, and doubles back towards CHORUS_SPIN_US after waits that a spin satisfied.
+  const int spin_us = comm_.spin_now_us_.load(std::memory_order_relaxed);
+  const double spin_s = spin_us * 1e-6;
+  bool slept = false;
+  auto adapt = [&] {
+    int next = slept ? std::max(2, spin_us / 2) : std::min(comm_.spin_us_, spin_us * 2 + 1);
+    if (next != spin_us) comm_.spin_now_us_.store(next, std::memory_order_relaxed);
+  };
   while (true) {
     CHORUS_ASSIGN_OR_RETURN(bool moved, progress_all());
-    if (done()) return Status::ok();
+    if (done()) {
+      adapt();
+      return Status::ok();
+    }
     if (comm_.failed_.load()) return comm_.error();
     double now = now_seconds();
     if (moved) {
@@ -157,7 +170,10 @@ Status OpCtx::wait(FunctionRef<bool()> done, int waiting_for) {
     }
     bool moved2 = *r2;
     bool changed = db && db->seq.load(std::memory_order_seq_cst) != seen;
-    if (!moved2 && !changed && !done() && !comm_.failed_.load()) sleep_once(seen, has_tcp, has_shm);
+    if (!moved2 && !changed && !done() && !comm_.failed_.load()) {
+      sleep_once(seen, has_tcp, has_shm);
+      slept = true;
+    }
     if (db) db->sleepers.fetch_sub(1, std::memory_order_seq_cst);
     last_move = moved2 ? now_seconds() : last_move;
   }

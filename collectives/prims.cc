@@ -6,7 +6,7 @@
 
 namespace chorus {
 namespace {
-constexpr size_t kStageBytes = 256 << 10;
+constexpr size_t kStageBytes = StagingBuffers::kBytes;
 }
 
 Status copy_local(const char* send, char* recv, size_t bytes) {
@@ -20,7 +20,7 @@ size_t piece_bytes_for(size_t requested, size_t elem_size) {
 }
 
 Steps::Steps(OpCtx& ctx, kernels::DType dtype, kernels::RedOp op)
-    : ctx_(ctx), dtype_(dtype), op_(op), esize_(kernels::dtype_size(dtype)) {}
+    : ctx_(ctx), dtype_(dtype), op_(op), esize_(kernels::dtype_size(dtype)), stage_(ctx.staging()) {}
 
 // The next piece of input from `from`, at most *n bytes; *n becomes the piece's size.
 // Direct links hand out their slot; others receive into dst (plain copies) or a staging buffer.
@@ -35,8 +35,8 @@ Result<const char*> Steps::take_input(int from, char* dst, bool reduce, size_t* 
   *n = std::min(*n, kStageBytes);
   char* target = (!reduce && dst) ? dst : nullptr;
   if (!target) {
-    if (stage_in_.size() < kStageBytes) stage_in_.resize(kStageBytes);
-    target = stage_in_.data();
+    if (stage_.in.size() < kStageBytes) stage_.in.resize(kStageBytes);
+    target = stage_.in.data();
   }
   uint64_t t = l.post_recv(target, *n);
   CHORUS_TRY(ctx_.wait_recv(from, t));
@@ -64,10 +64,10 @@ char* Steps::stage_out(int to, size_t n) {
     Status s = ctx_.wait_send(peer, ticket);
     (void)s;  // a failure here resurfaces at the next wait, which checks the same state
   }
-  if (stage_out_[k].size() < std::max(n, kStageBytes)) stage_out_[k].resize(std::max(n, kStageBytes));
+  if (stage_.out[k].size() < std::max(n, kStageBytes)) stage_.out[k].resize(std::max(n, kStageBytes));
   stage_used_[k] = true;
   stage_ticket_[k] = {to, 0};
-  return stage_out_[k].data();
+  return stage_.out[k].data();
 }
 
 Status Steps::step(int from, int to, const char* own, char* dst, size_t bytes, bool reduce, bool avg) {
@@ -130,7 +130,7 @@ Status Steps::step(int from, int to, const char* own, char* dst, size_t bytes, b
         }
         uint64_t t = out.post_send(result, n);
         for (int k = 0; k < kOutStages; ++k)
-          if (stage_used_[k] && stage_out_[k].data() == result) stage_ticket_[k] = {to, t};
+          if (stage_used_[k] && stage_.out[k].data() == result) stage_ticket_[k] = {to, t};
         auto it = std::find_if(pending_.begin(), pending_.end(), [&](auto& p) { return p.first == to; });
         if (it == pending_.end()) pending_.push_back({to, t});
         else it->second = t;

@@ -66,9 +66,8 @@ class Steps {
   kernels::DType dtype_;
   kernels::RedOp op_;
   size_t esize_;
-  std::vector<char> stage_in_;
-  static constexpr int kOutStages = 4;
-  std::array<std::vector<char>, kOutStages> stage_out_;
+  static constexpr int kOutStages = StagingBuffers::kOut;
+  StagingBuffers& stage_;  // the communicator's: allocated once, reused by every operation
   std::array<std::pair<int, uint64_t>, kOutStages> stage_ticket_{};  // (peer, send ticket)
   std::array<bool, kOutStages> stage_used_{};
   int next_stage_ = 0;
