@@ -4,6 +4,8 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "chorus/chorus.h"
 #include "collectives/comm.h"
@@ -533,4 +535,29 @@ CHORUS_API chorusResult_t chorusGroupEnd(void) {
     if (first == chorusSuccess && !w->status().is_ok()) first = report(w->status());
   }
   return first;
+}
+
+CHORUS_API chorusResult_t chorusCommInitAll(chorusComm_t* comms, int ndev, const int* devlist) {
+  (void)devlist;  // CPU communicators have no device
+  if (!comms) return fail(Code::kInvalidArgument, "chorusCommInitAll: comms is NULL");
+  if (ndev < 1) return fail(Code::kInvalidArgument, "chorusCommInitAll: ndev {} (need at least 1)", ndev);
+  chorusUniqueId id;
+  if (chorusResult_t rc = chorusGetUniqueId(&id)) return rc;
+  std::vector<chorusResult_t> rcs(ndev, chorusSuccess);
+  std::vector<std::string> errors(ndev);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < ndev; ++r)
+    threads.emplace_back([&, r] {
+      rcs[r] = chorusCommInitRank(&comms[r], ndev, id, r);
+      if (rcs[r] != chorusSuccess) errors[r] = t_last_error;
+    });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < ndev; ++r)
+    if (rcs[r] != chorusSuccess) {
+      for (int q = 0; q < ndev; ++q)
+        if (rcs[q] == chorusSuccess) chorusCommDestroy(comms[q]);
+      t_last_error = errors[r];
+      return rcs[r];
+    }
+  return chorusSuccess;
 }

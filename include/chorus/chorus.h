@@ -85,6 +85,9 @@ chorusResult_t chorusGetVersion(int* version);
 
 chorusResult_t chorusGetUniqueId(chorusUniqueId* unique_id);
 chorusResult_t chorusCommInitRank(chorusComm_t* comm, int nranks, chorusUniqueId comm_id, int rank);
+/* ndev communicators in this process, ranks 0..ndev-1 of one job (threads drive them).
+ * devlist is for GPU builds and may be NULL for CPU communicators. */
+chorusResult_t chorusCommInitAll(chorusComm_t* comms, int ndev, const int* devlist);
 /* Reads the launcher's variables: chorus-run/torchrun, OpenMPI's mpirun, Slurm's srun. */
 chorusResult_t chorusCommInitFromEnv(chorusComm_t* comm);
 /* Waits for queued operations (up to CHORUS_TIMEOUT), then frees the communicator. */

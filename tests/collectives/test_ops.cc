@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstring>
 #include <numeric>
+#include <thread>
 #include <vector>
 
 #include "chorus/chorus.hpp"
@@ -170,4 +171,25 @@ TEST_CASE("grouped send/recv exchange big messages around a ring without deadloc
     return 0;
   }, with_transport(transport));
   require_all_ok(res);
+}
+
+TEST_CASE("chorusCommInitAll makes communicators in one process that reduce together", "[init_all]") {
+  const int n = 3;
+  chorusComm_t comms[n];
+  REQUIRE(chorusCommInitAll(comms, n, nullptr) == chorusSuccess);
+  std::vector<std::vector<float>> data(n, std::vector<float>(1000));
+  std::vector<std::thread> threads;
+  std::vector<chorusResult_t> rcs(n);
+  for (int r = 0; r < n; ++r) {
+    for (int i = 0; i < 1000; ++i) data[r][i] = static_cast<float>(r + i);
+    threads.emplace_back([&, r] { rcs[r] = chorusAllReduce(data[r].data(), data[r].data(), 1000, chorusFloat32, chorusSum, comms[r], nullptr); });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < n; ++r) {
+    REQUIRE(rcs[r] == chorusSuccess);
+    for (int i = 0; i < 1000; i += 97) REQUIRE(data[r][i] == static_cast<float>(3 + 3 * i));
+  }
+  std::vector<std::thread> closers;
+  for (int r = 0; r < n; ++r) closers.emplace_back([&, r] { chorusCommDestroy(comms[r]); });
+  for (auto& t : closers) t.join();
 }
