@@ -7,7 +7,7 @@
 //
 // Time per op: each iteration is timed on every rank (steady_clock), the per-iteration times
 // are all-reduced with MAX (the slowest rank), and the table shows their mean over -n
-// iterations; the JSON file has the median, min and max as well. Flags and columns:
+// iterations; the JSON file has the median, quantiles, min and max as well. Flags and columns:
 // bench/README.md.
 #include <sys/types.h>
 #include <unistd.h>
@@ -135,10 +135,33 @@ long long check_once(chorus::Communicator& comm, const CheckSpec& s, const Call&
   return wrong;
 }
 
+// Linear interpolation between order statistics, as the peers' bench_common.h.
+double quantile(const std::vector<double>& sorted, double f) {
+  const double idx = f * static_cast<double>(sorted.size() - 1);
+  const size_t lo = static_cast<size_t>(idx);
+  const size_t hi = std::min(lo + 1, sorted.size() - 1);
+  const double w = idx - static_cast<double>(lo);
+  return sorted[lo] * (1 - w) + sorted[hi] * w;
+}
+
+// Iterations to time: -n, or fewer (at least 5) when --time-budget and the warm-up, timed on
+// the slowest rank, say -n would take longer. Every rank gets the same answer.
+int pick_iters(chorus::Communicator& comm, const Options& o, double warmup_s, int warmups) {
+  if (o.time_budget_s <= 0 || warmups == 0) return o.iters;
+  double per_op = warmup_s / warmups;
+  comm.all_reduce(&per_op, &per_op, 1, chorusFloat64, chorusMax);
+  if (per_op <= 0) return o.iters;
+  const double fit = o.time_budget_s / per_op;
+  return static_cast<int>(std::clamp(fit, std::min(5.0, double(o.iters)), double(o.iters)));
+}
+
 Measure time_call(chorus::Communicator& comm, const Options& o, const Call& c, size_t bytes,
                   double factor) {
-  for (int i = 0; i < o.warmup; ++i) run_call(comm, c);
-  std::vector<double> t(static_cast<size_t>(o.iters));
+  const int warmups = o.time_budget_s > 0 ? std::max(o.warmup, 1) : o.warmup;
+  const double w0 = now_s();
+  for (int i = 0; i < warmups; ++i) run_call(comm, c);
+  const int iters = pick_iters(comm, o, now_s() - w0, warmups);
+  std::vector<double> t(static_cast<size_t>(iters));
   comm.barrier();
   for (double& ti : t) {
     const double a = now_s();
@@ -147,13 +170,15 @@ Measure time_call(chorus::Communicator& comm, const Options& o, const Call& c, s
   }
   comm.all_reduce(t.data(), t.data(), t.size(), chorusFloat64, chorusMax);  // slowest rank
   Measure m;
-  m.avg_us = std::accumulate(t.begin(), t.end(), 0.0) / t.size() * 1e6;
+  m.iters = iters;
+  m.avg_us = std::accumulate(t.begin(), t.end(), 0.0) / static_cast<double>(t.size()) * 1e6;
   std::sort(t.begin(), t.end());
-  const size_t mid = t.size() / 2;
-  m.median_us = (t.size() % 2 ? t[mid] : (t[mid - 1] + t[mid]) / 2) * 1e6;
+  m.median_us = quantile(t, 0.5) * 1e6;
+  m.p10_us = quantile(t, 0.1) * 1e6;
+  m.p90_us = quantile(t, 0.9) * 1e6;
   m.min_us = t.front() * 1e6;
   m.max_us = t.back() * 1e6;
-  m.algbw = m.avg_us > 0 ? bytes / (m.avg_us * 1e3) : 0;  // bytes/us/1e3 = GB/s
+  m.algbw = m.avg_us > 0 ? static_cast<double>(bytes) / (m.avg_us * 1e3) : 0;  // GB/s
   m.busbw = m.algbw * factor;
   return m;
 }

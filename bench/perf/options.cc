@@ -81,6 +81,13 @@ std::optional<int> parse_options(int argc, char** argv, Options& o) {
   app.add_option("-r,--root", o.root, "root rank of broadcast and reduce")->capture_default_str();
   app.add_flag("--csv", o.csv, "print CSV (a header row, then one row per size) instead of the table");
   app.add_option("--json", o.json_path, "also write every result to this JSON file (rank 0)");
+  app.add_option("--time-budget", o.time_budget_s,
+                 "seconds of timed ops per size and variant: fewer iterations than -n (at least 5) "
+                 "when the warm-up shows they would take longer; 0: always -n")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--result-label", o.result_label,
+                 "also print a RESULT line per size (peers' bench_common.h format, out-of-place, "
+                 "median) under this label; used by bench/compare");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,5 +1,5 @@
 // chorus-perf command line: nccl-tests' flags (-b -e -f -i -o -d -n -w -c) plus --coll,
-// --algo, --transport, --root, --csv, --json.
+// --algo, --transport, --root, --csv, --json, --time-budget, --result-label.
 #pragma once
 
 #include <cstddef>
@@ -27,6 +27,10 @@ struct Options {
   int root = 0;
   bool csv = false;
   std::string json_path;  // empty: no JSON
+  // Beyond nccl-tests, for bench/compare: cap the timed iterations of a size at about this many
+  // seconds (0: always -n), and print bench_common.h's RESULT lines under this peer label.
+  double time_budget_s = 0;
+  std::string result_label;
 };
 
 // "8", "1K", "128M", "1G" (binary multiples, as nccl-tests), "64KB"; nullopt when malformed.

@@ -27,8 +27,11 @@ std::string env_or(const char* name, const char* dflt) {
 }
 
 nlohmann::json measure_json(const Measure& m) {
-  nlohmann::json j = {{"time_us", m.avg_us},   {"median_us", m.median_us}, {"min_us", m.min_us},
-                      {"max_us", m.max_us},    {"algbw_GBps", m.algbw},    {"busbw_GBps", m.busbw}};
+  nlohmann::json j = {{"time_us", m.avg_us},      {"median_us", m.median_us},
+                      {"p10_us", m.p10_us},       {"p90_us", m.p90_us},
+                      {"min_us", m.min_us},       {"max_us", m.max_us},
+                      {"iters", m.iters},         {"algbw_GBps", m.algbw},
+                      {"busbw_GBps", m.busbw}};
   j["wrong"] = m.wrong < 0 ? nlohmann::json(nullptr) : nlohmann::json(m.wrong);
   return j;
 }
@@ -73,6 +76,15 @@ void Reporter::row(const Row& r) {
     if (m->wrong > 0) wrong_ += m->wrong;
   }
   if (!active_) return;
+  if (!opt_.result_label.empty()) {  // bench_common.h's print_result(), from the median
+    const Measure& m = r.out_of_place;
+    const double algbw = m.median_us > 0 ? r.bytes / (m.median_us * 1e3) : 0;
+    std::printf(
+        "RESULT peer=%s ranks=%d bytes=%zu iters=%d median_us=%.3f p10_us=%.3f p90_us=%.3f "
+        "min_us=%.3f algbw_GBps=%.4f busbw_GBps=%.4f\n",
+        opt_.result_label.c_str(), nranks_, r.bytes, m.iters, m.median_us, m.p10_us, m.p90_us,
+        m.min_us, algbw, algbw * bus_factor(opt_.coll, nranks_));
+  }
   if (opt_.csv) {
     std::string line = fmt::format("{},{},{},{},{}", r.bytes, r.count, r.type, r.redop, r.root);
     for (const Measure* m : {&r.out_of_place, &r.in_place}) {

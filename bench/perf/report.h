@@ -15,8 +15,11 @@ namespace perf {
 struct Measure {
   double avg_us = 0;  // the reported time (nccl-tests: mean over iterations)
   double median_us = 0;
+  double p10_us = 0;
+  double p90_us = 0;
   double min_us = 0;
   double max_us = 0;
+  int iters = 0;
   double algbw = 0;  // GB/s, 1e9 bytes
   double busbw = 0;
   long long wrong = -1;  // elements wrong, summed over ranks; -1: not checked (N/A)
