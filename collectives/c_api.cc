@@ -8,6 +8,7 @@
 #include "chorus/chorus.h"
 #include "collectives/comm.h"
 #include "collectives/job.h"
+#include "collectives/tuner.h"
 #include "common/env.h"
 #include "common/log.h"
 
@@ -19,6 +20,7 @@ using chorus::OpCtx;
 using chorus::OpDesc;
 using chorus::OpKind;
 using chorus::Status;
+using chorus::Algo;
 
 namespace {
 constexpr uint64_t kCommMagic = 0x636f6d6d2d6f6b21ull;
@@ -338,4 +340,142 @@ CHORUS_API chorusResult_t chorusIbroadcast(const void* send, void* recv, size_t 
 CHORUS_API chorusResult_t chorusIbarrier(chorusComm_t h, chorusRequest_t* req) {
   if (!req) return fail(Code::kInvalidArgument, "chorusIbarrier: request is NULL");
   return do_Ibarrier(h, req);
+}
+
+namespace {
+
+// Checks shared by the reductions: a reducible type, a known op, buffers present.
+chorus::Result<std::shared_ptr<Comm>> check_reduction(chorusComm_t h, const char* call, const void* send,
+                                                      const void* recv, size_t count, chorusDataType_t dt,
+                                                      int op, bool need_recv) {
+  auto c = live(h, call);
+  if (!c.is_ok()) return c.status();
+  int rank = (*c)->rank();
+  if (!chorus::kernel_dtype(dt))
+    return chorus::make_error(Code::kInvalidArgument, "{} on rank {}: datatype {} cannot be reduced (use f32, f64, f16, bf16, i32, i64 or u8)",
+                              call, rank, chorus::dtype_name(dt));
+  if (op >= 0 && !chorus::kernel_redop(op))
+    return chorus::make_error(Code::kInvalidArgument, "{} on rank {}: unknown reduction op {}", call, rank, op);
+  if (count > 0 && (!send || (need_recv && !recv)))
+    return chorus::make_error(Code::kInvalidArgument, "{} on rank {}: {} is NULL with count {}", call, rank,
+                              send ? "recvbuff" : "sendbuff", count);
+  return c;
+}
+
+chorus::Result<chorus::Tuned> tune_for(Comm& c, OpKind kind, size_t bytes) {
+  return chorus::tune({kind, bytes, c.size(), c.any_tcp(), c.slot_bytes()});
+}
+
+}  // namespace
+
+static chorusResult_t do_IallReduce(const void* send, void* recv, size_t count, chorusDataType_t dt,
+                                    chorusRedOp_t op, chorusComm_t h, chorusRequest_t* req) {
+  const char* call = "chorusAllReduce";
+  auto c = check_reduction(h, call, send, recv, count, dt, op, true);
+  if (!c.is_ok()) return report(c.status());
+  auto t = tune_for(**c, OpKind::kAllReduce, count * chorus::dtype_size(dt));
+  if (!t.is_ok()) return report(t.status().wrap(call));
+  OpDesc d{OpKind::kAllReduce, (*c)->next_collective_seq(), count, dt, -1, op, -1, 0, t->algo, t->piece};
+  auto s = static_cast<const char*>(send);
+  auto r = static_cast<char*>(recv);
+  return submit(h, call, d, [s, r](OpCtx& ctx) {
+    switch (ctx.desc().algo) {
+      case Algo::kRing: return chorus::run_ring_allreduce(ctx, s, r);
+      case Algo::kTree: return chorus::run_tree_allreduce(ctx, s, r);
+      default: return chorus::run_rd_allreduce(ctx, s, r);
+    }
+  }, req);
+}
+
+static chorusResult_t do_Ireduce(const void* send, void* recv, size_t count, chorusDataType_t dt, chorusRedOp_t op,
+                                 int root, chorusComm_t h, chorusRequest_t* req) {
+  const char* call = "chorusReduce";
+  auto c0 = live(h, call);
+  if (!c0.is_ok()) return report(c0.status());
+  if (root < 0 || root >= (*c0)->size())
+    return fail(Code::kInvalidArgument, "{} on rank {}: root {} is outside 0..{}", call, (*c0)->rank(), root, (*c0)->size() - 1);
+  auto c = check_reduction(h, call, send, recv, count, dt, op, (*c0)->rank() == root);
+  if (!c.is_ok()) return report(c.status());
+  auto t = tune_for(**c, OpKind::kReduce, count * chorus::dtype_size(dt));
+  if (!t.is_ok()) return report(t.status().wrap(call));
+  OpDesc d{OpKind::kReduce, (*c)->next_collective_seq(), count, dt, root, op, -1, 0, t->algo, t->piece};
+  auto s = static_cast<const char*>(send);
+  auto r = static_cast<char*>(recv);
+  return submit(h, call, d, [s, r](OpCtx& ctx) { return chorus::run_chain_reduce(ctx, s, r); }, req);
+}
+
+static chorusResult_t do_IallGather(const void* send, void* recv, size_t count, chorusDataType_t dt, chorusComm_t h,
+                                    chorusRequest_t* req) {
+  const char* call = "chorusAllGather";
+  auto c = live(h, call);
+  if (!c.is_ok()) return report(c.status());
+  auto bytes = byte_count(count, dt, call, (*c)->rank());
+  if (!bytes.is_ok()) return report(bytes.status());
+  if (count > 0 && (!send || !recv))
+    return fail(Code::kInvalidArgument, "{} on rank {}: {} is NULL with count {}", call, (*c)->rank(), send ? "recvbuff" : "sendbuff", count);
+  auto t = tune_for(**c, OpKind::kAllGather, *bytes * (*c)->size());
+  if (!t.is_ok()) return report(t.status().wrap(call));
+  OpDesc d{OpKind::kAllGather, (*c)->next_collective_seq(), count, dt, -1, -1, -1, 0, t->algo, t->piece};
+  auto s = static_cast<const char*>(send);
+  auto r = static_cast<char*>(recv);
+  return submit(h, call, d, [s, r](OpCtx& ctx) { return chorus::run_ring_allgather(ctx, s, r); }, req);
+}
+
+static chorusResult_t do_IreduceScatter(const void* send, void* recv, size_t count, chorusDataType_t dt,
+                                        chorusRedOp_t op, chorusComm_t h, chorusRequest_t* req) {
+  const char* call = "chorusReduceScatter";
+  auto c = check_reduction(h, call, send, recv, count, dt, op, true);
+  if (!c.is_ok()) return report(c.status());
+  auto t = tune_for(**c, OpKind::kReduceScatter, count * chorus::dtype_size(dt) * (*c)->size());
+  if (!t.is_ok()) return report(t.status().wrap(call));
+  OpDesc d{OpKind::kReduceScatter, (*c)->next_collective_seq(), count, dt, -1, op, -1, 0, t->algo, t->piece};
+  auto s = static_cast<const char*>(send);
+  auto r = static_cast<char*>(recv);
+  return submit(h, call, d, [s, r](OpCtx& ctx) { return chorus::run_ring_reduce_scatter(ctx, s, r); }, req);
+}
+
+#define CHORUS_CPU_STREAM(call) \
+  if (stream) return fail(Code::kInvalidArgument, "{}: stream must be NULL for CPU buffers", call)
+#define CHORUS_NEED_REQ(call) \
+  if (!req) return fail(Code::kInvalidArgument, "{}: request is NULL", call)
+
+CHORUS_API chorusResult_t chorusAllReduce(const void* send, void* recv, size_t count, chorusDataType_t dt,
+                                          chorusRedOp_t op, chorusComm_t h, chorusStream_t stream) {
+  CHORUS_CPU_STREAM("chorusAllReduce");
+  return do_IallReduce(send, recv, count, dt, op, h, nullptr);
+}
+CHORUS_API chorusResult_t chorusIallReduce(const void* send, void* recv, size_t count, chorusDataType_t dt,
+                                           chorusRedOp_t op, chorusComm_t h, chorusRequest_t* req) {
+  CHORUS_NEED_REQ("chorusIallReduce");
+  return do_IallReduce(send, recv, count, dt, op, h, req);
+}
+CHORUS_API chorusResult_t chorusReduce(const void* send, void* recv, size_t count, chorusDataType_t dt,
+                                       chorusRedOp_t op, int root, chorusComm_t h, chorusStream_t stream) {
+  CHORUS_CPU_STREAM("chorusReduce");
+  return do_Ireduce(send, recv, count, dt, op, root, h, nullptr);
+}
+CHORUS_API chorusResult_t chorusIreduce(const void* send, void* recv, size_t count, chorusDataType_t dt,
+                                        chorusRedOp_t op, int root, chorusComm_t h, chorusRequest_t* req) {
+  CHORUS_NEED_REQ("chorusIreduce");
+  return do_Ireduce(send, recv, count, dt, op, root, h, req);
+}
+CHORUS_API chorusResult_t chorusAllGather(const void* send, void* recv, size_t count, chorusDataType_t dt,
+                                          chorusComm_t h, chorusStream_t stream) {
+  CHORUS_CPU_STREAM("chorusAllGather");
+  return do_IallGather(send, recv, count, dt, h, nullptr);
+}
+CHORUS_API chorusResult_t chorusIallGather(const void* send, void* recv, size_t count, chorusDataType_t dt,
+                                           chorusComm_t h, chorusRequest_t* req) {
+  CHORUS_NEED_REQ("chorusIallGather");
+  return do_IallGather(send, recv, count, dt, h, req);
+}
+CHORUS_API chorusResult_t chorusReduceScatter(const void* send, void* recv, size_t count, chorusDataType_t dt,
+                                              chorusRedOp_t op, chorusComm_t h, chorusStream_t stream) {
+  CHORUS_CPU_STREAM("chorusReduceScatter");
+  return do_IreduceScatter(send, recv, count, dt, op, h, nullptr);
+}
+CHORUS_API chorusResult_t chorusIreduceScatter(const void* send, void* recv, size_t count, chorusDataType_t dt,
+                                               chorusRedOp_t op, chorusComm_t h, chorusRequest_t* req) {
+  CHORUS_NEED_REQ("chorusIreduceScatter");
+  return do_IreduceScatter(send, recv, count, dt, op, h, req);
 }

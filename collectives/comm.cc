@@ -61,6 +61,9 @@ Result<std::shared_ptr<Comm>> Comm::create(std::shared_ptr<Job> job, std::string
   CHORUS_ASSIGN_OR_RETURN(auto opt, transport::LinkOptions::from_env());
   CHORUS_ASSIGN_OR_RETURN(c->links_, transport::connect_links(job->store(), c->prefix_, uid, job->secret(), rank,
                                                               c->size(), opt, deadline));
+  for (auto& p : c->links_.peers) c->any_tcp_ |= p.host != c->links_.peers[0].host;
+  if (opt.force == "tcp" && c->size() > 1) c->any_tcp_ = true;
+  c->slot_bytes_ = std::min<size_t>(opt.shm.slot_bytes, 256 << 10);
   c->event_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   c->epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
   if (c->event_fd_ < 0 || c->epoll_fd_ < 0) return make_error(Code::kSystemError, "epoll/eventfd: {}", strerror(errno));
@@ -115,7 +118,8 @@ void Comm::progress_loop() {
       work = queue_.front().first;
       fn = std::move(queue_.front().second);
       queue_.pop_front();
-      current_ = describe(work->desc());
+      current_ = work->desc();
+      busy_ = true;
       current_since_ = now_seconds();
       running_op_ = true;
     }
@@ -125,12 +129,14 @@ void Comm::progress_loop() {
     } else {
       OpCtx ctx(*this, work->desc());
       s = fn(ctx);
+      if (s.is_ok()) s = ctx.drain();
       if (!s.is_ok()) fail(s);
     }
     {
       std::lock_guard<std::mutex> lock(mu_);
       last_done_ = current_;
-      current_.clear();
+      have_last_ = true;
+      busy_ = false;
       running_op_ = false;
     }
     work->finish(s);
@@ -151,16 +157,19 @@ bool Comm::try_run_inline(const OpDesc& desc, const OpFn& fn, Status* result) {
     }
     if (!queue_.empty() || running_op_) return false;
     running_op_ = true;
-    current_ = describe(desc);
+    current_ = desc;
+    busy_ = true;
     current_since_ = now_seconds();
   }
   OpCtx ctx(*this, desc);
   *result = fn(ctx);
+  if (result->is_ok()) *result = ctx.drain();
   if (!result->is_ok()) fail(*result);
   {
     std::lock_guard<std::mutex> lock(mu_);
     last_done_ = current_;
-    current_.clear();
+    have_last_ = true;
+    busy_ = false;
     running_op_ = false;
   }
   cv_.notify_all();
@@ -200,7 +209,7 @@ void Comm::on_peer_dead(int job_rank, const std::string& text) {
   std::string cur;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    cur = current_;
+    if (busy_) cur = describe(current_);
   }
   fail(Status(Code::kRemoteError, cur.empty() ? msg : fmt::format("{} on rank {} failed: {}", cur, rank_, msg)));
 }
@@ -226,8 +235,8 @@ void Comm::on_remote_error(const std::string& text) {
 
 std::string Comm::state_text() const {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!current_.empty()) return fmt::format("in {} for {:.1f} s", current_, now_seconds() - current_since_);
-  if (!last_done_.empty()) return fmt::format("idle, last finished {}", last_done_);
+  if (busy_) return fmt::format("in {} for {:.1f} s", describe(current_), now_seconds() - current_since_);
+  if (have_last_) return fmt::format("idle, last finished {}", describe(last_done_));
   return "idle, no operation yet";
 }
 

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <initializer_list>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -58,6 +59,8 @@ class Comm : public std::enable_shared_from_this<Comm> {
   int size() const { return static_cast<int>(job_ranks_.size()); }
   uint64_t uid() const { return uid_; }
   double timeout_seconds() const { return timeout_s_; }
+  bool any_tcp() const { return any_tcp_; }   // the same answer on every rank
+  size_t slot_bytes() const { return slot_bytes_; }
 
   // Queues an operation; the Work reports its end. Fails at once on a broken communicator.
   Result<std::shared_ptr<Work>> submit(OpDesc desc, OpFn fn);
@@ -94,6 +97,8 @@ class Comm : public std::enable_shared_from_this<Comm> {
   std::vector<int> job_ranks_;
   transport::LinkSet links_;
   double timeout_s_ = 300;
+  bool any_tcp_ = false;
+  size_t slot_bytes_ = 256 << 10;
   int spin_us_ = 50;
   int epoll_fd_ = -1;
   int event_fd_ = -1;
@@ -110,9 +115,12 @@ class Comm : public std::enable_shared_from_this<Comm> {
   bool running_op_ = false;
   std::atomic<bool> failed_{false};
   Status error_;
-  std::string current_;       // what the progress thread is doing now ("" when idle)
+  // What this rank is doing, for messages and queries (formatted only when asked).
+  bool busy_ = false;
+  OpDesc current_;
   double current_since_ = 0;
-  std::string last_done_;
+  bool have_last_ = false;
+  OpDesc last_done_;
   std::thread thread_;
 };
 
@@ -125,6 +133,11 @@ class OpCtx {
   const OpDesc& desc() const { return desc_; }
   transport::Link& link(int peer) { return *comm_.links_.links[peer]; }
 
+  // Sends this operation's header to every rank in `to` and checks the header of every rank
+  // in `from` (-1 entries are skipped): how an algorithm opens its links for this operation.
+  Status exchange_headers(std::initializer_list<int> to, std::initializer_list<int> from);
+  // Waits until every posted send and receive of this operation is complete.
+  Status drain();
   // Posts this operation's header to a peer / a receive of the peer's header.
   uint64_t send_header(int peer);
   uint64_t recv_header(int peer);  // the header lands in a buffer owned by the ctx
@@ -153,5 +166,12 @@ Status run_send(OpCtx& ctx, const void* buf, size_t bytes);
 Status run_recv(OpCtx& ctx, void* buf, size_t bytes);
 Status run_barrier(OpCtx& ctx);
 Status run_broadcast(OpCtx& ctx, const void* send, void* recv, size_t bytes, size_t chunk_bytes);
+// Reductions and gathers: buffers as in chorus.h, counts in elements, ctx.desc() says the rest.
+Status run_ring_allreduce(OpCtx& ctx, const char* send, char* recv);
+Status run_tree_allreduce(OpCtx& ctx, const char* send, char* recv);
+Status run_rd_allreduce(OpCtx& ctx, const char* send, char* recv);
+Status run_chain_reduce(OpCtx& ctx, const char* send, char* recv);
+Status run_ring_allgather(OpCtx& ctx, const char* send, char* recv);
+Status run_ring_reduce_scatter(OpCtx& ctx, const char* send, char* recv);
 
 }  // namespace chorus

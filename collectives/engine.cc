@@ -25,6 +25,32 @@ OpCtx::OpCtx(Comm& comm, const OpDesc& desc)
 uint64_t OpCtx::send_header(int peer) { return link(peer).post_send(&my_header_, sizeof my_header_); }
 uint64_t OpCtx::recv_header(int peer) { return link(peer).post_recv(&headers_[peer], sizeof(OpHeader)); }
 
+Status OpCtx::exchange_headers(std::initializer_list<int> to, std::initializer_list<int> from) {
+  auto seen_before = [](std::initializer_list<int> l, const int* p) {
+    for (const int* q = l.begin(); q != p; ++q)
+      if (*q == *p) return true;
+    return false;
+  };
+  for (const int* p = to.begin(); p != to.end(); ++p)
+    if (*p >= 0 && !seen_before(to, p)) send_header(*p);
+  std::vector<std::pair<int, uint64_t>> tickets;
+  for (const int* p = from.begin(); p != from.end(); ++p)
+    if (*p >= 0 && !seen_before(from, p)) tickets.push_back({*p, recv_header(*p)});
+  for (auto [p, t] : tickets) {
+    CHORUS_TRY(wait_recv(p, t));
+    CHORUS_TRY(check_header(p));
+  }
+  return Status::ok();
+}
+
+Status OpCtx::drain() {
+  return wait([&] {
+    for (auto& l : comm_.links_.links)
+      if (l && l->busy()) return false;
+    return true;
+  }, -1);
+}
+
 Status OpCtx::check_header(int peer) {
   Status s = chorus::check_header(headers_[peer], peer, desc_, comm_.rank_, comm_.uid_);
   return s;
@@ -75,7 +101,6 @@ Status OpCtx::wait(const std::function<bool()>& done, int waiting_for) {
   double last_move = now_seconds();
   const double spin_s = comm_.spin_us_ * 1e-6;
   while (true) {
-    uint32_t seen = db ? db->seq.load(std::memory_order_acquire) : 0;
     CHORUS_ASSIGN_OR_RETURN(bool moved, progress_all());
     if (done()) return Status::ok();
     if (comm_.failed_.load()) return comm_.error();
@@ -101,6 +126,7 @@ Status OpCtx::wait(const std::function<bool()>& done, int waiting_for) {
       if (!alive.is_ok()) return explain_link_failure(alive);
     }
     if (db) db->sleepers.fetch_add(1, std::memory_order_seq_cst);
+    uint32_t seen = db ? db->seq.load(std::memory_order_seq_cst) : 0;
     auto r2 = progress_all();
     if (!r2.is_ok()) {
       if (db) db->sleepers.fetch_sub(1, std::memory_order_seq_cst);

@@ -9,8 +9,52 @@ const char* op_name(OpKind k) {
     case OpKind::kRecv: return "recv";
     case OpKind::kBarrier: return "barrier";
     case OpKind::kBroadcast: return "broadcast";
+    case OpKind::kAllReduce: return "all_reduce";
+    case OpKind::kReduce: return "reduce";
+    case OpKind::kAllGather: return "all_gather";
+    case OpKind::kReduceScatter: return "reduce_scatter";
   }
   return "unknown operation";
+}
+
+const char* algo_name(Algo a) {
+  switch (a) {
+    case Algo::kNone: return "none";
+    case Algo::kRing: return "ring";
+    case Algo::kTree: return "tree";
+    case Algo::kRecursiveDoubling: return "rd";
+    case Algo::kChain: return "chain";
+  }
+  return "unknown";
+}
+
+const char* redop_name(int redop) {
+  static const char* names[] = {"sum", "prod", "max", "min", "avg"};
+  return redop >= 0 && redop < 5 ? names[redop] : "unknown-op";
+}
+
+std::optional<kernels::DType> kernel_dtype(int t) {
+  switch (t) {
+    case chorusFloat32: return kernels::DType::kF32;
+    case chorusFloat64: return kernels::DType::kF64;
+    case chorusFloat16: return kernels::DType::kF16;
+    case chorusBfloat16: return kernels::DType::kBF16;
+    case chorusInt32: return kernels::DType::kI32;
+    case chorusInt64: return kernels::DType::kI64;
+    case chorusUint8: return kernels::DType::kU8;
+    default: return std::nullopt;
+  }
+}
+
+std::optional<kernels::RedOp> kernel_redop(int op) {
+  switch (op) {
+    case chorusSum: return kernels::RedOp::kSum;
+    case chorusProd: return kernels::RedOp::kProd;
+    case chorusMax: return kernels::RedOp::kMax;
+    case chorusMin: return kernels::RedOp::kMin;
+    case chorusAvg: return kernels::RedOp::kAvg;
+    default: return std::nullopt;
+  }
 }
 
 const char* dtype_name(int dtype) {
@@ -33,6 +77,15 @@ std::string describe(const OpDesc& d) {
       return fmt::format("send #{} to rank {} (count {} {}, tag {})", d.seq, d.peer, d.count, dtype_name(d.dtype), d.tag);
     case OpKind::kRecv:
       return fmt::format("recv #{} from rank {} (count {} {}, tag {})", d.seq, d.peer, d.count, dtype_name(d.dtype), d.tag);
+    case OpKind::kAllReduce:
+    case OpKind::kReduceScatter:
+      return fmt::format("{} #{} (count {} {}, {}, {})", op_name(d.kind), d.seq, d.count, dtype_name(d.dtype),
+                         redop_name(d.redop), algo_name(d.algo));
+    case OpKind::kReduce:
+      return fmt::format("reduce #{} (count {} {}, {}, root {}, {})", d.seq, d.count, dtype_name(d.dtype),
+                         redop_name(d.redop), d.root, algo_name(d.algo));
+    case OpKind::kAllGather:
+      return fmt::format("all_gather #{} (count {} {}, {})", d.seq, d.count, dtype_name(d.dtype), algo_name(d.algo));
   }
   return "unknown operation";
 }
@@ -49,6 +102,8 @@ OpHeader make_header(const OpDesc& d, int sender, uint64_t comm_uid) {
   h.tag = d.tag;
   h.sender = sender;
   h.comm_uid = comm_uid;
+  h.algo = static_cast<int32_t>(d.algo);
+  h.piece = d.piece;
   return h;
 }
 
@@ -65,14 +120,19 @@ Status check_header(const OpHeader& got, int from, const OpDesc& mine, int me, u
   theirs.redop = got.redop;
   theirs.tag = got.tag;
   theirs.peer = me;
+  theirs.algo = static_cast<Algo>(got.algo);
+  theirs.piece = got.piece;
   OpKind expect = mine.kind == OpKind::kRecv ? OpKind::kSend : mine.kind;
   bool same = theirs.kind == expect && theirs.seq == mine.seq && theirs.count == mine.count &&
               theirs.dtype == mine.dtype && theirs.root == mine.root && theirs.redop == mine.redop &&
-              theirs.tag == mine.tag;
+              theirs.tag == mine.tag && theirs.algo == mine.algo && theirs.piece == mine.piece;
   if (same) return Status::ok();
   std::string a = fmt::format("{} on rank {}", describe(theirs), from);
   std::string b = fmt::format("{} on rank {}", describe(mine), me);
-  return Status(Code::kMismatch, from < me ? a + " vs " + b : b + " vs " + a);
+  std::string both = from < me ? a + " vs " + b : b + " vs " + a;
+  if (a.substr(0, a.find(" on rank")) == b.substr(0, b.find(" on rank")))
+    both += fmt::format(" (piece bytes {} vs {}: CHORUS_CHUNK_BYTES differs between ranks)", theirs.piece, mine.piece);
+  return Status(Code::kMismatch, both);
 }
 
 }  // namespace chorus

@@ -5,12 +5,19 @@
 #include <cstdint>
 #include <string>
 
+#include <optional>
+
 #include "chorus/chorus.h"
 #include "common/status.h"
+#include "kernels/cpu/reduce.h"
 
 namespace chorus {
 
-enum class OpKind : uint16_t { kSend = 1, kRecv, kBarrier, kBroadcast };
+enum class OpKind : uint16_t { kSend = 1, kRecv, kBarrier, kBroadcast, kAllReduce, kReduce, kAllGather, kReduceScatter };
+
+// Algorithms the tuner picks from (and CHORUS_ALGO names).
+enum class Algo : int32_t { kNone = 0, kRing, kTree, kRecursiveDoubling, kChain };
+const char* algo_name(Algo a);
 
 struct OpDesc {
   OpKind kind = OpKind::kBarrier;
@@ -21,9 +28,15 @@ struct OpDesc {
   int redop = -1;        // reductions (later)
   int peer = -1;         // send/recv: the other rank
   int tag = 0;           // send/recv
+  Algo algo = Algo::kNone;  // reductions and gathers: every rank must run the same algorithm
+  uint32_t piece = 0;       // ... with the same piece size (it shapes the stream)
 };
 
 const char* op_name(OpKind k);
+const char* redop_name(int redop);
+// C API enums -> kernel enums; nullopt for types the reduction kernels do not handle.
+std::optional<kernels::DType> kernel_dtype(int c_dtype);
+std::optional<kernels::RedOp> kernel_redop(int c_redop);
 const char* dtype_name(int dtype);
 size_t dtype_size(int dtype);  // 0 for an unknown type
 // "broadcast #12 (count 1000 f32, root 0)", "barrier #3", "send #2 to rank 1 (count 5 u8, tag 7)"
@@ -41,8 +54,10 @@ struct OpHeader {
   int32_t tag;
   int32_t sender;
   uint64_t comm_uid;
+  int32_t algo;
+  uint32_t piece;
 };
-static_assert(sizeof(OpHeader) == 48);
+static_assert(sizeof(OpHeader) == 56);
 constexpr uint32_t kOpMagic = 0x4f504844;  // "OPHD"
 
 OpHeader make_header(const OpDesc& d, int sender, uint64_t comm_uid);

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <deque>
 #include <string>
+#include <utility>
 
 #include "common/status.h"
 
@@ -34,6 +35,16 @@ class Link {
   // Cheap liveness check used while sleeping (shm: is the peer process still there?).
   virtual Status check_alive() { return Status::ok(); }
   virtual LinkKind kind() const = 0;
+
+  // Zero-copy access to the link's own staging slots (shm), so a step can reduce straight out
+  // of a received slot and into an outgoing one. Only valid while no posted request of that
+  // direction is pending. recv_peek: the next received bytes, contiguous (empty when none yet);
+  // send_reserve: writable space in the next free outgoing slot (empty when the ring is full).
+  virtual bool direct() const { return false; }
+  virtual std::pair<const char*, size_t> recv_peek() { return {nullptr, 0}; }
+  virtual void recv_consume(size_t) {}
+  virtual std::pair<char*, size_t> send_reserve() { return {nullptr, 0}; }
+  virtual void send_commit(size_t) {}
   const std::string& peer_name() const { return peer_name_; }
   int peer() const { return peer_; }
 

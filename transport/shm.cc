@@ -142,9 +142,10 @@ void doorbell_wait(Doorbell* db, uint32_t seen, int ms) {
 }
 
 void doorbell_ring(Doorbell* db) {
+  std::atomic_thread_fence(std::memory_order_seq_cst);  // the publish before the sleepers check
+  if (db->sleepers.load(std::memory_order_relaxed) == 0) return;
   db->seq.fetch_add(1, std::memory_order_seq_cst);
-  if (db->sleepers.load(std::memory_order_seq_cst) != 0)
-    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&db->seq), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&db->seq), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
 }
 
 ShmLink::ShmLink(int peer, std::string peer_name, ShmSegment* mine, int in_ring,
@@ -214,6 +215,43 @@ Result<bool> ShmLink::progress() {
   bool received = progress_recv();
   if (sent || received) doorbell_ring(theirs_->doorbell());
   return sent || received;
+}
+
+std::pair<const char*, size_t> ShmLink::recv_peek() {
+  if (!recvs_.empty()) return {nullptr, 0};  // posted receives come first in the stream
+  RingCtl* c = ctl(in_);
+  uint64_t tail = c->tail.load(std::memory_order_relaxed);
+  if (tail >= c->head.load(std::memory_order_acquire)) return {nullptr, 0};
+  SlotHeader* s = slot(in_, slot_bytes_, tail, nslots_);
+  return {slot_data(s) + in_offset_, s->len - in_offset_};
+}
+
+void ShmLink::recv_consume(size_t n) {
+  RingCtl* c = ctl(in_);
+  uint64_t tail = c->tail.load(std::memory_order_relaxed);
+  SlotHeader* s = slot(in_, slot_bytes_, tail, nslots_);
+  in_offset_ += n;
+  if (in_offset_ < s->len) return;
+  in_offset_ = 0;
+  c->tail.store(tail + 1, std::memory_order_release);
+  doorbell_ring(theirs_->doorbell());
+}
+
+std::pair<char*, size_t> ShmLink::send_reserve() {
+  if (!sends_.empty()) return {nullptr, 0};  // posted sends go first
+  RingCtl* c = ctl(out_);
+  uint64_t head = c->head.load(std::memory_order_relaxed);
+  int out_nslots = theirs_->nslots();
+  if (head - c->tail.load(std::memory_order_acquire) >= static_cast<uint64_t>(out_nslots)) return {nullptr, 0};
+  return {slot_data(slot(out_, theirs_->slot_bytes(), head, out_nslots)), theirs_->slot_bytes()};
+}
+
+void ShmLink::send_commit(size_t n) {
+  RingCtl* c = ctl(out_);
+  uint64_t head = c->head.load(std::memory_order_relaxed);
+  slot(out_, theirs_->slot_bytes(), head, theirs_->nslots())->len = n;
+  c->head.store(head + 1, std::memory_order_release);
+  doorbell_ring(theirs_->doorbell());
 }
 
 Status ShmLink::check_alive() {

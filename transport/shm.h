@@ -51,8 +51,11 @@ class ShmSegment {
   bool owner_ = false;
 };
 
-// Sleeps on a doorbell until its seq differs from `seen`, or `ms` pass.
+// The sleeping side: announce (sleepers++), read seq, re-check for work, then
+// doorbell_wait(seen) -- it returns at once if anyone rang since seq was read.
 void doorbell_wait(Doorbell* db, uint32_t seen, int ms);
+// The waking side, after publishing a change: rings only when the owner may be asleep, so the
+// data path touches no shared counter while both sides are spinning.
 void doorbell_ring(Doorbell* db);
 
 class ShmLink : public Link {
@@ -63,6 +66,11 @@ class ShmLink : public Link {
   Result<bool> progress() override;
   Status check_alive() override;
   LinkKind kind() const override { return LinkKind::kShm; }
+  bool direct() const override { return true; }
+  std::pair<const char*, size_t> recv_peek() override;
+  void recv_consume(size_t n) override;
+  std::pair<char*, size_t> send_reserve() override;
+  void send_commit(size_t n) override;
 
  private:
   bool progress_send();

@@ -1,0 +1,108 @@
+// Alpha-beta tuner (see tuner.h).
+#include "collectives/tuner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <mutex>
+#include <set>
+#include <tuple>
+
+#include "common/env.h"
+#include "common/log.h"
+
+namespace chorus {
+namespace {
+
+struct LinkModel {
+  double alpha, beta;
+};
+// Measured 2026-11-21 with examples/bcast_barrier and bench/ on the 2-core project machine.
+constexpr LinkModel kShm{1.0e-6, 6.0e9};
+constexpr LinkModel kTcp{12.0e-6, 2.5e9};
+constexpr double kGamma = 8.0e9;  // f32 a+b -> c, one core, memory-bound sizes
+
+int log2_ceil(int n) {
+  int k = 0;
+  while ((1 << k) < n) ++k;
+  return k;
+}
+
+}  // namespace
+
+double model_allreduce_seconds(Algo a, size_t bytes, int n, double alpha, double beta, double gamma) {
+  const double s = static_cast<double>(bytes);
+  switch (a) {
+    case Algo::kRecursiveDoubling: {
+      int rounds = log2_ceil(n) + ((n & (n - 1)) ? 1 : 0);  // folding costs about a round
+      return rounds * (alpha + s / beta + s / gamma);
+    }
+    case Algo::kRing:
+      return 2.0 * (n - 1) * alpha + 2.0 * (n - 1) / n * s / beta + (n - 1.0) / n * s / gamma;
+    case Algo::kTree:
+      return 2.0 * log2_ceil(n) * alpha + 2.0 * s / beta + s / gamma;
+    default:
+      return 1e30;
+  }
+}
+
+Result<Tuned> tune(const TuneInput& in) {
+  LinkModel m = in.any_tcp ? kTcp : kShm;
+  CHORUS_ASSIGN_OR_RETURN(double alpha_us, env_seconds("CHORUS_ALPHA_US", m.alpha * 1e6));
+  CHORUS_ASSIGN_OR_RETURN(double beta_gbps, env_seconds("CHORUS_BETA_GBPS", m.beta / 1e9));
+  if (beta_gbps <= 0) return make_error(Code::kInvalidArgument, "CHORUS_BETA_GBPS={} must be positive", beta_gbps);
+  const double alpha = alpha_us * 1e-6, beta = beta_gbps * 1e9;
+
+  Tuned t{Algo::kChain, 0, 1};
+  switch (in.kind) {
+    case OpKind::kAllReduce: {
+      t.algo = Algo::kRecursiveDoubling;
+      double best = 1e30;
+      for (Algo a : {Algo::kRecursiveDoubling, Algo::kRing, Algo::kTree}) {
+        double c = model_allreduce_seconds(a, in.bytes, in.nranks, alpha, beta, kGamma);
+        if (c < best) best = c, t.algo = a;
+      }
+      if (auto forced = env_get("CHORUS_ALGO")) {
+        if (*forced == "ring") t.algo = Algo::kRing;
+        else if (*forced == "tree") t.algo = Algo::kTree;
+        else if (*forced == "rd") t.algo = Algo::kRecursiveDoubling;
+        else if (*forced != "auto")
+          return make_error(Code::kInvalidArgument, "CHORUS_ALGO='{}': expected ring, tree, rd or auto", *forced);
+      }
+      break;
+    }
+    case OpKind::kAllGather:
+    case OpKind::kReduceScatter:
+      t.algo = Algo::kRing;
+      break;
+    default:
+      t.algo = Algo::kChain;
+  }
+  // Pieces: small enough that a buffer splits into a few per rank (the pipeline fills),
+  // never larger than a slot; multiples of 4 KiB.
+  size_t per = in.bytes / (2 * static_cast<size_t>(std::max(1, in.nranks)));
+  size_t piece = std::clamp<size_t>((per + 4095) & ~size_t{4095}, 8 << 10, in.slot_bytes);
+  if (t.algo == Algo::kRecursiveDoubling) piece = in.slot_bytes;
+  CHORUS_ASSIGN_OR_RETURN(int64_t forced_piece, env_int("CHORUS_CHUNK_BYTES", 0));
+  if (forced_piece < 0 || forced_piece > (int64_t{1} << 30))
+    return make_error(Code::kInvalidArgument, "CHORUS_CHUNK_BYTES={}: expected 1..1G", forced_piece);
+  if (forced_piece > 0) piece = static_cast<size_t>(forced_piece);
+  t.piece = static_cast<uint32_t>(piece);
+  CHORUS_ASSIGN_OR_RETURN(int64_t nch, env_int("CHORUS_NCHANNELS", 1));
+  if (nch != 1)
+    return make_error(Code::kInvalidArgument,
+                      "CHORUS_NCHANNELS={}: this build runs one channel per communicator on CPU (a channel "
+                      "needs a core of its own; the tcp link already stripes over CHORUS_NSOCKS sockets)", nch);
+
+  if (log_level() <= LogLevel::kInfo) {
+    static std::mutex mu;
+    static std::set<std::tuple<int, int, uint32_t>> printed;
+    std::lock_guard<std::mutex> lock(mu);
+    if (printed.insert({static_cast<int>(in.kind), static_cast<int>(t.algo), t.piece}).second)
+      log_info("tuner: {} of {} bytes on {} ranks ({}): algorithm {}, piece {} bytes, {} channel(s)",
+               op_name(in.kind), in.bytes, in.nranks, in.any_tcp ? "tcp" : "shm", algo_name(t.algo), t.piece,
+               t.nchannels);
+  }
+  return t;
+}
+
+}  // namespace chorus

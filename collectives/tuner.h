@@ -1,0 +1,37 @@
+// Tuner: picks the algorithm and piece size of each call from an alpha-beta cost model.
+//
+// Each link kind has a latency alpha (seconds per message) and a bandwidth beta (bytes per
+// second); reductions also cost gamma (bytes per second reduced). Defaults were measured with
+// bench/ on the project machine (see bench/RESULTS.md); CHORUS_ALPHA_US and CHORUS_BETA_GBPS
+// replace them. CHORUS_ALGO (ring|tree|rd), CHORUS_CHUNK_BYTES and CHORUS_NCHANNELS override
+// the choice. CHORUS_DEBUG=INFO prints each distinct choice once.
+// The inputs are the same on every rank (sizes, rank count, whether any pair uses tcp), so
+// every rank picks the same; the operation header double-checks it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "collectives/op.h"
+
+namespace chorus {
+
+struct TuneInput {
+  OpKind kind;
+  size_t bytes;      // the whole buffer (all-gather: the result)
+  int nranks;
+  bool any_tcp;      // some pair of ranks talks over tcp
+  size_t slot_bytes; // largest piece a link takes at once
+};
+
+struct Tuned {
+  Algo algo;
+  uint32_t piece;
+  int nchannels;
+};
+
+Result<Tuned> tune(const TuneInput& in);
+// Modelled seconds of an all-reduce algorithm (exposed for tests and bench/).
+double model_allreduce_seconds(Algo a, size_t bytes, int n, double alpha, double beta, double gamma);
+
+}  // namespace chorus

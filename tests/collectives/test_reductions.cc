@@ -1,0 +1,193 @@
+// All-reduce (ring, tree, recursive doubling), reduce, all-gather and reduce-scatter against a
+// serial reference: every type, every op, 1 to 5 ranks, both links, counts 0, 1, primes, not
+// divisible by the rank count, and large; in place and out of place.
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "chorus/chorus.hpp"
+#include "harness.h"
+#include "kernels/cpu/half.h"
+
+using chorus::test::run_ranks;
+using chorus::test::RunOptions;
+
+namespace {
+
+const chorusDataType_t kTypes[] = {chorusFloat32, chorusFloat64, chorusFloat16, chorusBfloat16,
+                                   chorusInt32, chorusInt64, chorusUint8};
+const chorusRedOp_t kOps[] = {chorusSum, chorusProd, chorusMax, chorusMin, chorusAvg};
+const char* kTypeNames[] = {"i8", "u8", "i32", "u32", "i64", "u64", "f16", "f32", "f64", "bf16"};
+
+size_t esize(chorusDataType_t t) {
+  static const size_t s[] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2};
+  return s[t];
+}
+
+// Small integers: exact in every type, sums and products stay exact (bf16 up to 256).
+int input_value(int rank, size_t i, chorusRedOp_t op) {
+  if (op == chorusProd) return 1 + static_cast<int>((rank + i) % 2);
+  return static_cast<int>(((rank + 1) * 3 + i * 7) % 5) + 1;
+}
+
+void store(chorusDataType_t t, void* buf, size_t i, double v) {
+  switch (t) {
+    case chorusFloat32: static_cast<float*>(buf)[i] = static_cast<float>(v); break;
+    case chorusFloat64: static_cast<double*>(buf)[i] = v; break;
+    case chorusFloat16: static_cast<uint16_t*>(buf)[i] = chorus::kernels::float_to_half(static_cast<float>(v)); break;
+    case chorusBfloat16: static_cast<uint16_t*>(buf)[i] = chorus::kernels::float_to_bf16(static_cast<float>(v)); break;
+    case chorusInt32: static_cast<int32_t*>(buf)[i] = static_cast<int32_t>(v); break;
+    case chorusInt64: static_cast<int64_t*>(buf)[i] = static_cast<int64_t>(v); break;
+    default: static_cast<uint8_t*>(buf)[i] = static_cast<uint8_t>(v); break;
+  }
+}
+
+// The exact reduction of small integers, then avg's division done as the kernels do it.
+double expected(chorusDataType_t t, chorusRedOp_t op, int n, size_t i) {
+  long acc = input_value(0, i, op);
+  for (int r = 1; r < n; ++r) {
+    long v = input_value(r, i, op);
+    if (op == chorusSum || op == chorusAvg) acc += v;
+    if (op == chorusProd) acc *= v;
+    if (op == chorusMax) acc = std::max(acc, v);
+    if (op == chorusMin) acc = std::min(acc, v);
+  }
+  if (op != chorusAvg) return static_cast<double>(acc);
+  switch (t) {
+    case chorusFloat32: return static_cast<float>(acc) / static_cast<float>(n);
+    case chorusFloat64: return static_cast<double>(acc) / n;
+    case chorusFloat16: return chorus::kernels::half_to_float(chorus::kernels::float_to_half(static_cast<float>(acc) / n));
+    case chorusBfloat16: return chorus::kernels::bf16_to_float(chorus::kernels::float_to_bf16(static_cast<float>(acc) / n));
+    default: return static_cast<double>(acc / n);
+  }
+}
+
+// Compares bit patterns: the expected value stored in the same type.
+bool same(chorusDataType_t t, const void* buf, size_t i, double v) {
+  char want[8];
+  store(t, want, 0, v);
+  return std::memcmp(static_cast<const char*>(buf) + i * esize(t), want, esize(t)) == 0;
+}
+
+#define FAIL_RANK(...)                 \
+  do {                                 \
+    std::fprintf(stderr, __VA_ARGS__); \
+    std::fprintf(stderr, "\n");        \
+    return 1;                          \
+  } while (0)
+
+int check_all_reduce(chorus::Communicator& comm, chorusDataType_t t, chorusRedOp_t op, size_t count, bool in_place) {
+  const int n = comm.size(), r = comm.rank();
+  std::vector<char> send(count * esize(t) + 8), recv(count * esize(t) + 8, 0x55);
+  for (size_t i = 0; i < count; ++i) store(t, send.data(), i, input_value(r, i, op));
+  char* out = in_place ? send.data() : recv.data();
+  comm.all_reduce(send.data(), out, count, t, op);
+  for (size_t i = 0; i < count; ++i)
+    if (!same(t, out, i, expected(t, op, n, i)))
+      FAIL_RANK("all_reduce %s op %d count %zu %s algo %s: element %zu wrong", kTypeNames[t], op, count,
+                in_place ? "in place" : "out of place", std::getenv("CHORUS_ALGO"), i);
+  if (!in_place && recv[count * esize(t)] != 0x55) FAIL_RANK("all_reduce wrote past the end");
+  return 0;
+}
+
+int check_reduce(chorus::Communicator& comm, chorusDataType_t t, chorusRedOp_t op, size_t count, int root) {
+  const int n = comm.size(), r = comm.rank();
+  std::vector<char> send(count * esize(t) + 1), recv(count * esize(t) + 1);
+  for (size_t i = 0; i < count; ++i) store(t, send.data(), i, input_value(r, i, op));
+  comm.reduce(send.data(), recv.data(), count, t, op, root);
+  if (r != root) return 0;
+  for (size_t i = 0; i < count; ++i)
+    if (!same(t, recv.data(), i, expected(t, op, n, i)))
+      FAIL_RANK("reduce %s op %d count %zu root %d: element %zu wrong", kTypeNames[t], op, count, root, i);
+  return 0;
+}
+
+int check_reduce_scatter(chorus::Communicator& comm, chorusDataType_t t, chorusRedOp_t op, size_t count, bool in_place) {
+  const int n = comm.size(), r = comm.rank();
+  std::vector<char> send(n * count * esize(t) + 1), recv(count * esize(t) + 1);
+  for (size_t i = 0; i < n * count; ++i) store(t, send.data(), i, input_value(r, i, op));
+  char* out = in_place ? send.data() + r * count * esize(t) : recv.data();
+  comm.reduce_scatter(send.data(), out, count, t, op);
+  for (size_t i = 0; i < count; ++i)
+    if (!same(t, out, i, expected(t, op, n, r * count + i)))
+      FAIL_RANK("reduce_scatter %s op %d count %zu: element %zu wrong", kTypeNames[t], op, count, i);
+  return 0;
+}
+
+int check_all_gather(chorus::Communicator& comm, chorusDataType_t t, size_t count, bool in_place) {
+  const int n = comm.size(), r = comm.rank();
+  std::vector<char> send(count * esize(t) + 1), recv(n * count * esize(t) + 1);
+  for (size_t i = 0; i < count; ++i) store(t, send.data(), i, input_value(r, i, chorusSum));
+  const char* src = send.data();
+  if (in_place) {
+    std::memcpy(recv.data() + r * count * esize(t), send.data(), count * esize(t));
+    src = recv.data() + r * count * esize(t);
+  }
+  comm.all_gather(src, recv.data(), count, t);
+  for (int q = 0; q < n; ++q)
+    for (size_t i = 0; i < count; ++i)
+      if (!same(t, recv.data() + q * count * esize(t), i, input_value(q, i, chorusSum)))
+        FAIL_RANK("all_gather %s count %zu: block %d element %zu wrong", kTypeNames[t], count, q, i);
+  return 0;
+}
+
+int run_matrix(int rank) {
+  (void)rank;
+  auto comm = chorus::Communicator::from_env();
+  const int n = comm.size();
+  const size_t counts[] = {0, 1, 2, 7, 13, 101, 4099};
+  for (const char* algo : {"ring", "tree", "rd"}) {
+    setenv("CHORUS_ALGO", algo, 1);
+    for (auto t : kTypes)
+      for (auto op : kOps)
+        for (size_t count : counts)
+          for (bool ip : {false, true})
+            if (int rc = check_all_reduce(comm, t, op, count, ip)) return rc;
+    // Large, with small pieces so every pipeline runs deep.
+    setenv("CHORUS_CHUNK_BYTES", "16K", 1);
+    if (int rc = check_all_reduce(comm, chorusFloat32, chorusSum, (size_t{1} << 20) + 3, false)) return rc;
+    if (int rc = check_all_reduce(comm, chorusBfloat16, chorusAvg, 300007, true)) return rc;
+    unsetenv("CHORUS_CHUNK_BYTES");
+  }
+  unsetenv("CHORUS_ALGO");
+  for (auto t : kTypes)
+    for (auto op : kOps)
+      for (size_t count : {size_t{0}, size_t{1}, size_t{13}, size_t{1001}}) {
+        for (int root = 0; root < n; ++root)
+          if (int rc = check_reduce(comm, t, op, count, root)) return rc;
+        for (bool ip : {false, true})
+          if (int rc = check_reduce_scatter(comm, t, op, count, ip)) return rc;
+      }
+  for (auto t : kTypes)
+    for (size_t count : {size_t{0}, size_t{1}, size_t{13}, size_t{1001}})
+      for (bool ip : {false, true})
+        if (int rc = check_all_gather(comm, t, count, ip)) return rc;
+  setenv("CHORUS_CHUNK_BYTES", "8K", 1);
+  if (int rc = check_reduce(comm, chorusFloat32, chorusSum, 500009, n - 1)) return rc;
+  if (int rc = check_reduce_scatter(comm, chorusInt32, chorusMax, 200003, false)) return rc;
+  if (int rc = check_all_gather(comm, chorusFloat64, 100003, true)) return rc;
+  comm.barrier();
+  return 0;
+}
+
+}  // namespace
+
+TEST_CASE("reductions and gathers match the serial reference", "[reduce][all_reduce][all_gather][reduce_scatter]") {
+  auto transport = GENERATE(std::string("shm"), std::string("tcp"));
+  for (int n = 1; n <= 5; ++n) {
+    DYNAMIC_SECTION(transport << " with " << n << " ranks") {
+      RunOptions o;
+      o.env["CHORUS_TRANSPORT"] = transport;
+      o.env["CHORUS_SHM_SLOT_BYTES"] = "64K";
+      o.limit_seconds = 240;
+      auto res = run_ranks(n, run_matrix, o);
+      for (int r = 0; r < n; ++r) {
+        INFO("rank " << r << " output:\n" << res[r].output);
+        REQUIRE(res[r].exit_code == 0);
+      }
+    }
+  }
+}
