@@ -75,13 +75,18 @@ void run_call(chorus::Communicator& comm, const Call& c) {
       return chorus::check(
           chorusReduceScatter(c.send, c.recv, c.count, c.dtype, c.op, h, nullptr));
     case Coll::kSendRecv: {  // a ring shift: send to the next rank, receive from the previous
+      // Even ranks send first, odd ranks receive first: no cycle of ranks all waiting to send,
+      // even though each communicator runs its operations one after another in call order.
       const int n = comm.size(), r = comm.rank();
-      chorus::check(chorusGroupStart());
-      chorusResult_t rc = chorusSend(c.send, c.count, c.dtype, (r + 1) % n, h, nullptr);
-      if (rc == chorusSuccess) rc = chorusRecv(c.recv, c.count, c.dtype, (r - 1 + n) % n, h, nullptr);
-      const chorusResult_t end = chorusGroupEnd();
-      chorus::check(rc);
-      return chorus::check(end);
+      const int next = (r + 1) % n, prev = (r - 1 + n) % n;
+      if (r % 2 == 0) {
+        comm.send(c.send, c.count, c.dtype, next);
+        comm.recv(c.recv, c.count, c.dtype, prev);
+      } else {
+        comm.recv(c.recv, c.count, c.dtype, prev);
+        comm.send(c.send, c.count, c.dtype, next);
+      }
+      return;
     }
   }
 }
@@ -211,6 +216,10 @@ int run(const Options& o) {
   const int rank = comm.rank(), nranks = comm.size();
   if (coll_has_root(o.coll) && (o.root < 0 || o.root >= nranks)) {
     if (rank == 0) std::fprintf(stderr, "chorus-perf: --root %d is not a rank of %d\n", o.root, nranks);
+    return 2;
+  }
+  if (o.coll == Coll::kSendRecv && nranks < 2) {
+    if (rank == 0) std::fprintf(stderr, "chorus-perf: send_recv needs at least 2 ranks\n");
     return 2;
   }
   const std::vector<std::string> lines = rank_lines(comm);

@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
-# bench/compare: chorus all-reduce side by side with OpenMPI and Gloo on this machine, in one run.
+# bench/compare.sh: chorus all-reduce side by side with OpenMPI and Gloo on this machine, in one run.
+# (Named compare.sh, not compare: a file called "compare" in bench/ would shadow C++20's <compare>
+# header for every C++ target built from bench/, since meson puts that folder on the include path.)
 # 2 ranks, float32 sum, 8 B .. 128 MiB. Peers (built from ../shared/peers/comm, as its run.sh
 # builds them): MPI_Allreduce over shared memory (OpenMPI's default path) and over TCP loopback,
 # Gloo ring / ring_chunked / halving-doubling over TCP loopback. chorus runs as chorus-perf under
 # chorus-run over shm and over tcp. Every program reports the median over timed ops of the
 # slowest rank's time per op, as a RESULT line in the peers' format (bench_common.h).
 #
-#   bench/compare                    # ~2-3 min: table per size, ratios, CSV and PNG in bench/out/
-#   bench/compare --repeats 3        # the whole comparison 3 times, interleaved; medians of passes
-#   bench/compare --contention       # beside one busy loop per core: 8 B latency, 1 MiB busbw
-#   bench/compare --summarize bench/out/compare-....txt   # tables again from a raw file
+#   bench/compare.sh                    # ~2-3 min: table per size, ratios, CSV and PNG in bench/out/
+#   bench/compare.sh --repeats 3        # the whole comparison 3 times, interleaved; medians of passes
+#   bench/compare.sh --contention       # beside one busy loop per core: 8 B latency, 1 MiB busbw
+#   bench/compare.sh --summarize bench/out/compare-....txt   # tables again from a raw file
 #
 # Options: --repeats N (default 1), --contention, --sizes LIST (bytes, comma-separated),
 # --budget S (seconds of timed ops per program and size, default 0.25), --build DIR (default
@@ -215,7 +217,7 @@ MODE=$([ "$CONTENTION" = 1 ] && echo contention || echo plain)
 SFX=$([ "$CONTENTION" = 1 ] && echo +hog || echo "")
 T0=$(date +%s)
 {
-  echo "# bench/compare started $(date -u +%Y-%m-%dT%H:%M:%SZ) host=$(hostname) cpus=$NCPU load=\"$(cut -d' ' -f1-3 /proc/loadavg)\""
+  echo "# bench/compare.sh started $(date -u +%Y-%m-%dT%H:%M:%SZ) host=$(hostname) cpus=$NCPU load=\"$(cut -d' ' -f1-3 /proc/loadavg)\""
   echo "# mode=$MODE repeats=$REPEATS sizes=$SIZES budget_s=$BUDGET ranks=$NRANKS chorus=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null)"
   echo "# cpu: $(lscpu | sed -n 's/^Model name: *//p'); kernel $(uname -r)"
   dpkg-query -W -f='# pkg ${Package} ${Version}\n' openmpi-bin libgloo-dev 2>/dev/null
@@ -291,7 +293,7 @@ done
 {
   summarize "$RAW" "$CSV"
   echo
-  echo "# total runtime of bench/compare: $(($(date +%s) - T0)) s; load now \"$(cut -d' ' -f1-3 /proc/loadavg)\""
+  echo "# total runtime of bench/compare.sh: $(($(date +%s) - T0)) s; load now \"$(cut -d' ' -f1-3 /proc/loadavg)\""
 } | tee -a "$RAW"
 echo "raw: $RAW"
 echo "csv: $CSV"
