@@ -31,8 +31,7 @@ namespace perf {
 namespace {
 
 double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 struct FreeDeleter {
@@ -72,8 +71,7 @@ void run_call(chorus::Communicator& comm, const Call& c) {
     case Coll::kAllGather:
       return chorus::check(chorusAllGather(c.send, c.recv, c.count, c.dtype, h, nullptr));
     case Coll::kReduceScatter:
-      return chorus::check(
-          chorusReduceScatter(c.send, c.recv, c.count, c.dtype, c.op, h, nullptr));
+      return chorus::check(chorusReduceScatter(c.send, c.recv, c.count, c.dtype, c.op, h, nullptr));
     case Coll::kSendRecv: {  // a ring shift: send to the next rank, receive from the previous
       // Even ranks send first, odd ranks receive first: no cycle of ranks all waiting to send,
       // even though each communicator runs its operations one after another in call order.
@@ -215,7 +213,8 @@ int run(const Options& o) {
   auto comm = chorus::Communicator::from_env();
   const int rank = comm.rank(), nranks = comm.size();
   if (coll_has_root(o.coll) && (o.root < 0 || o.root >= nranks)) {
-    if (rank == 0) std::fprintf(stderr, "chorus-perf: --root %d is not a rank of %d\n", o.root, nranks);
+    if (rank == 0)
+      std::fprintf(stderr, "chorus-perf: --root %d is not a rank of %d\n", o.root, nranks);
     return 2;
   }
   if (o.coll == Coll::kSendRecv && nranks < 2) {
@@ -235,7 +234,11 @@ int run(const Options& o) {
   for (const TypeInfo* type : o.types) {
     for (const OpInfo* op : coll_reduces(o.coll) ? o.ops : no_op) {
       for (size_t bytes : sizes) {
-        CheckSpec spec{o.coll, type, op ? op->op : chorusSum, rank, nranks,
+        CheckSpec spec{o.coll,
+                       type,
+                       op ? op->op : chorusSum,
+                       rank,
+                       nranks,
                        coll_has_root(o.coll) ? o.root : -1,
                        shape_for(o.coll, bytes, type->size, nranks)};
         Row row;

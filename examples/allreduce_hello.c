@@ -14,15 +14,15 @@
 #define COUNT 1000
 
 /* Prints what failed and returns 1 from main when a chorus call does not succeed. */
-#define CHECK(call)                                                                    \
-  do {                                                                                 \
-    chorusResult_t rc_ = (call);                                                       \
-    if (rc_ != chorusSuccess) {                                                        \
-      fprintf(stderr, "allreduce_hello: %s failed: %s: %s\n", #call,                   \
-              chorusGetErrorString(rc_), chorusGetLastError(comm));                    \
-      if (comm != NULL) chorusCommAbort(comm);                                         \
-      return 1;                                                                        \
-    }                                                                                  \
+#define CHECK(call)                                                                             \
+  do {                                                                                          \
+    chorusResult_t rc_ = (call);                                                                \
+    if (rc_ != chorusSuccess) {                                                                 \
+      fprintf(stderr, "allreduce_hello: %s failed: %s: %s\n", #call, chorusGetErrorString(rc_), \
+              chorusGetLastError(comm));                                                        \
+      if (comm != NULL) chorusCommAbort(comm);                                                  \
+      return 1;                                                                                 \
+    }                                                                                           \
   } while (0)
 
 int main(void) {

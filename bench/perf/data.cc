@@ -23,13 +23,17 @@ Coll coll_from_name(const std::string& name) {
   return static_cast<Coll>(it - names.begin());
 }
 
-const char* coll_name(Coll c) { return coll_names()[static_cast<size_t>(c)].c_str(); }
+const char* coll_name(Coll c) {
+  return coll_names()[static_cast<size_t>(c)].c_str();
+}
 
 bool coll_reduces(Coll c) {
   return c == Coll::kAllReduce || c == Coll::kReduce || c == Coll::kReduceScatter;
 }
 
-bool coll_has_root(Coll c) { return c == Coll::kBroadcast || c == Coll::kReduce; }
+bool coll_has_root(Coll c) {
+  return c == Coll::kBroadcast || c == Coll::kReduce;
+}
 
 double bus_factor(Coll c, int nranks) {
   const double n = nranks;
@@ -46,15 +50,15 @@ double bus_factor(Coll c, int nranks) {
 
 const std::vector<TypeInfo>& all_types() {
   static const std::vector<TypeInfo> types = {
-      {chorusFloat32, "float", 4}, {chorusFloat64, "double", 8}, {chorusFloat16, "half", 2},
-      {chorusBfloat16, "bfloat16", 2}, {chorusInt32, "int32", 4}, {chorusInt64, "int64", 8},
+      {chorusFloat32, "float", 4},     {chorusFloat64, "double", 8}, {chorusFloat16, "half", 2},
+      {chorusBfloat16, "bfloat16", 2}, {chorusInt32, "int32", 4},    {chorusInt64, "int64", 8},
       {chorusUint8, "uint8", 1}};
   return types;
 }
 
 const TypeInfo* type_from_name(const std::string& name) {
   static const std::pair<const char*, const char*> aliases[] = {
-      {"f32", "float"}, {"float32", "float"}, {"f64", "double"},  {"float64", "double"},
+      {"f32", "float"}, {"float32", "float"}, {"f64", "double"},    {"float64", "double"},
       {"f16", "half"},  {"float16", "half"},  {"bf16", "bfloat16"}, {"i32", "int32"},
       {"i64", "int64"}, {"u8", "uint8"}};
   std::string canonical = name;
@@ -68,9 +72,11 @@ const TypeInfo* type_from_name(const std::string& name) {
 }
 
 const std::vector<OpInfo>& all_ops() {
-  static const std::vector<OpInfo> ops = {
-      {chorusSum, "sum"}, {chorusProd, "prod"}, {chorusMin, "min"}, {chorusMax, "max"},
-      {chorusAvg, "avg"}};
+  static const std::vector<OpInfo> ops = {{chorusSum, "sum"},
+                                          {chorusProd, "prod"},
+                                          {chorusMin, "min"},
+                                          {chorusMax, "max"},
+                                          {chorusAvg, "avg"}};
   return ops;
 }
 
@@ -187,14 +193,22 @@ struct Bf16 {
 template <class F>
 void with_codec(chorusDataType_t d, F&& f) {
   switch (d) {
-    case chorusFloat32: return f(Plain<float>{});
-    case chorusFloat64: return f(Plain<double>{});
-    case chorusFloat16: return f(Half{});
-    case chorusBfloat16: return f(Bf16{});
-    case chorusInt32: return f(Plain<int32_t>{});
-    case chorusInt64: return f(Plain<int64_t>{});
-    case chorusUint8: return f(Plain<uint8_t>{});
-    default: throw std::invalid_argument("chorus-perf: unsupported data type");
+    case chorusFloat32:
+      return f(Plain<float>{});
+    case chorusFloat64:
+      return f(Plain<double>{});
+    case chorusFloat16:
+      return f(Half{});
+    case chorusBfloat16:
+      return f(Bf16{});
+    case chorusInt32:
+      return f(Plain<int32_t>{});
+    case chorusInt64:
+      return f(Plain<int64_t>{});
+    case chorusUint8:
+      return f(Plain<uint8_t>{});
+    default:
+      throw std::invalid_argument("chorus-perf: unsupported data type");
   }
 }
 
@@ -205,10 +219,14 @@ bool is_float(chorusDataType_t d) {
 // Relative tolerance for avg on floating types (the division by n may round either way).
 double avg_tolerance(chorusDataType_t d) {
   switch (d) {
-    case chorusFloat64: return 4 * 2.3e-16;
-    case chorusFloat32: return 4 * 1.2e-7;
-    case chorusFloat16: return 4 * 9.8e-4;
-    default: return 4 * 7.9e-3;  // bf16
+    case chorusFloat64:
+      return 4 * 2.3e-16;
+    case chorusFloat32:
+      return 4 * 1.2e-7;
+    case chorusFloat16:
+      return 4 * 9.8e-4;
+    default:
+      return 4 * 7.9e-3;  // bf16
   }
 }
 
@@ -219,10 +237,17 @@ double reference(const CheckSpec& s, size_t index) {
   for (int r = 1; r < s.nranks; ++r) {
     const int64_t v = pattern(s, r, index);
     switch (s.op) {
-      case chorusProd: acc *= v; break;
-      case chorusMin: acc = std::min(acc, v); break;
-      case chorusMax: acc = std::max(acc, v); break;
-      default: acc += v;  // sum, avg
+      case chorusProd:
+        acc *= v;
+        break;
+      case chorusMin:
+        acc = std::min(acc, v);
+        break;
+      case chorusMax:
+        acc = std::max(acc, v);
+        break;
+      default:
+        acc += v;  // sum, avg
     }
   }
   const chorusDataType_t d = s.type->dtype;
@@ -231,9 +256,12 @@ double reference(const CheckSpec& s, size_t index) {
     acc /= s.nranks;
   }
   switch (d) {
-    case chorusUint8: return static_cast<uint8_t>(acc);
-    case chorusInt32: return static_cast<int32_t>(acc);
-    default: return static_cast<double>(acc);
+    case chorusUint8:
+      return static_cast<uint8_t>(acc);
+    case chorusInt32:
+      return static_cast<int32_t>(acc);
+    default:
+      return static_cast<double>(acc);
   }
 }
 
@@ -277,7 +305,9 @@ void fill_pattern(const CheckSpec& s, void* buf, size_t first, size_t count) {
   });
 }
 
-void fill_sentinel(void* buf, size_t bytes) { std::memset(buf, 0xF7, bytes); }
+void fill_sentinel(void* buf, size_t bytes) {
+  std::memset(buf, 0xF7, bytes);
+}
 
 size_t count_wrong(const CheckSpec& s, const void* out) {
   const size_t n = s.shape.recv_count;
@@ -294,13 +324,20 @@ size_t count_wrong(const CheckSpec& s, const void* out) {
       double want;
       switch (s.coll) {
         case Coll::kAllReduce:
-        case Coll::kReduce: want = reference(s, i); break;
-        case Coll::kReduceScatter: want = reference(s, s.rank * per + i); break;
-        case Coll::kBroadcast: want = static_cast<double>(pattern(s, s.root, i)); break;
+        case Coll::kReduce:
+          want = reference(s, i);
+          break;
+        case Coll::kReduceScatter:
+          want = reference(s, s.rank * per + i);
+          break;
+        case Coll::kBroadcast:
+          want = static_cast<double>(pattern(s, s.root, i));
+          break;
         case Coll::kAllGather:
           want = static_cast<double>(pattern(s, static_cast<int>(i / per), i % per));
           break;
-        default: want = static_cast<double>(pattern(s, prev, i));  // send_recv
+        default:
+          want = static_cast<double>(pattern(s, prev, i));  // send_recv
       }
       const double got = C::dec(p[i]);
       if (tolerant) {

@@ -13,7 +13,8 @@ std::optional<size_t> parse_size(const std::string& text) {
   if (pos == 0 || pos > 19) return std::nullopt;
   size_t value = std::stoull(text.substr(0, pos));
   std::string unit = text.substr(pos);
-  if (!unit.empty() && (unit.back() == 'B' || unit.back() == 'b') && unit.size() <= 2) unit.pop_back();
+  if (!unit.empty() && (unit.back() == 'B' || unit.back() == 'b') && unit.size() <= 2)
+    unit.pop_back();
   int shift = 0;
   if (unit == "K" || unit == "k") {
     shift = 10;
@@ -32,8 +33,8 @@ std::vector<size_t> sweep_sizes(const Options& o) {
   std::vector<size_t> sizes;
   for (size_t s = o.min_bytes; s <= o.max_bytes;) {
     sizes.push_back(s);
-    size_t next = o.factor > 1 ? static_cast<size_t>(static_cast<double>(s) * o.factor)
-                               : s + o.step_bytes;
+    size_t next =
+        o.factor > 1 ? static_cast<size_t>(static_cast<double>(s) * o.factor) : s + o.step_bytes;
     if (next <= s) next = s + 1;  // -b 0 with a factor still moves on
     s = next;
   }
@@ -79,7 +80,8 @@ std::optional<int> parse_options(int argc, char** argv, Options& o) {
       ->check(CLI::IsMember({"shm", "tcp", "auto"}))
       ->capture_default_str();
   app.add_option("-r,--root", o.root, "root rank of broadcast and reduce")->capture_default_str();
-  app.add_flag("--csv", o.csv, "print CSV (a header row, then one row per size) instead of the table");
+  app.add_flag("--csv", o.csv,
+               "print CSV (a header row, then one row per size) instead of the table");
   app.add_option("--json", o.json_path, "also write every result to this JSON file (rank 0)");
   app.add_option("--time-budget", o.time_budget_s,
                  "seconds of timed ops per size and variant: fewer iterations than -n (at least 5) "

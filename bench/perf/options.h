@@ -14,7 +14,7 @@ namespace perf {
 struct Options {
   size_t min_bytes = 32u << 20;
   size_t max_bytes = 32u << 20;
-  double factor = 2;   // > 1: multiply; otherwise add step_bytes
+  double factor = 2;  // > 1: multiply; otherwise add step_bytes
   size_t step_bytes = 1u << 20;
   std::vector<const OpInfo*> ops;
   std::vector<const TypeInfo*> types;

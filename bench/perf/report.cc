@@ -19,7 +19,9 @@ std::string time_str(double us) {
   return fmt::format("{:7.2f}", us);
 }
 
-std::string wrong_str(long long wrong) { return wrong < 0 ? "N/A" : std::to_string(wrong); }
+std::string wrong_str(long long wrong) {
+  return wrong < 0 ? "N/A" : std::to_string(wrong);
+}
 
 std::string env_or(const char* name, const char* dflt) {
   const char* v = std::getenv(name);
@@ -27,11 +29,9 @@ std::string env_or(const char* name, const char* dflt) {
 }
 
 nlohmann::json measure_json(const Measure& m) {
-  nlohmann::json j = {{"time_us", m.avg_us},      {"median_us", m.median_us},
-                      {"p10_us", m.p10_us},       {"p90_us", m.p90_us},
-                      {"min_us", m.min_us},       {"max_us", m.max_us},
-                      {"iters", m.iters},         {"algbw_GBps", m.algbw},
-                      {"busbw_GBps", m.busbw}};
+  nlohmann::json j = {{"time_us", m.avg_us}, {"median_us", m.median_us}, {"p10_us", m.p10_us},
+                      {"p90_us", m.p90_us},  {"min_us", m.min_us},       {"max_us", m.max_us},
+                      {"iters", m.iters},    {"algbw_GBps", m.algbw},    {"busbw_GBps", m.busbw}};
   j["wrong"] = m.wrong < 0 ? nlohmann::json(nullptr) : nlohmann::json(m.wrong);
   return j;
 }
@@ -47,18 +47,21 @@ void Reporter::header(const std::vector<std::string>& rank_lines) {
     std::fflush(stdout);
     return;
   }
-  std::printf("# chorus-perf %s: nranks %d minBytes %zu maxBytes %zu step: %g(%s) warmup iters: %d "
-              "iters: %d validation: %d\n",
-              coll_name(opt_.coll), nranks_, opt_.min_bytes, opt_.max_bytes,
-              opt_.factor > 1 ? opt_.factor : static_cast<double>(opt_.step_bytes),
-              opt_.factor > 1 ? "factor" : "bytes", opt_.warmup, opt_.iters, opt_.check ? 1 : 0);
+  std::printf(
+      "# chorus-perf %s: nranks %d minBytes %zu maxBytes %zu step: %g(%s) warmup iters: %d "
+      "iters: %d validation: %d\n",
+      coll_name(opt_.coll), nranks_, opt_.min_bytes, opt_.max_bytes,
+      opt_.factor > 1 ? opt_.factor : static_cast<double>(opt_.step_bytes),
+      opt_.factor > 1 ? "factor" : "bytes", opt_.warmup, opt_.iters, opt_.check ? 1 : 0);
   std::printf("# CHORUS_TRANSPORT=%s CHORUS_ALGO=%s\n", env_or("CHORUS_TRANSPORT", "auto").c_str(),
               env_or("CHORUS_ALGO", "auto").c_str());
   std::printf("#\n# Using ranks\n");
   for (const auto& line : rank_lines) std::printf("#  %s\n", line.c_str());
   std::printf("#\n");
-  std::printf("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          \n",
-              "", "", "", "", "");
+  std::printf(
+      "# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          "
+      "\n",
+      "", "", "", "", "");
   std::printf("# %10s  %12s  %8s  %6s  %6s", "size", "count", "type", "redop", "root");
   std::printf("  %7s  %6s  %6s  %6s", "time", "algbw", "busbw", "#wrong");
   std::printf("  %7s  %6s  %6s  %6s\n", "time", "algbw", "busbw", "#wrong");
