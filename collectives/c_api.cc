@@ -7,6 +7,7 @@
 
 #include "chorus/chorus.h"
 #include "collectives/comm.h"
+#include "collectives/group.h"
 #include "collectives/job.h"
 #include "collectives/tuner.h"
 #include "common/env.h"
@@ -26,6 +27,13 @@ namespace {
 constexpr uint64_t kCommMagic = 0x636f6d6d2d6f6b21ull;
 constexpr uint64_t kRequestMagic = 0x7265712d6f6b2121ull;
 thread_local std::string t_last_error;
+// chorusGroupStart/End nesting and the calls gathered meanwhile (per thread, as in NCCL).
+thread_local int t_group_depth = 0;
+struct PendingGroupItem {
+  chorusComm_t comm;
+  chorus::GroupItem item;
+};
+thread_local std::vector<PendingGroupItem> t_group;
 }  // namespace
 
 // Handles stay allocated after destroy (a few bytes each), so that a late call on a destroyed
@@ -79,6 +87,8 @@ chorus::Result<size_t> byte_count(size_t count, chorusDataType_t dt, const char*
 chorusResult_t submit(chorusComm_t h, const char* call, OpDesc d, chorus::OpFn fn, chorusRequest_t* out) {
   auto c = live(h, call);
   if (!c.is_ok()) return report(c.status());
+  if (t_group_depth > 0)
+    return fail(Code::kInvalidUsage, "{} on rank {}: only chorusSend and chorusRecv may be grouped", call, (*c)->rank());
   if (out == nullptr) {
     Status s;
     if ((*c)->try_run_inline(d, fn, &s)) return report(s);
@@ -234,6 +244,11 @@ static chorusResult_t do_Isend(const void* buf, size_t count, chorusDataType_t d
   if (!buf && count > 0) return fail(Code::kInvalidArgument, "chorusIsend on rank {}: sendbuff is NULL with count {}", (*c)->rank(), count);
   OpDesc d{OpKind::kSend, (*c)->next_p2p_seq(peer, true), count, dt, -1, -1, peer, tag};
   size_t n = *bytes;
+  if (t_group_depth > 0) {
+    if (req) return fail(Code::kInvalidUsage, "chorusIsend on rank {}: inside a group use chorusSend", (*c)->rank());
+    t_group.push_back({h, {d, buf, nullptr, n}});
+    return chorusSuccess;
+  }
   return submit(h, "chorusIsend", d, [buf, n](OpCtx& ctx) { return chorus::run_send(ctx, buf, n); }, req);
 }
 
@@ -247,6 +262,11 @@ static chorusResult_t do_Irecv(void* buf, size_t count, chorusDataType_t dt, int
   if (!buf && count > 0) return fail(Code::kInvalidArgument, "chorusIrecv on rank {}: recvbuff is NULL with count {}", (*c)->rank(), count);
   OpDesc d{OpKind::kRecv, (*c)->next_p2p_seq(peer, false), count, dt, -1, -1, peer, tag};
   size_t n = *bytes;
+  if (t_group_depth > 0) {
+    if (req) return fail(Code::kInvalidUsage, "chorusIrecv on rank {}: inside a group use chorusRecv", (*c)->rank());
+    t_group.push_back({h, {d, nullptr, buf, n}});
+    return chorusSuccess;
+  }
   return submit(h, "chorusIrecv", d, [buf, n](OpCtx& ctx) { return chorus::run_recv(ctx, buf, n); }, req);
 }
 
@@ -478,4 +498,43 @@ CHORUS_API chorusResult_t chorusIreduceScatter(const void* send, void* recv, siz
                                                chorusRedOp_t op, chorusComm_t h, chorusRequest_t* req) {
   CHORUS_NEED_REQ("chorusIreduceScatter");
   return do_IreduceScatter(send, recv, count, dt, op, h, req);
+}
+
+CHORUS_API chorusResult_t chorusGroupStart(void) {
+  ++t_group_depth;
+  return chorusSuccess;
+}
+
+// Runs the gathered calls: one fused operation per communicator, then waits for all of them.
+CHORUS_API chorusResult_t chorusGroupEnd(void) {
+  if (t_group_depth == 0) return fail(Code::kInvalidUsage, "chorusGroupEnd without chorusGroupStart");
+  if (--t_group_depth > 0) return chorusSuccess;
+  std::vector<PendingGroupItem> items;
+  items.swap(t_group);
+  std::vector<std::shared_ptr<chorus::Work>> works;
+  chorusResult_t first = chorusSuccess;
+  while (!items.empty()) {
+    chorusComm_t h = items.front().comm;
+    std::vector<chorus::GroupItem> mine;
+    std::vector<PendingGroupItem> rest;
+    for (auto& p : items) (p.comm == h ? mine.push_back(p.item) : rest.push_back(p));
+    items.swap(rest);
+    auto c = live(h, "chorusGroupEnd");
+    if (!c.is_ok()) {
+      if (first == chorusSuccess) first = report(c.status());
+      continue;
+    }
+    uint64_t uid = (*c)->uid();
+    auto w = (*c)->submit(mine.front().desc, [mine, uid](OpCtx& ctx) { return chorus::run_group(ctx, mine, uid); });
+    if (!w.is_ok()) {
+      if (first == chorusSuccess) first = report(w.status());
+      continue;
+    }
+    works.push_back(w.value());
+  }
+  for (auto& w : works) {
+    w->wait(-1);
+    if (first == chorusSuccess && !w->status().is_ok()) first = report(w->status());
+  }
+  return first;
 }

@@ -33,8 +33,17 @@ Job::~Job() {
 }
 
 void Job::add(const std::shared_ptr<Comm>& c) {
-  std::lock_guard<std::mutex> lock(mu_);
-  comms_.push_back(c);
+  std::string early;
+  std::map<int, std::string> dead;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    comms_.push_back(c);
+    auto it = early_errors_.find(c->uid());
+    if (it != early_errors_.end()) early = it->second;
+    dead = dead_;
+  }
+  if (!early.empty()) c->on_remote_error(early);
+  for (auto& [rank, text] : dead) c->on_peer_dead(rank, text);
 }
 
 void Job::remove(const Comm* c) {
@@ -51,14 +60,19 @@ std::vector<std::shared_ptr<Comm>> Job::live_comms() {
 }
 
 void Job::on_event(const transport::WatchEvent& e) {
+  const int dead_rank = e.rank < 0 ? 0 : e.rank;  // -1: the store's host went away (rank 0)
+  bool delivered = false;
   for (auto& c : live_comms()) {
     if (e.type == transport::WatchType::kDead) {
-      // -1: the store's host went away; with launcher variables that is rank 0.
-      c->on_peer_dead(e.rank < 0 ? 0 : e.rank, e.text);
+      c->on_peer_dead(dead_rank, e.text);
     } else if (e.type == transport::WatchType::kError && e.comm_uid == c->uid()) {
       c->on_remote_error(e.text);
+      delivered = true;
     }
   }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (e.type == transport::WatchType::kDead) dead_[dead_rank] = e.text;
+  if (e.type == transport::WatchType::kError && !delivered) early_errors_.emplace(e.comm_uid, e.text);
 }
 
 std::string Job::answer(uint64_t comm_uid) {

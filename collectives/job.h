@@ -3,7 +3,9 @@
 // brings health news (a rank died, a rank failed, "what are you doing?") to every communicator.
 #pragma once
 
+#include <map>
 #include <memory>
+#include <string>
 #include <mutex>
 #include <vector>
 
@@ -43,6 +45,10 @@ class Job : public std::enable_shared_from_this<Job> {
   std::unique_ptr<transport::WatchClient> watch_;
   std::mutex mu_;
   std::vector<std::weak_ptr<Comm>> comms_;
+  // News that came before its communicator was registered (a fast peer failed while this rank
+  // was still connecting): applied when that communicator is added.
+  std::map<uint64_t, std::string> early_errors_;
+  std::map<int, std::string> dead_;
 };
 
 }  // namespace chorus

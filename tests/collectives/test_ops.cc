@@ -143,3 +143,31 @@ TEST_CASE("work can be tested and waited on with a timeout", "[work]") {
   });
   require_all_ok(res);
 }
+
+TEST_CASE("grouped send/recv exchange big messages around a ring without deadlock", "[group]") {
+  auto transport = GENERATE(std::string("shm"), std::string("tcp"));
+  auto res = run_ranks(3, [](int rank) {
+    auto comm = chorus::Communicator::from_env();
+    const int n = comm.size(), right = (rank + 1) % n, left = (rank + n - 1) % n;
+    const size_t count = (8u << 20) / 4;
+    std::vector<int32_t> out(count), in(count), out2(7, rank), in2(7, -1);
+    for (size_t i = 0; i < count; ++i) out[i] = static_cast<int32_t>(rank * 1000003 + i);
+    chorus::check(chorusGroupStart());
+    chorus::check(chorusSend(out.data(), count, chorusInt32, right, comm.handle(), nullptr));
+    chorus::check(chorusSend(out2.data(), 7, chorusInt32, right, comm.handle(), nullptr));  // same pair, second message
+    chorus::check(chorusRecv(in.data(), count, chorusInt32, left, comm.handle(), nullptr));
+    chorus::check(chorusRecv(in2.data(), 7, chorusInt32, left, comm.handle(), nullptr));
+    chorus::check(chorusGroupEnd());
+    for (size_t i = 0; i < count; ++i)
+      CHECK_OR_FAIL(in[i] == static_cast<int32_t>(left * 1000003 + i), "element %zu wrong", i);
+    for (int i = 0; i < 7; ++i) CHECK_OR_FAIL(in2[i] == left, "second message wrong");
+    // A collective inside a group is refused clearly.
+    chorus::check(chorusGroupStart());
+    chorusResult_t rc = chorusBarrier(comm.handle(), nullptr);
+    chorus::check(chorusGroupEnd());
+    CHECK_OR_FAIL(rc == chorusInvalidUsage, "barrier in a group returned %d", rc);
+    comm.barrier();
+    return 0;
+  }, with_transport(transport));
+  require_all_ok(res);
+}
