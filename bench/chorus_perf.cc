@@ -73,18 +73,16 @@ void run_call(chorus::Communicator& comm, const Call& c) {
     case Coll::kReduceScatter:
       return chorus::check(chorusReduceScatter(c.send, c.recv, c.count, c.dtype, c.op, h, nullptr));
     case Coll::kSendRecv: {  // a ring shift: send to the next rank, receive from the previous
-      // Even ranks send first, odd ranks receive first: no cycle of ranks all waiting to send,
-      // even though each communicator runs its operations one after another in call order.
+      // Grouped, as nccl-tests does: both are posted together, so the ring cannot deadlock.
       const int n = comm.size(), r = comm.rank();
-      const int next = (r + 1) % n, prev = (r - 1 + n) % n;
-      if (r % 2 == 0) {
-        comm.send(c.send, c.count, c.dtype, next);
-        comm.recv(c.recv, c.count, c.dtype, prev);
-      } else {
-        comm.recv(c.recv, c.count, c.dtype, prev);
-        comm.send(c.send, c.count, c.dtype, next);
+      chorus::check(chorusGroupStart());
+      chorusResult_t rc = chorusSend(c.send, c.count, c.dtype, (r + 1) % n, h, nullptr);
+      if (rc == chorusSuccess) {
+        rc = chorusRecv(c.recv, c.count, c.dtype, (r - 1 + n) % n, h, nullptr);
       }
-      return;
+      const chorusResult_t end = chorusGroupEnd();  // always close the group
+      chorus::check(rc);
+      return chorus::check(end);
     }
   }
 }

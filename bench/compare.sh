@@ -8,12 +8,12 @@
 # chorus-run over shm and over tcp. Every program reports the median over timed ops of the
 # slowest rank's time per op, as a RESULT line in the peers' format (bench_common.h).
 #
-#   bench/compare.sh                    # ~2-3 min: table per size, ratios, CSV and PNG in bench/out/
-#   bench/compare.sh --repeats 3        # the whole comparison 3 times, interleaved; medians of passes
+#   bench/compare.sh                    # ~3 min: table per size, ratios, CSV and PNG in bench/out/
+#   bench/compare.sh --repeats 1        # one pass instead of 3 (passes interleave; medians of passes)
 #   bench/compare.sh --contention       # beside one busy loop per core: 8 B latency, 1 MiB busbw
 #   bench/compare.sh --summarize bench/out/compare-....txt   # tables again from a raw file
 #
-# Options: --repeats N (default 1), --contention, --sizes LIST (bytes, comma-separated),
+# Options: --repeats N (default 3), --contention, --sizes LIST (bytes, comma-separated),
 # --budget S (seconds of timed ops per program and size, default 0.25), --build DIR (default
 # <repo>/build), --out DIR (default <repo>/bench/out), --peers DIR (the peers' sources),
 # --summarize FILE. Needs a built tree (meson setup build && ninja -C build). Installs missing
@@ -25,7 +25,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=$ROOT/build
 OUT=$ROOT/bench/out
 PEERS=${PEERS_DIR:-}
-REPEATS=1
+REPEATS=3
 CONTENTION=0
 SIZES=""
 BUDGET=0.25
@@ -140,6 +140,7 @@ set logscale xy
 set xlabel "size (bytes)"
 set ylabel "busbw (GB/s)"
 set format x "%.0s%cB"
+set format y "%g"
 set grid
 set key outside right
 plot for [i=0:$((blocks - 1))] "$data" index i using 1:2 with linespoints title columnheader(1)

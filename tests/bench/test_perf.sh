@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # chorus-perf checks every collective on 3 ranks over shm and over tcp: exit 0, a CSV with the
 # expected columns and rows, and 0 wrong elements on every row (in place too; send_recv in
-# place is timed only and reports N/A). Then once under mpirun, when it is installed.
+# place is timed only and reports N/A); all-reduce with each forced --algo; every type and op;
+# then once under mpirun, when it is installed.
 # usage: test_perf.sh CHORUS_RUN CHORUS_PERF
 set -u
 chorus_run=$1 perf=$2
@@ -48,6 +49,14 @@ for transport in shm tcp; do
   done
 done
 rm -f /tmp/chorus-perf-test.$$.err
+
+# Every forced all-reduce algorithm (CHORUS_ALGO through --algo), 3 ranks.
+for algo in ring tree rd; do
+  csv=$(timeout 30 "$chorus_run" --no-prefix -n 3 "$perf" "${sizes[@]}" -c 1 --csv -n 5 -w 1 --algo "$algo") ||
+    { echo "$csv"; fail "all_reduce --algo $algo: chorus-perf failed"; }
+  check_csv "all_reduce/algo=$algo" "$csv"
+done
+echo "ok: --algo ring, tree, rd"
 
 # One sweep of every type and op, 2 ranks, small sizes: the reference for each (type, op).
 csv=$(timeout 30 "$chorus_run" --no-prefix -n 2 "$perf" -b 4K -e 4K -c 1 --csv -n 2 -w 0 -d all -o all) ||
