@@ -64,6 +64,29 @@ csv=$(timeout 30 "$chorus_run" --no-prefix -n 2 "$perf" -b 4K -e 4K -c 1 --csv -
 expected_rows=35 check_csv "all_reduce/all types and ops" "$csv"
 echo "ok: 7 types x 5 ops"
 
+# --json: a file rank 0 writes, with one result per size and the quantiles.
+json=$(mktemp /tmp/chorus-perf-test.XXXXXX.json)
+timeout 30 "$chorus_run" --no-prefix -n 2 "$perf" "${sizes[@]}" -n 5 -w 1 --json "$json" >/dev/null ||
+  { rm -f "$json"; fail "chorus-perf --json failed"; }
+if command -v python3 >/dev/null; then
+  python3 - "$json" "$expected_rows" <<'PY' || { rm -f "$json"; fail "bad JSON from chorus-perf --json"; }
+import json, sys
+j = json.load(open(sys.argv[1]))
+rows = j["results"]
+assert j["coll"] == "all_reduce" and j["nranks"] == 2 and j["wrong"] == 0, j
+assert len(rows) == int(sys.argv[2]), len(rows)
+for r in rows:
+    for v in ("out_of_place", "in_place"):
+        m = r[v]
+        assert m["wrong"] == 0 and m["iters"] == 5, m
+        assert 0 < m["min_us"] <= m["median_us"] <= m["max_us"], m
+PY
+  echo "ok: --json"
+else
+  grep -q '"busbw_GBps"' "$json" || { rm -f "$json"; fail "no busbw_GBps in the --json file"; }
+fi
+rm -f "$json"
+
 if command -v mpirun >/dev/null; then
   mpi=(mpirun --bind-to none --oversubscribe -n 2)
   [ "$(id -u)" = 0 ] && mpi+=(--allow-run-as-root)
