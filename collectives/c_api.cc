@@ -281,11 +281,9 @@ static chorusResult_t do_Ibroadcast(const void* send, void* recv, size_t count, 
   if (!bytes.is_ok()) return report(bytes.status());
   if (count > 0 && (!recv || (rank == root && !send)))
     return fail(Code::kInvalidArgument, "chorusBroadcast on rank {}: {} is NULL with count {}", rank, recv ? "sendbuff" : "recvbuff", count);
-  auto chunk = chorus::env_int("CHORUS_CHUNK_BYTES", 256 << 10);
-  if (!chunk.is_ok()) return report(chunk.status());
-  if (*chunk < 1) return fail(Code::kInvalidArgument, "CHORUS_CHUNK_BYTES={} must be positive", *chunk);
-  OpDesc d{OpKind::kBroadcast, (*c)->next_collective_seq(), count, dt, root, -1, -1, 0};
-  size_t n = *bytes, cb = static_cast<size_t>(*chunk);
+  auto t = (*c)->tune(OpKind::kBroadcast, *bytes);
+  OpDesc d{OpKind::kBroadcast, (*c)->next_collective_seq(), count, dt, root, -1, -1, 0, t.algo, t.piece};
+  size_t n = *bytes, cb = t.piece;
   return submit(h, "chorusBroadcast", d,
                 [send, recv, n, cb](OpCtx& ctx) { return chorus::run_broadcast(ctx, send, recv, n, cb); }, req);
 }
@@ -382,9 +380,7 @@ chorus::Result<std::shared_ptr<Comm>> check_reduction(chorusComm_t h, const char
   return c;
 }
 
-chorus::Result<chorus::Tuned> tune_for(Comm& c, OpKind kind, size_t bytes) {
-  return chorus::tune({kind, bytes, c.size(), c.any_tcp(), c.slot_bytes()});
-}
+chorus::Result<chorus::Tuned> tune_for(Comm& c, OpKind kind, size_t bytes) { return c.tune(kind, bytes); }
 
 }  // namespace
 

@@ -57,8 +57,10 @@ Result<std::shared_ptr<Comm>> Comm::create(std::shared_ptr<Job> job, std::string
   CHORUS_ASSIGN_OR_RETURN(int64_t spin, env_int("CHORUS_SPIN_US", 50));
   c->spin_us_ = static_cast<int>(spin);
   c->send_seq_.assign(c->size(), 0);
+  c->header_scratch_.resize(c->size());
   c->recv_seq_.assign(c->size(), 0);
   CHORUS_ASSIGN_OR_RETURN(auto opt, transport::LinkOptions::from_env());
+  CHORUS_ASSIGN_OR_RETURN(c->tuner_, TunerConfig::from_env());
   CHORUS_ASSIGN_OR_RETURN(c->links_, transport::connect_links(job->store(), c->prefix_, uid, job->secret(), rank,
                                                               c->size(), opt, deadline));
   for (auto& p : c->links_.peers) c->any_tcp_ |= p.host != c->links_.peers[0].host;

@@ -19,7 +19,9 @@
 #include <vector>
 
 #include "collectives/op.h"
+#include "collectives/tuner.h"
 #include "common/clock.h"
+#include "common/function_ref.h"
 #include "transport/connect.h"
 
 namespace chorus {
@@ -61,6 +63,9 @@ class Comm : public std::enable_shared_from_this<Comm> {
   double timeout_seconds() const { return timeout_s_; }
   bool any_tcp() const { return any_tcp_; }   // the same answer on every rank
   size_t slot_bytes() const { return slot_bytes_; }
+  Tuned tune(OpKind kind, size_t bytes) const {
+    return chorus::tune({kind, bytes, size(), any_tcp_, slot_bytes_}, tuner_);
+  }
 
   // Queues an operation; the Work reports its end. Fails at once on a broken communicator.
   Result<std::shared_ptr<Work>> submit(OpDesc desc, OpFn fn);
@@ -98,7 +103,9 @@ class Comm : public std::enable_shared_from_this<Comm> {
   transport::LinkSet links_;
   double timeout_s_ = 300;
   bool any_tcp_ = false;
+  std::vector<OpHeader> header_scratch_;  // one per peer; one operation runs at a time
   size_t slot_bytes_ = 256 << 10;
+  TunerConfig tuner_;
   int spin_us_ = 50;
   int epoll_fd_ = -1;
   int event_fd_ = -1;
@@ -146,7 +153,7 @@ class OpCtx {
   // Progresses every busy link until done() is true: spins briefly, then sleeps on a wake-up.
   // Fails on the operation's deadline, a link error, a dead peer or an abort.
   // `waiting_for` is a rank, for the timeout message (-1: unknown).
-  Status wait(const std::function<bool()>& done, int waiting_for);
+  Status wait(FunctionRef<bool()> done, int waiting_for);
   Status wait_send(int peer, uint64_t ticket) { return wait([&] { return link(peer).send_done(ticket); }, peer); }
   Status wait_recv(int peer, uint64_t ticket) { return wait([&] { return link(peer).recv_done(ticket); }, peer); }
 
@@ -157,7 +164,7 @@ class OpCtx {
   Comm& comm_;
   OpDesc desc_;
   OpHeader my_header_;
-  std::vector<OpHeader> headers_;  // received, per peer
+  OpHeader* headers_;              // received, per peer (the communicator's scratch)
   Deadline deadline_;
 };
 

@@ -19,7 +19,7 @@ namespace chorus {
 OpCtx::OpCtx(Comm& comm, const OpDesc& desc)
     : comm_(comm), desc_(desc), deadline_(Deadline::after_seconds(comm.timeout_s_)) {
   my_header_ = make_header(desc, comm.rank_, comm.uid_);
-  headers_.resize(comm.size());
+  headers_ = comm.header_scratch_.data();
 }
 
 uint64_t OpCtx::send_header(int peer) { return link(peer).post_send(&my_header_, sizeof my_header_); }
@@ -96,7 +96,7 @@ void OpCtx::sleep_once(uint32_t seen, bool has_tcp, bool has_shm) {
   usleep(1000);  // a one-rank communicator has nothing to wait for; not reached in practice
 }
 
-Status OpCtx::wait(const std::function<bool()>& done, int waiting_for) {
+Status OpCtx::wait(FunctionRef<bool()> done, int waiting_for) {
   auto* db = comm_.links_.own_segment ? comm_.links_.own_segment->doorbell() : nullptr;
   double last_move = now_seconds();
   const double spin_s = comm_.spin_us_ * 1e-6;

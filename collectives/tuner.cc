@@ -45,12 +45,35 @@ double model_allreduce_seconds(Algo a, size_t bytes, int n, double alpha, double
   }
 }
 
-Result<Tuned> tune(const TuneInput& in) {
+Result<TunerConfig> TunerConfig::from_env() {
+  TunerConfig c;
+  if (auto forced = env_get("CHORUS_ALGO")) {
+    if (*forced == "ring") c.forced_algo = Algo::kRing;
+    else if (*forced == "tree") c.forced_algo = Algo::kTree;
+    else if (*forced == "rd") c.forced_algo = Algo::kRecursiveDoubling;
+    else if (*forced != "auto")
+      return make_error(Code::kInvalidArgument, "CHORUS_ALGO='{}': expected ring, tree, rd or auto", *forced);
+  }
+  CHORUS_ASSIGN_OR_RETURN(int64_t chunk, env_int("CHORUS_CHUNK_BYTES", 0));
+  if (chunk < 0 || chunk > (int64_t{1} << 30))
+    return make_error(Code::kInvalidArgument, "CHORUS_CHUNK_BYTES={}: expected 1..1G", chunk);
+  c.chunk_bytes = static_cast<size_t>(chunk);
+  CHORUS_ASSIGN_OR_RETURN(c.alpha_us, env_seconds("CHORUS_ALPHA_US", -1));
+  CHORUS_ASSIGN_OR_RETURN(c.beta_gbps, env_seconds("CHORUS_BETA_GBPS", -1));
+  if (env_get("CHORUS_BETA_GBPS") && c.beta_gbps <= 0)
+    return make_error(Code::kInvalidArgument, "CHORUS_BETA_GBPS={} must be positive", c.beta_gbps);
+  CHORUS_ASSIGN_OR_RETURN(int64_t nch, env_int("CHORUS_NCHANNELS", 1));
+  if (nch != 1)
+    return make_error(Code::kInvalidArgument,
+                      "CHORUS_NCHANNELS={}: this build runs one channel per communicator on CPU (a channel "
+                      "needs a core of its own; the tcp link already stripes over CHORUS_NSOCKS sockets)", nch);
+  return c;
+}
+
+Tuned tune(const TuneInput& in, const TunerConfig& cfg) {
   LinkModel m = in.any_tcp ? kTcp : kShm;
-  CHORUS_ASSIGN_OR_RETURN(double alpha_us, env_seconds("CHORUS_ALPHA_US", m.alpha * 1e6));
-  CHORUS_ASSIGN_OR_RETURN(double beta_gbps, env_seconds("CHORUS_BETA_GBPS", m.beta / 1e9));
-  if (beta_gbps <= 0) return make_error(Code::kInvalidArgument, "CHORUS_BETA_GBPS={} must be positive", beta_gbps);
-  const double alpha = alpha_us * 1e-6, beta = beta_gbps * 1e9;
+  const double alpha = cfg.alpha_us >= 0 ? cfg.alpha_us * 1e-6 : m.alpha;
+  const double beta = cfg.beta_gbps > 0 ? cfg.beta_gbps * 1e9 : m.beta;
 
   Tuned t{Algo::kChain, 0, 1};
   switch (in.kind) {
@@ -61,13 +84,7 @@ Result<Tuned> tune(const TuneInput& in) {
         double c = model_allreduce_seconds(a, in.bytes, in.nranks, alpha, beta, kGamma);
         if (c < best) best = c, t.algo = a;
       }
-      if (auto forced = env_get("CHORUS_ALGO")) {
-        if (*forced == "ring") t.algo = Algo::kRing;
-        else if (*forced == "tree") t.algo = Algo::kTree;
-        else if (*forced == "rd") t.algo = Algo::kRecursiveDoubling;
-        else if (*forced != "auto")
-          return make_error(Code::kInvalidArgument, "CHORUS_ALGO='{}': expected ring, tree, rd or auto", *forced);
-      }
+      if (cfg.forced_algo != Algo::kNone) t.algo = cfg.forced_algo;
       break;
     }
     case OpKind::kAllGather:
@@ -82,16 +99,8 @@ Result<Tuned> tune(const TuneInput& in) {
   size_t per = in.bytes / (2 * static_cast<size_t>(std::max(1, in.nranks)));
   size_t piece = std::clamp<size_t>((per + 4095) & ~size_t{4095}, 8 << 10, in.slot_bytes);
   if (t.algo == Algo::kRecursiveDoubling) piece = in.slot_bytes;
-  CHORUS_ASSIGN_OR_RETURN(int64_t forced_piece, env_int("CHORUS_CHUNK_BYTES", 0));
-  if (forced_piece < 0 || forced_piece > (int64_t{1} << 30))
-    return make_error(Code::kInvalidArgument, "CHORUS_CHUNK_BYTES={}: expected 1..1G", forced_piece);
-  if (forced_piece > 0) piece = static_cast<size_t>(forced_piece);
+  if (cfg.chunk_bytes > 0) piece = cfg.chunk_bytes;
   t.piece = static_cast<uint32_t>(piece);
-  CHORUS_ASSIGN_OR_RETURN(int64_t nch, env_int("CHORUS_NCHANNELS", 1));
-  if (nch != 1)
-    return make_error(Code::kInvalidArgument,
-                      "CHORUS_NCHANNELS={}: this build runs one channel per communicator on CPU (a channel "
-                      "needs a core of its own; the tcp link already stripes over CHORUS_NSOCKS sockets)", nch);
 
   if (log_level() <= LogLevel::kInfo) {
     static std::mutex mu;

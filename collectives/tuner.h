@@ -4,7 +4,8 @@
 // second); reductions also cost gamma (bytes per second reduced). Defaults were measured with
 // bench/ on the project machine (see bench/RESULTS.md); CHORUS_ALPHA_US and CHORUS_BETA_GBPS
 // replace them. CHORUS_ALGO (ring|tree|rd), CHORUS_CHUNK_BYTES and CHORUS_NCHANNELS override
-// the choice. CHORUS_DEBUG=INFO prints each distinct choice once.
+// the choice (read when a communicator is created). CHORUS_DEBUG=INFO prints each distinct
+// choice once.
 // The inputs are the same on every rank (sizes, rank count, whether any pair uses tcp), so
 // every rank picks the same; the operation header double-checks it.
 #pragma once
@@ -30,7 +31,16 @@ struct Tuned {
   int nchannels;
 };
 
-Result<Tuned> tune(const TuneInput& in);
+// The knobs, read once when a communicator is created (as NCCL reads its variables once).
+struct TunerConfig {
+  Algo forced_algo = Algo::kNone;  // CHORUS_ALGO
+  size_t chunk_bytes = 0;          // CHORUS_CHUNK_BYTES (0: tuner's choice)
+  double alpha_us = -1;            // CHORUS_ALPHA_US (< 0: the link's default)
+  double beta_gbps = -1;           // CHORUS_BETA_GBPS
+  static Result<TunerConfig> from_env();
+};
+
+Tuned tune(const TuneInput& in, const TunerConfig& cfg);
 // Modelled seconds of an all-reduce algorithm (exposed for tests and bench/).
 double model_allreduce_seconds(Algo a, size_t bytes, int n, double alpha, double beta, double gamma);
 

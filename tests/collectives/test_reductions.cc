@@ -139,17 +139,20 @@ int run_matrix(int rank) {
   auto comm = chorus::Communicator::from_env();
   const int n = comm.size();
   const size_t counts[] = {0, 1, 2, 7, 13, 101, 4099};
+  // Knobs are read when a communicator is created: set them, then split off a fresh one.
   for (const char* algo : {"ring", "tree", "rd"}) {
     setenv("CHORUS_ALGO", algo, 1);
+    auto sub = comm.split(0, comm.rank());
     for (auto t : kTypes)
       for (auto op : kOps)
         for (size_t count : counts)
           for (bool ip : {false, true})
-            if (int rc = check_all_reduce(comm, t, op, count, ip)) return rc;
+            if (int rc = check_all_reduce(sub, t, op, count, ip)) return rc;
     // Large, with small pieces so every pipeline runs deep.
     setenv("CHORUS_CHUNK_BYTES", "16K", 1);
-    if (int rc = check_all_reduce(comm, chorusFloat32, chorusSum, (size_t{1} << 20) + 3, false)) return rc;
-    if (int rc = check_all_reduce(comm, chorusBfloat16, chorusAvg, 300007, true)) return rc;
+    auto deep = comm.split(0, comm.rank());
+    if (int rc = check_all_reduce(deep, chorusFloat32, chorusSum, (size_t{1} << 20) + 3, false)) return rc;
+    if (int rc = check_all_reduce(deep, chorusBfloat16, chorusAvg, 300007, true)) return rc;
     unsetenv("CHORUS_CHUNK_BYTES");
   }
   unsetenv("CHORUS_ALGO");
@@ -166,9 +169,10 @@ int run_matrix(int rank) {
       for (bool ip : {false, true})
         if (int rc = check_all_gather(comm, t, count, ip)) return rc;
   setenv("CHORUS_CHUNK_BYTES", "8K", 1);
-  if (int rc = check_reduce(comm, chorusFloat32, chorusSum, 500009, n - 1)) return rc;
-  if (int rc = check_reduce_scatter(comm, chorusInt32, chorusMax, 200003, false)) return rc;
-  if (int rc = check_all_gather(comm, chorusFloat64, 100003, true)) return rc;
+  auto deep = comm.split(0, comm.rank());
+  if (int rc = check_reduce(deep, chorusFloat32, chorusSum, 500009, n - 1)) return rc;
+  if (int rc = check_reduce_scatter(deep, chorusInt32, chorusMax, 200003, false)) return rc;
+  if (int rc = check_all_gather(deep, chorusFloat64, 100003, true)) return rc;
   comm.barrier();
   return 0;
 }

@@ -17,14 +17,22 @@ namespace {
 
 // int32 keeps every check exact; the op mix still crosses every algorithm and step primitive.
 int soak(int rank, int ops, unsigned seed) {
-  auto comm = chorus::Communicator::from_env();
-  const int n = comm.size();
+  auto world = chorus::Communicator::from_env();
+  const int n = world.size();
   std::mt19937 rng(seed);  // same seed on every rank: the same sequence of calls
+  // One communicator per algorithm (knobs are read at creation), small pieces on some.
   const char* algos[] = {"ring", "tree", "rd"};
+  std::vector<chorus::Communicator> comms;
+  for (int a = 0; a < 6; ++a) {
+    setenv("CHORUS_ALGO", algos[a % 3], 1);
+    if (a >= 3) setenv("CHORUS_CHUNK_BYTES", "8K", 1);
+    comms.push_back(world.split(0, rank));
+  }
+  unsetenv("CHORUS_CHUNK_BYTES");
   for (int k = 0; k < ops; ++k) {
     int kind = static_cast<int>(rng() % 5);
     size_t count = rng() % 4 == 0 ? rng() % 70000 : rng() % 300;
-    setenv("CHORUS_ALGO", algos[rng() % 3], 1);
+    chorus::Communicator& comm = comms[rng() % comms.size()];
     int root = static_cast<int>(rng() % n);
     std::vector<int32_t> in(count * n), out(count * n, -1);
     for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<int32_t>((rank + 1) * 1000 + i % 977 + k);
