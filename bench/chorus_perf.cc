@@ -90,11 +90,10 @@ void run_call(chorus::Communicator& comm, const Call& c) {
 // Sets up the buffers of one variant with the check pattern and returns the call to make.
 // In place follows NCCL: all_gather sends from recv + rank*count, reduce_scatter receives
 // into send + rank*count.
-Call prepare(const CheckSpec& s, bool in_place, unsigned char* send, unsigned char* recv,
-             chorusRedOp_t op) {
+Call prepare(const CheckSpec& s, bool in_place, unsigned char* send, unsigned char* recv) {
   const size_t ts = s.type->size, per = s.shape.count;
   const bool is_root = s.rank == s.root;
-  Call c{s.coll, send, recv, per, s.type->dtype, op, s.root};
+  Call c{s.coll, send, recv, per, s.type->dtype, s.op, s.root};
   if (!in_place) {
     if (s.coll == Coll::kBroadcast && !is_root) {
       fill_sentinel(send, s.shape.send_count * ts);  // only the root's input may travel
@@ -205,6 +204,36 @@ std::vector<std::string> rank_lines(chorus::Communicator& comm) {
   return lines;
 }
 
+// Out-of-place then in-place at one size: check once each (with -c 1), then time.
+Row run_size(chorus::Communicator& comm, const Options& o, const TypeInfo& type, const OpInfo* op,
+             size_t bytes, unsigned char* send, unsigned char* recv) {
+  const int nranks = comm.size();
+  const CheckSpec spec{o.coll,
+                       &type,
+                       op ? op->op : chorusSum,
+                       comm.rank(),
+                       nranks,
+                       coll_has_root(o.coll) ? o.root : -1,
+                       shape_for(o.coll, bytes, type.size, nranks)};
+  Row row;
+  row.count = spec.shape.total_count;
+  row.bytes = row.count * type.size;
+  row.type = type.name;
+  row.redop = op ? op->name : "none";
+  row.root = spec.root;
+  for (bool in_place : {false, true}) {
+    const Call call = prepare(spec, in_place, send, recv);
+    // send_recv in place would send and receive through one buffer at once: the data that
+    // arrives overwrites what is still to be sent, so it is timed, not checked.
+    const bool checkable = o.check && !(in_place && o.coll == Coll::kSendRecv);
+    const long long wrong = checkable ? check_once(comm, spec, call) : -1;
+    Measure m = time_call(comm, o, call, row.bytes, bus_factor(o.coll, nranks));
+    m.wrong = wrong;
+    (in_place ? row.in_place : row.out_of_place) = m;
+  }
+  return row;
+}
+
 int run(const Options& o) {
   if (o.algo != "auto") setenv("CHORUS_ALGO", o.algo.c_str(), 1);
   if (o.transport != "auto") setenv("CHORUS_TRANSPORT", o.transport.c_str(), 1);
@@ -227,35 +256,11 @@ int run(const Options& o) {
   const size_t max_bytes = sizes.empty() ? 0 : sizes.back();
   Buffer send = alloc_buffer(max_bytes), recv = alloc_buffer(max_bytes);
   const std::vector<const OpInfo*> no_op = {nullptr};
-  const double factor = bus_factor(o.coll, nranks);
 
   for (const TypeInfo* type : o.types) {
     for (const OpInfo* op : coll_reduces(o.coll) ? o.ops : no_op) {
       for (size_t bytes : sizes) {
-        CheckSpec spec{o.coll,
-                       type,
-                       op ? op->op : chorusSum,
-                       rank,
-                       nranks,
-                       coll_has_root(o.coll) ? o.root : -1,
-                       shape_for(o.coll, bytes, type->size, nranks)};
-        Row row;
-        row.count = spec.shape.total_count;
-        row.bytes = row.count * type->size;
-        row.type = type->name;
-        row.redop = op ? op->name : "none";
-        row.root = spec.root;
-        for (bool in_place : {false, true}) {
-          const Call call = prepare(spec, in_place, send.get(), recv.get(), spec.op);
-          // send_recv in place would send and receive through one buffer at once: the data
-          // that arrives overwrites what is still to be sent, so it is timed, not checked.
-          const bool checkable = o.check && !(in_place && o.coll == Coll::kSendRecv);
-          const long long wrong = checkable ? check_once(comm, spec, call) : -1;
-          Measure m = time_call(comm, o, call, row.bytes, factor);
-          m.wrong = wrong;
-          (in_place ? row.in_place : row.out_of_place) = m;
-        }
-        report.row(row);
+        report.row(run_size(comm, o, *type, op, bytes, send.get(), recv.get()));
       }
     }
   }
