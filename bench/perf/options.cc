@@ -89,11 +89,12 @@ std::optional<int> parse_options(int argc, char** argv, Options& o) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--result-label", o.result_label,
                  "also print a RESULT line per size (peers' bench_common.h format, out-of-place, "
-                 "median) under this label; used by bench/compare");
+                 "median) under this label; used by bench/compare.sh");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    const int rc = app.exit(e);  // prints help, or the error
+    return rc == 0 ? 0 : 2;
   }
 
   auto bad = [](const std::string& what) {
