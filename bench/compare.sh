@@ -33,7 +33,7 @@ SUMMARIZE=""
 PER_CMD_TIMEOUT=${PER_CMD_TIMEOUT:-300}
 NRANKS=2
 
-usage() { sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "${BASH_SOURCE[0]}"; }
 while (($#)); do
   case $1 in
     --repeats) REPEATS=${2:?--repeats needs a number}; shift ;;
