@@ -98,14 +98,7 @@ Status connect_tcp(const Fd& listener, int rank, uint64_t uid, const Secret& sec
     if (p > rank) continue;
     for (int ch = 0; ch < opt.nsocks; ++ch) {
       CHORUS_ASSIGN_OR_RETURN(Fd fd, tcp_connect(set.peers[p].addr, deadline));
-      Hello h;
-      h.kind = static_cast<uint16_t>(ConnKind::kLink);
-      h.secret = secret;
-      h.rank = rank;
-      h.world = size;
-      h.comm_uid = uid;
-      h.channel = ch;
-      h.pid = getpid();
+      Hello h = make_hello(ConnKind::kLink, secret, rank, size, uid, ch);
       CHORUS_TRY(client_handshake(fd.get(), h, fmt::format("rank {} ({})", p, set.peers[p].addr.to_string()), deadline));
       socks[p].push_back(std::move(fd));
     }

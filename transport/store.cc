@@ -285,12 +285,7 @@ Result<std::unique_ptr<StoreClient>> StoreClient::connect(const SockAddr& server
     log_warn("bootstrap: rank {} waiting for the store at {}, {:.0f} s of {:.0f} s", rank,
              server.to_string(), deadline.elapsed(), deadline.total());
   }
-  Hello h;
-  h.kind = static_cast<uint16_t>(ConnKind::kStore);
-  h.secret = secret;
-  h.rank = rank;
-  h.world = world;
-  h.pid = getpid();
+  Hello h = make_hello(ConnKind::kStore, secret, rank, world);
   CHORUS_TRY(client_handshake(c->fd_.get(), h, c->what_, deadline).wrap("bootstrap"));
   return c;
 }
@@ -345,12 +340,7 @@ Result<std::unique_ptr<WatchClient>> WatchClient::connect(const SockAddr& server
                                                           AnswerFn answer, Deadline deadline) {
   std::unique_ptr<WatchClient> w(new WatchClient());
   CHORUS_ASSIGN_OR_RETURN(w->fd_, tcp_connect(server, deadline));
-  Hello h;
-  h.kind = static_cast<uint16_t>(ConnKind::kWatch);
-  h.secret = secret;
-  h.rank = rank;
-  h.world = world;
-  h.pid = getpid();
+  Hello h = make_hello(ConnKind::kWatch, secret, rank, world);
   CHORUS_TRY(client_handshake(w->fd_.get(), h, "the bootstrap store at " + server.to_string(), deadline));
   w->rank_ = rank;
   w->on_event_ = std::move(on_event);

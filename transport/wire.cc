@@ -1,6 +1,8 @@
 // Handshake encoding and checks.
 #include "transport/wire.h"
 
+#include <unistd.h>
+
 #include <cstring>
 
 #include "common/log.h"
@@ -18,6 +20,18 @@ uint64_t hash64(const void* data, size_t n, uint64_t seed) {
   h ^= h >> 29;
   h *= 0xbf58476d1ce4e5b9ull;
   h ^= h >> 32;
+  return h;
+}
+
+Hello make_hello(ConnKind kind, const Secret& secret, int rank, int world, uint64_t comm_uid, int channel) {
+  Hello h;
+  h.kind = static_cast<uint16_t>(kind);
+  h.secret = secret;
+  h.rank = rank;
+  h.world = world;
+  h.comm_uid = comm_uid;
+  h.channel = channel;
+  h.pid = getpid();
   return h;
 }
 

@@ -45,6 +45,9 @@ struct Verdict {
   uint32_t text_len = 0;   // followed by text_len bytes of reason (bounded by kMaxTextBytes)
 };
 
+// A hello from this process (pid filled in).
+Hello make_hello(ConnKind kind, const Secret& secret, int rank, int world, uint64_t comm_uid = 0, int channel = 0);
+
 std::string secret_hex(const Secret& s);
 bool parse_secret_hex(const std::string& hex, Secret* out);
 // Derives a secret from a string both sides know (a job id): FNV-1a based, not cryptographic.
