@@ -3,7 +3,7 @@
 #   make test   -> every test, ending with "N passed, N failed"
 BUILD ?= build
 MESON_FLAGS ?=
-PACKAGES := meson ninja-build g++ pkg-config python3 catch2 libfmt-dev libspdlog-dev libcli11-dev \
+PACKAGES := meson ninja-build gcc g++ pkg-config python3 catch2 libfmt-dev libspdlog-dev libcli11-dev \
             nlohmann-json3-dev libhwloc-dev openmpi-bin libopenmpi-dev libbenchmark-dev \
             libopenblas-dev zlib1g-dev iproute2 procps dataset-fashion-mnist
 
