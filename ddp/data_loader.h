@@ -49,6 +49,7 @@ class DataLoader {
   void end_epoch();
   // The next batch of this epoch; false when the epoch is done.
   bool next(Batch& out);
+  // With an order function these count the current epoch's order: call after begin_epoch().
   int64_t batches_per_epoch() const;
   int64_t samples_per_epoch() const;
   const Dataset& dataset() const { return *data_; }

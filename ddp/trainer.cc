@@ -41,6 +41,7 @@ EpochStats Trainer::run_epoch(int epoch) {
     optimizer_.zero_grad();
     Tensor loss = cross_entropy(model_.forward(batch.images), batch.labels);
     loss.backward();
+    if (options_.after_backward) options_.after_backward();
     optimizer_.step();
     const float l = loss.item();
     if (options_.record_step_losses) st.step_losses.push_back(l);

@@ -29,8 +29,12 @@ std::vector<EpochStats> train_once(uint64_t seed, const Shape& sample, int64_t b
   to.epochs = 3;
   to.progress = false;
   to.record_step_losses = true;
+  int64_t hooks = 0;
+  to.after_backward = [&] { ++hooks; };
   Trainer trainer(net, opt, loader, test.get(), to);
-  return trainer.run();
+  auto stats = trainer.run();
+  CHECK(hooks == (n + batch - 1) / batch * to.epochs);
+  return stats;
 }
 
 }  // namespace
