@@ -184,7 +184,12 @@ class OpCtx {
   OpDesc desc_;
   OpHeader my_header_;
   OpHeader* headers_;              // received, per peer (the communicator's scratch)
-  Deadline deadline_;
+  Status wait_slow(FunctionRef<bool()> done, int waiting_for);
+  // The operation's deadline, fixed the first time a wait takes the slow path: operations
+  // that never wait long never read the clock.
+  Deadline& deadline();
+  Deadline deadline_ = Deadline::never();
+  bool deadline_set_ = false;
 };
 
 // The algorithms (one file each).

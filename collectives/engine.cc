@@ -20,7 +20,7 @@
 namespace chorus {
 
 OpCtx::OpCtx(Comm& comm, const OpDesc& desc)
-    : comm_(comm), desc_(desc), deadline_(Deadline::after_seconds(comm.timeout_s_)) {
+    : comm_(comm), desc_(desc) {
   my_header_ = make_header(desc, comm.rank_, comm.uid_);
   headers_ = comm.header_scratch_.data();
 }
@@ -101,7 +101,7 @@ Result<bool> OpCtx::progress_all() {
 }
 
 void OpCtx::sleep_once(uint32_t seen, bool has_tcp, bool has_shm) {
-  int ms = deadline_.slice_ms(100);
+  int ms = deadline().slice_ms(100);
   if (has_tcp) {
     epoll_event evs[16];
     int n = epoll_wait(comm_.epoll_fd_, evs, 16, has_shm ? std::min(ms, 1) : ms);
@@ -120,7 +120,28 @@ void OpCtx::sleep_once(uint32_t seen, bool has_tcp, bool has_shm) {
   usleep(1000);  // a one-rank communicator has nothing to wait for; not reached in practice
 }
 
+Deadline& OpCtx::deadline() {
+  if (!deadline_set_) {
+    deadline_ = Deadline::after_seconds(comm_.timeout_s_);
+    deadline_set_ = true;
+  }
+  return deadline_;
+}
+
+// Most waits end within a few polls (the peer is running and already wrote): poll a little
+// without touching the clock before the full spin-then-sleep loop.
 Status OpCtx::wait(FunctionRef<bool()> done, int waiting_for) {
+  for (int i = 0; i < 32; ++i) {
+    CHORUS_ASSIGN_OR_RETURN(bool moved, progress_all());
+    (void)moved;
+    if (done()) return Status::ok();
+    if (comm_.failed_.load(std::memory_order_relaxed)) return comm_.error();
+    _mm_pause();
+  }
+  return wait_slow(done, waiting_for);
+}
+
+Status OpCtx::wait_slow(FunctionRef<bool()> done, int waiting_for) {
   auto* db = comm_.links_.own_segment ? comm_.links_.own_segment->doorbell() : nullptr;
   double last_move = now_seconds();
   // Spinning pays when the peer is running; when the cores are oversubscribed it only burns
@@ -149,7 +170,7 @@ Status OpCtx::wait(FunctionRef<bool()> done, int waiting_for) {
       _mm_pause();
       continue;
     }
-    if (deadline_.expired()) {
+    if (deadline().expired()) {
       std::string who = waiting_for >= 0 ? fmt::format(" waiting for rank {}", waiting_for) : "";
       return Status(Code::kTimeout, comm_.timeout_report(desc_, who));
     }

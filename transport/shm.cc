@@ -16,6 +16,14 @@
 #include <cstring>
 
 namespace chorus::transport {
+// A slot's first bytes share a cache line with the start of its data: `seq` says the slot holds
+// message number seq-1, so a consumer polls the slot itself and a small message costs one
+// cache-line transfer (no separate head counter to read first).
+struct SlotHeader {
+  std::atomic<uint64_t> seq;
+  uint64_t len;
+};
+
 namespace {
 
 constexpr uint64_t kSegMagic = 0x63686f7275732d31ull;  // "chorus-1"
@@ -31,16 +39,12 @@ struct SegHeader {
   alignas(64) Doorbell doorbell;
 };
 
+// The consumer's counter; the producer reads it only when its cached copy says the ring is full.
 struct alignas(64) RingCtl {
-  alignas(64) std::atomic<uint64_t> head;  // slots published by the producer
   alignas(64) std::atomic<uint64_t> tail;  // slots released by the consumer
 };
 
-struct alignas(64) SlotHeader {
-  uint64_t len;
-};
-
-size_t slot_stride(size_t slot_bytes) { return sizeof(SlotHeader) + ((slot_bytes + 63) & ~size_t{63}); }
+size_t slot_stride(size_t slot_bytes) { return (sizeof(SlotHeader) + slot_bytes + 63) & ~size_t{63}; }
 size_t ring_bytes(size_t slot_bytes, int nslots) { return sizeof(RingCtl) + nslots * slot_stride(slot_bytes); }
 
 RingCtl* ctl(char* ring) { return reinterpret_cast<RingCtl*>(ring); }
@@ -100,7 +104,10 @@ Result<std::unique_ptr<ShmSegment>> ShmSegment::create(const std::string& name, 
   h->nslots = cfg.nslots;
   h->nrings = nrings;
   h->pid = getpid();
-  for (int r = 0; r < nrings; ++r) new (seg->ring(r)) RingCtl();
+  for (int r = 0; r < nrings; ++r) {
+    new (seg->ring(r)) RingCtl();
+    for (int k = 0; k < cfg.nslots; ++k) new (slot(seg->ring(r), cfg.slot_bytes, k, cfg.nslots)) SlotHeader{};
+  }
   std::atomic_thread_fence(std::memory_order_release);
   h->magic = kSegMagic;
   return seg;
@@ -155,41 +162,59 @@ ShmLink::ShmLink(int peer, std::string peer_name, ShmSegment* mine, int in_ring,
   out_ = theirs_->ring(out_ring);
   slot_bytes_ = mine_->slot_bytes();
   nslots_ = mine_->nslots();
+  out_slot_bytes_ = theirs_->slot_bytes();
+  out_nslots_ = theirs_->nslots();
+}
+
+bool ShmLink::out_full() {
+  if (out_head_ - out_tail_cache_ < static_cast<uint64_t>(out_nslots_)) return false;
+  out_tail_cache_ = ctl(out_)->tail.load(std::memory_order_acquire);
+  return out_head_ - out_tail_cache_ >= static_cast<uint64_t>(out_nslots_);
+}
+
+void ShmLink::publish(SlotHeader* s, size_t len) {
+  s->len = len;
+  s->seq.store(++out_head_, std::memory_order_release);
 }
 
 // Fills free slots with queued bytes; several small requests may share one slot.
 bool ShmLink::progress_send() {
-  RingCtl* c = ctl(out_);
-  size_t out_slot_bytes = theirs_->slot_bytes();
-  int out_nslots = theirs_->nslots();
-  uint64_t head = c->head.load(std::memory_order_relaxed);
   bool moved = false;
-  while (!sends_.empty() && head - c->tail.load(std::memory_order_acquire) < static_cast<uint64_t>(out_nslots)) {
-    SlotHeader* s = slot(out_, out_slot_bytes, head, out_nslots);
+  while (!sends_.empty() && !out_full()) {
+    SlotHeader* s = slot(out_, out_slot_bytes_, out_head_, out_nslots_);
     char* dst = slot_data(s);
     size_t used = 0;
-    while (!sends_.empty() && used < out_slot_bytes) {
+    while (!sends_.empty() && used < out_slot_bytes_) {
       Request& r = sends_.front();
-      size_t n = std::min(r.n - r.done, out_slot_bytes - used);
+      size_t n = std::min(r.n - r.done, out_slot_bytes_ - used);
       std::memcpy(dst + used, r.buf + r.done, n);
       used += n;
       r.done += n;
       if (r.done == r.n) complete_send();
     }
-    s->len = used;
-    c->head.store(++head, std::memory_order_release);
+    publish(s, used);
     moved = true;
   }
   return moved;
 }
 
+// The current inbound slot, or nullptr when message number in_tail_ has not arrived.
+SlotHeader* ShmLink::in_slot() {
+  SlotHeader* s = slot(in_, slot_bytes_, in_tail_, nslots_);
+  return s->seq.load(std::memory_order_acquire) == in_tail_ + 1 ? s : nullptr;
+}
+
+void ShmLink::release_in_slot() {
+  in_offset_ = 0;
+  ctl(in_)->tail.store(++in_tail_, std::memory_order_release);
+}
+
 // Copies published bytes into posted receives; frees each slot once it is fully consumed.
 bool ShmLink::progress_recv() {
-  RingCtl* c = ctl(in_);
-  uint64_t tail = c->tail.load(std::memory_order_relaxed);
   bool moved = false;
-  while (!recvs_.empty() && tail < c->head.load(std::memory_order_acquire)) {
-    SlotHeader* s = slot(in_, slot_bytes_, tail, nslots_);
+  while (!recvs_.empty()) {
+    SlotHeader* s = in_slot();
+    if (!s) break;
     const char* src = slot_data(s);
     while (!recvs_.empty() && in_offset_ < s->len) {
       Request& r = recvs_.front();
@@ -200,8 +225,7 @@ bool ShmLink::progress_recv() {
       if (r.done == r.n) complete_recv();
     }
     if (in_offset_ < s->len) break;
-    in_offset_ = 0;
-    c->tail.store(++tail, std::memory_order_release);
+    release_in_slot();
     moved = true;
   }
   // Zero-byte receives complete without data.
@@ -219,38 +243,26 @@ Result<bool> ShmLink::progress() {
 
 std::pair<const char*, size_t> ShmLink::recv_peek() {
   if (!recvs_.empty()) return {nullptr, 0};  // posted receives come first in the stream
-  RingCtl* c = ctl(in_);
-  uint64_t tail = c->tail.load(std::memory_order_relaxed);
-  if (tail >= c->head.load(std::memory_order_acquire)) return {nullptr, 0};
-  SlotHeader* s = slot(in_, slot_bytes_, tail, nslots_);
+  SlotHeader* s = in_slot();
+  if (!s) return {nullptr, 0};
   return {slot_data(s) + in_offset_, s->len - in_offset_};
 }
 
 void ShmLink::recv_consume(size_t n) {
-  RingCtl* c = ctl(in_);
-  uint64_t tail = c->tail.load(std::memory_order_relaxed);
-  SlotHeader* s = slot(in_, slot_bytes_, tail, nslots_);
+  SlotHeader* s = slot(in_, slot_bytes_, in_tail_, nslots_);
   in_offset_ += n;
   if (in_offset_ < s->len) return;
-  in_offset_ = 0;
-  c->tail.store(tail + 1, std::memory_order_release);
+  release_in_slot();
   doorbell_ring(theirs_->doorbell());
 }
 
 std::pair<char*, size_t> ShmLink::send_reserve() {
-  if (!sends_.empty()) return {nullptr, 0};  // posted sends go first
-  RingCtl* c = ctl(out_);
-  uint64_t head = c->head.load(std::memory_order_relaxed);
-  int out_nslots = theirs_->nslots();
-  if (head - c->tail.load(std::memory_order_acquire) >= static_cast<uint64_t>(out_nslots)) return {nullptr, 0};
-  return {slot_data(slot(out_, theirs_->slot_bytes(), head, out_nslots)), theirs_->slot_bytes()};
+  if (!sends_.empty() || out_full()) return {nullptr, 0};  // posted sends go first
+  return {slot_data(slot(out_, out_slot_bytes_, out_head_, out_nslots_)), out_slot_bytes_};
 }
 
 void ShmLink::send_commit(size_t n) {
-  RingCtl* c = ctl(out_);
-  uint64_t head = c->head.load(std::memory_order_relaxed);
-  slot(out_, theirs_->slot_bytes(), head, theirs_->nslots())->len = n;
-  c->head.store(head + 1, std::memory_order_release);
+  publish(slot(out_, out_slot_bytes_, out_head_, out_nslots_), n);
   doorbell_ring(theirs_->doorbell());
 }
 

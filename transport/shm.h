@@ -2,8 +2,8 @@
 //
 // Each rank owns one POSIX shm segment: a doorbell, then one inbound ring per same-host peer.
 // A sender copies into the next free slot of its ring in the receiver's segment and publishes
-// it by advancing `head` (release); the receiver reads, then frees the slot by advancing `tail`
-// (release). No locks on the data path. Whoever changes a ring rings the other side's doorbell:
+// it by writing the slot's sequence number (release); the receiver polls that slot, reads, then
+// frees it by advancing `tail` (release), which the sender rereads only when the ring looks full. No locks on the data path. Whoever changes a ring rings the other side's doorbell:
 // a 32-bit futex word that a rank with nothing to do sleeps on after a short spin.
 // See docs in collectives/engine.h for the spin-then-sleep policy.
 #pragma once
@@ -58,6 +58,8 @@ void doorbell_wait(Doorbell* db, uint32_t seen, int ms);
 // data path touches no shared counter while both sides are spinning.
 void doorbell_ring(Doorbell* db);
 
+struct SlotHeader;
+
 class ShmLink : public Link {
  public:
   // out_ring: my inbound ring inside the peer's segment; in_ring: the peer's ring in mine.
@@ -76,6 +78,10 @@ class ShmLink : public Link {
  private:
   bool progress_send();
   bool progress_recv();
+  bool out_full();
+  void publish(SlotHeader* s, size_t len);
+  SlotHeader* in_slot();
+  void release_in_slot();
   ShmSegment* mine_;
   std::shared_ptr<ShmSegment> theirs_;
   char* in_;
@@ -84,6 +90,11 @@ class ShmLink : public Link {
   int nslots_;
   int peer_pid_;
   size_t in_offset_ = 0;  // bytes already consumed from the current inbound slot
+  uint64_t in_tail_ = 0;  // next inbound message number (mirrors the shared tail)
+  uint64_t out_head_ = 0;        // next outbound message number (only this side writes it)
+  uint64_t out_tail_cache_ = 0;  // the consumer's tail as last read
+  size_t out_slot_bytes_ = 0;
+  int out_nslots_ = 0;
 };
 
 }  // namespace chorus::transport
