@@ -40,11 +40,15 @@ thread_local std::vector<PendingGroupItem> t_group;
 
 // Handles stay allocated after destroy (a few bytes each), so that a late call on a destroyed
 // communicator is answered with an error instead of touching freed memory.
+// Calls read `live` (one atomic load, no lock, no reference count); chorusCommAbort clears it
+// but leaves the communicator allocated, so a thread still inside an operation is safe; only
+// chorusCommDestroy frees it (using a communicator while destroying it is the caller's race).
 struct chorusComm {
   uint64_t magic = kCommMagic;
-  std::mutex mu;
-  std::shared_ptr<Comm> comm;
-  std::string gone;  // why the communicator is unusable ("destroyed", "aborted")
+  std::mutex mu;                      // destroy and abort
+  std::shared_ptr<Comm> comm;         // owner, until chorusCommDestroy
+  std::atomic<Comm*> live{nullptr};   // null once aborted or destroyed
+  std::atomic<int> state{0};          // 0 usable, 1 aborted, 2 destroyed
 };
 
 struct chorusRequest {
@@ -68,12 +72,20 @@ chorusResult_t fail(Code code, fmt::format_string<Args...> f, Args&&... args) {
 }
 
 // Resolves a handle to a live communicator, or says why not.
-chorus::Result<std::shared_ptr<Comm>> live(chorusComm_t h, const char* call) {
+chorus::Result<Comm*> live(chorusComm_t h, const char* call) {
   if (h == nullptr) return chorus::make_error(Code::kInvalidArgument, "{}: comm is NULL", call);
   if (h->magic != kCommMagic) return chorus::make_error(Code::kInvalidArgument, "{}: comm is not a chorus communicator", call);
-  std::lock_guard<std::mutex> lock(h->mu);
-  if (!h->comm) return chorus::make_error(Code::kInvalidUsage, "{}: communicator was {}", call, h->gone);
-  return h->comm;
+  Comm* c = h->live.load(std::memory_order_acquire);
+  if (c) return c;
+  return chorus::make_error(Code::kInvalidUsage, "{}: communicator was {}", call,
+                            h->state.load() == 1 ? "aborted (chorusCommAbort)" : "destroyed (chorusCommDestroy)");
+}
+
+chorusComm_t new_handle(std::shared_ptr<Comm> c) {
+  auto* h = new chorusComm();
+  h->live.store(c.get());
+  h->comm = std::move(c);
+  return h;
 }
 
 chorus::Result<size_t> byte_count(size_t count, chorusDataType_t dt, const char* call, int rank) {
@@ -125,9 +137,7 @@ chorusResult_t init_comm(chorus::Result<chorus::transport::Rendezvous> rdzv, cho
   for (int i = 0; i < size; ++i) ranks[i] = i;
   auto comm = Comm::create(job.value(), "r", uid, rank, ranks, deadline);
   if (!comm.is_ok()) return report(comm.status().wrap(fmt::format("{} on rank {}", call, rank)));
-  auto* h = new chorusComm();
-  h->comm = std::move(comm.value());
-  *out = h;
+  *out = new_handle(std::move(comm.value()));
   return chorusSuccess;
 }
 
@@ -173,23 +183,27 @@ CHORUS_API chorusResult_t chorusCommInitFromEnv(chorusComm_t* comm) {
 }
 
 CHORUS_API chorusResult_t chorusCommDestroy(chorusComm_t h) {
-  auto c = live(h, "chorusCommDestroy");
-  if (!c.is_ok()) return report(c.status());
-  Status s = (*c)->destroy();
-  std::lock_guard<std::mutex> lock(h->mu);
-  h->comm.reset();
-  h->gone = "destroyed (chorusCommDestroy)";
-  return report(s);
+  if (h == nullptr || h->magic != kCommMagic) return fail(Code::kInvalidArgument, "chorusCommDestroy: not a chorus communicator");
+  std::shared_ptr<Comm> c;
+  {
+    std::lock_guard<std::mutex> lock(h->mu);
+    if (!h->comm) return fail(Code::kInvalidUsage, "chorusCommDestroy: communicator was destroyed (chorusCommDestroy)");
+    c = std::move(h->comm);
+    h->live.store(nullptr);
+    h->state.store(2);
+  }
+  return report(c->destroy());  // frees when c goes out of scope
 }
 
+// Fails the current and every later operation, here and (through the watch channel) on every
+// peer. Call chorusCommDestroy afterwards to free the communicator.
 CHORUS_API chorusResult_t chorusCommAbort(chorusComm_t h) {
   auto c = live(h, "chorusCommAbort");
   if (!c.is_ok()) return report(c.status());
-  (*c)->abort(fmt::format("rank {} aborted the communicator (chorusCommAbort)", (*c)->rank()));
-  (void)(*c)->destroy();
   std::lock_guard<std::mutex> lock(h->mu);
-  h->comm.reset();
-  h->gone = "aborted (chorusCommAbort)";
+  h->state.store(1);
+  h->live.store(nullptr);
+  (*c)->abort(fmt::format("rank {} aborted the communicator (chorusCommAbort)", (*c)->rank()));
   return chorusSuccess;
 }
 
@@ -228,11 +242,7 @@ CHORUS_API chorusResult_t chorusCommSplit(chorusComm_t h, int color, int key, ch
   auto n = (*c)->split(color, key);
   if (!n.is_ok()) return report(n.status().wrap(fmt::format("chorusCommSplit on rank {}", (*c)->rank())));
   *newcomm = nullptr;
-  if (n.value()) {
-    auto* nh = new chorusComm();
-    nh->comm = std::move(n.value());
-    *newcomm = nh;
-  }
+  if (n.value()) *newcomm = new_handle(std::move(n.value()));
   return chorusSuccess;
 }
 
@@ -365,7 +375,7 @@ CHORUS_API chorusResult_t chorusIbarrier(chorusComm_t h, chorusRequest_t* req) {
 namespace {
 
 // Checks shared by the reductions: a reducible type, a known op, buffers present.
-chorus::Result<std::shared_ptr<Comm>> check_reduction(chorusComm_t h, const char* call, const void* send,
+chorus::Result<Comm*> check_reduction(chorusComm_t h, const char* call, const void* send,
                                                       const void* recv, size_t count, chorusDataType_t dt,
                                                       int op, bool need_recv) {
   auto c = live(h, call);

@@ -162,7 +162,7 @@ bool Comm::try_run_inline(const OpDesc& desc, const OpFn& fn, Status* result) {
     running_op_ = true;
     current_ = desc;
     busy_ = true;
-    current_since_ = now_seconds();
+    current_since_ = 0;  // set when the operation first waits long (OpCtx::wait_slow)
   }
   OpCtx ctx(*this, desc);
   *result = fn(ctx);
@@ -180,6 +180,11 @@ bool Comm::try_run_inline(const OpDesc& desc, const OpFn& fn, Status* result) {
   }
   cv_.notify_all();
   return true;
+}
+
+void Comm::mark_waiting_since() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (busy_ && current_since_ == 0) current_since_ = now_seconds();
 }
 
 void Comm::wake() {
@@ -241,7 +246,9 @@ void Comm::on_remote_error(const std::string& text) {
 
 std::string Comm::state_text() const {
   std::lock_guard<std::mutex> lock(mu_);
-  if (busy_) return fmt::format("in {} for {:.1f} s", describe(current_), now_seconds() - current_since_);
+  if (busy_ && current_since_ > 0)
+    return fmt::format("in {} for {:.1f} s", describe(current_), now_seconds() - current_since_);
+  if (busy_) return fmt::format("in {}", describe(current_));
   if (have_last_) return fmt::format("idle, last finished {}", describe(last_done_));
   return "idle, no operation yet";
 }

@@ -72,9 +72,15 @@ class Comm : public std::enable_shared_from_this<Comm> {
   double timeout_seconds() const { return timeout_s_; }
   bool any_tcp() const { return any_tcp_; }   // the same answer on every rank
   size_t slot_bytes() const { return slot_bytes_; }
-  Tuned tune(OpKind kind, size_t bytes) const {
-    return chorus::tune({kind, bytes, size(), any_tcp_, slot_bytes_}, tuner_);
+  // The tuner's answer, remembered for the last (kind, size): training repeats its calls.
+  Tuned tune(OpKind kind, size_t bytes) {
+    if (kind == last_tune_kind_ && bytes == last_tune_bytes_) return last_tune_;
+    last_tune_ = chorus::tune({kind, bytes, size(), any_tcp_, slot_bytes_}, tuner_);
+    last_tune_kind_ = kind;
+    last_tune_bytes_ = bytes;
+    return last_tune_;
   }
+  void mark_waiting_since();  // first long wait of the current operation
 
   // Queues an operation; the Work reports its end. Fails at once on a broken communicator.
   Result<std::shared_ptr<Work>> submit(OpDesc desc, OpFn fn);
@@ -117,6 +123,9 @@ class Comm : public std::enable_shared_from_this<Comm> {
   int drain_waiters_ = 0;  // threads waiting for the queue to empty (destroy)
   size_t slot_bytes_ = 256 << 10;
   TunerConfig tuner_;
+  OpKind last_tune_kind_ = OpKind::kSend;  // kSend is never tuned: the cache starts empty
+  size_t last_tune_bytes_ = 0;
+  Tuned last_tune_{};
   int spin_us_ = 50;          // CHORUS_SPIN_US: the most a wait spins before it sleeps
   std::atomic<int> spin_now_us_{50};  // adapts: halves when spinning did not pay, regrows when it did
   int epoll_fd_ = -1;

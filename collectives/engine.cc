@@ -142,6 +142,7 @@ Status OpCtx::wait(FunctionRef<bool()> done, int waiting_for) {
 }
 
 Status OpCtx::wait_slow(FunctionRef<bool()> done, int waiting_for) {
+  if (!deadline_set_) comm_.mark_waiting_since();
   auto* db = comm_.links_.own_segment ? comm_.links_.own_segment->doorbell() : nullptr;
   double last_move = now_seconds();
   // Spinning pays when the peer is running; when the cores are oversubscribed it only burns
