@@ -131,7 +131,7 @@ Deadline& OpCtx::deadline() {
 // Most waits end within a few polls (the peer is running and already wrote): poll a little
 // without touching the clock before the full spin-then-sleep loop.
 Status OpCtx::wait(FunctionRef<bool()> done, int waiting_for) {
-  for (int i = 0; i < 32; ++i) {
+  for (int i = 0; i < 256; ++i) {
     CHORUS_ASSIGN_OR_RETURN(bool moved, progress_all());
     (void)moved;
     if (done()) return Status::ok();

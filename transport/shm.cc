@@ -148,8 +148,18 @@ void doorbell_wait(Doorbell* db, uint32_t seen, int ms) {
   syscall(SYS_futex, reinterpret_cast<uint32_t*>(&db->seq), FUTEX_WAIT, seen, &ts, nullptr, 0);
 }
 
+// StoreLoad barrier between the publish and the sleepers check. On x86 a locked no-op on the
+// stack does it for fewer cycles than mfence (and it is what compilers emit for seq_cst stores).
+inline void store_load_barrier() {
+#if defined(__x86_64__)
+  asm volatile("lock orl $0, (%%rsp)" ::: "memory", "cc");
+#else
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+#endif
+}
+
 void doorbell_ring(Doorbell* db) {
-  std::atomic_thread_fence(std::memory_order_seq_cst);  // the publish before the sleepers check
+  store_load_barrier();  // the publish before the sleepers check
   if (db->sleepers.load(std::memory_order_relaxed) == 0) return;
   db->seq.fetch_add(1, std::memory_order_seq_cst);
   syscall(SYS_futex, reinterpret_cast<uint32_t*>(&db->seq), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
