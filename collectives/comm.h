@@ -36,6 +36,7 @@ struct StagingBuffers {
   static constexpr size_t kBytes = 256 << 10;
   std::vector<char> in;
   std::vector<char> out[kOut];
+  std::vector<char> eager;  // header + data of an eager message over tcp
 };
 
 // The state behind a chorusRequest_t / chorus::Work.
@@ -168,9 +169,18 @@ class OpCtx {
   // Small messages over a direct link in one slot: header and data together. Writes ours,
   // waits for the peer's, checks its header and returns its data (valid until eager_release).
   // Both sides must call it for the same exchange. Use when eager_fits().
-  bool eager_fits(int peer, size_t bytes) { return link(peer).slot_capacity() >= sizeof(OpHeader) + bytes; }
+  // Over tcp, header and data leave in one send from a staging buffer (both sides agree on the
+  // choice: it depends only on the size and the kind of the link between them).
+  bool eager_fits(int peer, size_t bytes) {
+    transport::Link& l = link(peer);
+    if (l.direct()) return l.slot_capacity() >= sizeof(OpHeader) + bytes;
+    return sizeof(OpHeader) + bytes <= kEagerTcpBytes;
+  }
+  static constexpr size_t kEagerTcpBytes = 64 << 10;
   Result<const char*> eager_exchange(int peer, const void* data, size_t bytes);
-  void eager_release(int peer, size_t bytes) { link(peer).recv_consume(sizeof(OpHeader) + bytes); }
+  void eager_release(int peer, size_t bytes) {
+    if (link(peer).direct()) link(peer).recv_consume(sizeof(OpHeader) + bytes);
+  }
   // Waits until every posted send and receive of this operation is complete.
   Status drain();
   // Posts this operation's header to a peer / a receive of the peer's header.

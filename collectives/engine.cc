@@ -49,6 +49,22 @@ Status OpCtx::exchange_headers(std::initializer_list<int> to, std::initializer_l
 Result<const char*> OpCtx::eager_exchange(int peer, const void* data, size_t bytes) {
   transport::Link& l = link(peer);
   const size_t total = sizeof(OpHeader) + bytes;
+  if (!l.direct()) {
+    // One send of header + data from staging; the header is read and checked before the data
+    // is asked for, so a peer in another call is caught instead of waited for.
+    StagingBuffers& st = comm_.staging_;
+    if (st.eager.size() < total) st.eager.resize(std::max(total, StagingBuffers::kBytes));
+    if (st.in.size() < total) st.in.resize(std::max(total, StagingBuffers::kBytes));
+    std::memcpy(st.eager.data(), &my_header_, sizeof(OpHeader));
+    if (bytes) std::memcpy(st.eager.data() + sizeof(OpHeader), data, bytes);
+    uint64_t ts = l.post_send(st.eager.data(), total);
+    uint64_t th = l.post_recv(&headers_[peer], sizeof(OpHeader));
+    CHORUS_TRY(wait([&] { return l.recv_done(th); }, peer));
+    CHORUS_TRY(check_header(peer));
+    uint64_t td = l.post_recv(st.in.data(), bytes);
+    CHORUS_TRY(wait([&] { return l.recv_done(td) && l.send_done(ts); }, peer));
+    return static_cast<const char*>(st.in.data());
+  }
   std::pair<char*, size_t> out;
   CHORUS_TRY(wait([&] { out = l.send_reserve(); return out.second >= total; }, peer));
   std::memcpy(out.first, &my_header_, sizeof(OpHeader));
