@@ -21,6 +21,7 @@ Status run_chain_reduce(OpCtx& ctx, const char* send, char* recv) {
   const int next = pos < n - 1 ? (r + 1) % n : -1;
   CHORUS_TRY(ctx.exchange_headers({next}, {prev}));
   Steps s(ctx, dt, *kernel_redop(d.redop));
+  s.set_streaming(use_streaming(bytes));
   const size_t piece = std::max(es, d.piece - d.piece % es);
   const bool avg = d.redop == chorusAvg;
   for (size_t off = 0; off < bytes; off += piece) {

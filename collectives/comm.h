@@ -37,6 +37,7 @@ struct StagingBuffers {
   std::vector<char> in;
   std::vector<char> out[kOut];
   std::vector<char> eager;  // header + data of an eager message over tcp
+  std::vector<char> scratch;  // a reduced piece on its way to user memory by streaming stores
 };
 
 // The state behind a chorusRequest_t / chorus::Work.

@@ -1,6 +1,8 @@
 // Step primitives over links (see prims.h).
 #include "collectives/prims.h"
 
+#include "kernels/cpu/copy.h"
+
 #include <algorithm>
 #include <cstring>
 
@@ -100,19 +102,19 @@ Status Steps::step(int from, int to, const char* own, char* dst, size_t bytes, b
       char* d = dst ? dst + done : nullptr;
       const char* a = own_first_ ? own + done : in;
       const char* b = own_first_ ? in : own + done;
-      if (d && slot && !avg) {
-        kernels::reduce_copy(dtype_, op_, a, b, d, slot, count);
+      if (d && slot && !avg && !streaming_) {
+        kernels::reduce_copy(dtype_, op_, a, b, d, slot, count);  // one pass, two outputs
+        result = d;
       } else {
-        char* target = d ? d : (slot ? slot : stage_out(to, n));
+        char* target = slot ? slot : (d ? (streaming_ ? scratch(n) : d) : stage_out(to, n));
         kernels::reduce(dtype_, op_, a, b, target, count);
         if (avg) kernels::scale_avg(dtype_, target, count, ctx_.size());
-        if (d && slot) std::memcpy(slot, d, n);
-        result = target;
+        if (d && target != d) store(d, target, n);
+        result = d ? d : target;
       }
-      if (!result) result = d;
     } else {  // copy
       char* d = dst ? dst + done : nullptr;
-      if (d && in != d) std::memcpy(d, in, n);
+      if (d && in != d) store(d, in, n);
       if (slot) std::memcpy(slot, in, n);
       result = d ? d : in;
     }
@@ -139,6 +141,16 @@ Status Steps::step(int from, int to, const char* own, char* dst, size_t bytes, b
     done += n;
   }
   return Status::ok();
+}
+
+char* Steps::scratch(size_t n) {
+  if (stage_.scratch.size() < n) stage_.scratch.resize(std::max(n, kStageBytes));
+  return stage_.scratch.data();
+}
+
+void Steps::store(char* dst, const char* src, size_t n) {
+  if (streaming_) kernels::copy_streaming(dst, src, n);
+  else std::memcpy(dst, src, n);
 }
 
 Status Steps::finish() {

@@ -51,6 +51,9 @@ class Steps {
   // Reductions compute `own op received` instead of `received op own`. Two ranks that reduce
   // each other's data pick opposite orders so both get the same bits (min/max of -0 and +0).
   void set_own_first(bool v) { own_first_ = v; }
+  // Results stored into user memory go out with streaming stores (no read-for-ownership):
+  // worth it for buffers far larger than the caches, see use_streaming().
+  void set_streaming(bool v) { streaming_ = v; }
   // Waits until every send this object posted has left (tcp); shm sends are done when written.
   Status finish();
 
@@ -61,6 +64,8 @@ class Steps {
   Result<const char*> take_input(int from, char* dst, bool reduce, size_t* n);
   Result<char*> take_output(int to, size_t* n);
   char* stage_out(int to, size_t n);
+  char* scratch(size_t n);
+  void store(char* dst, const char* src, size_t n);  // into user memory
 
   OpCtx& ctx_;
   kernels::DType dtype_;
@@ -73,8 +78,13 @@ class Steps {
   int next_stage_ = 0;
   bool copy_sends_ = false;
   bool own_first_ = false;
+  bool streaming_ = false;
   std::vector<std::pair<int, uint64_t>> pending_;  // last posted send per peer
 };
+
+// Buffers from this size up are written with streaming stores (they do not fit in L2 anyway).
+constexpr size_t kStreamingBytes = 4 << 20;
+inline bool use_streaming(size_t total_bytes) { return total_bytes >= kStreamingBytes; }
 
 // One rank: the result is the input (avg over one rank divides by one).
 Status copy_local(const char* send, char* recv, size_t bytes);

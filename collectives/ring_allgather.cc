@@ -22,6 +22,7 @@ Status run_ring_allgather(OpCtx& ctx, const char* send, char* recv) {
   CHORUS_TRY(ctx.exchange_headers({next}, {prev}));
   // Gathers move bytes only; u8 steps never split an element of any type.
   Steps s(ctx, kernels::DType::kU8, kernels::RedOp::kSum);
+  s.set_streaming(use_streaming(block * n));
   auto mod = [n](int x) { return ((x % n) + n) % n; };
   const size_t piece = std::max<size_t>(es, d.piece - d.piece % es);
   for (size_t off = 0; off < block; off += piece) {

@@ -36,6 +36,7 @@ Status run_ring_allreduce(OpCtx& ctx, const char* send, char* recv) {
   const int next = (r + 1) % n, prev = (r + n - 1) % n;
   CHORUS_TRY(ctx.exchange_headers({next}, {prev}));
   Steps s(ctx, dt, op);
+  s.set_streaming(use_streaming(d.count * es));
   const size_t chunk_elems = (d.count + n - 1) / n;
   const size_t piece_elems = std::max<size_t>(1, d.piece / es);
   const size_t npieces = chunk_elems == 0 ? 0 : (chunk_elems + piece_elems - 1) / piece_elems;

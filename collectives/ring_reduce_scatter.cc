@@ -19,6 +19,7 @@ Status run_ring_reduce_scatter(OpCtx& ctx, const char* send, char* recv) {
   const int next = (r + 1) % n, prev = (r + n - 1) % n;
   CHORUS_TRY(ctx.exchange_headers({next}, {prev}));
   Steps s(ctx, dt, *kernel_redop(d.redop));
+  s.set_streaming(use_streaming(block * n));
   auto mod = [n](int x) { return ((x % n) + n) % n; };
   const size_t piece = std::max(es, d.piece - d.piece % es);
   const bool avg = d.redop == chorusAvg;

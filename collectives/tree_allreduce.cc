@@ -73,6 +73,7 @@ Status run_tree_allreduce(OpCtx& ctx, const char* send, char* recv) {
   CHORUS_TRY(ctx.exchange_headers({trees[0].parent, trees[0].child[0], trees[0].child[1], trees[1].parent, trees[1].child[0], trees[1].child[1]},
                                   {trees[0].parent, trees[0].child[0], trees[0].child[1], trees[1].parent, trees[1].child[0], trees[1].child[1]}));
   Steps s(ctx, dt, *kernel_redop(d.redop));
+  s.set_streaming(use_streaming(d.count * es));
   const size_t half[2] = {(d.count + 1) / 2, d.count / 2};
   const size_t base[2] = {0, half[0]};
   const size_t piece_elems = std::max<size_t>(1, d.piece / es);
