@@ -93,16 +93,16 @@ std::string describe(const OpDesc& d) {
 OpHeader make_header(const OpDesc& d, int sender, uint64_t comm_uid) {
   OpHeader h{};
   h.magic = kOpMagic;
-  h.kind = static_cast<uint16_t>(d.kind);
-  h.dtype = static_cast<uint16_t>(d.dtype);
+  h.kind = static_cast<uint8_t>(d.kind);
+  h.dtype = static_cast<uint8_t>(d.dtype);
   h.seq = d.seq;
   h.count = d.count;
   h.root = d.root;
-  h.redop = d.redop;
+  h.redop = static_cast<int8_t>(d.redop);
   h.tag = d.tag;
   h.sender = sender;
   h.comm_uid = comm_uid;
-  h.algo = static_cast<int32_t>(d.algo);
+  h.algo = static_cast<uint8_t>(d.algo);
   h.piece = d.piece;
   return h;
 }

@@ -16,13 +16,16 @@
 #include <cstring>
 
 namespace chorus::transport {
-// A slot's first bytes share a cache line with the start of its data: `seq` says the slot holds
-// message number seq-1, so a consumer polls the slot itself and a small message costs one
-// cache-line transfer (no separate head counter to read first).
+// A slot starts with one 64-bit word: the message number (low 38 bits, compared modulo 2^38)
+// and the length (high 26 bits). It shares a cache line with the start of the data, so a
+// consumer polls the slot itself and a small message (a 48-byte operation header and 8 bytes
+// of data) is one cache-line transfer.
 struct SlotHeader {
-  std::atomic<uint64_t> seq;
-  uint64_t len;
+  std::atomic<uint64_t> word;
 };
+constexpr int kSeqBits = 38;
+constexpr uint64_t kSeqMask = (uint64_t{1} << kSeqBits) - 1;
+constexpr size_t kMaxSlotBytes = size_t{1} << (64 - kSeqBits);
 
 namespace {
 
@@ -66,6 +69,9 @@ void ShmSegment::unlink() {
 }
 
 Result<std::unique_ptr<ShmSegment>> ShmSegment::create(const std::string& name, int nrings, const ShmConfig& cfg) {
+  if (cfg.slot_bytes >= kMaxSlotBytes)
+    return make_error(Code::kInvalidArgument, "shm: slots of {} bytes exceed the {} byte limit (CHORUS_SHM_SLOT_BYTES)",
+                      cfg.slot_bytes, kMaxSlotBytes - 1);
   size_t size = sizeof(SegHeader) + nrings * ring_bytes(cfg.slot_bytes, cfg.nslots);
   struct statvfs vfs{};
   if (statvfs("/dev/shm", &vfs) == 0 && size > vfs.f_bavail * static_cast<double>(vfs.f_frsize))
@@ -106,7 +112,7 @@ Result<std::unique_ptr<ShmSegment>> ShmSegment::create(const std::string& name, 
   h->pid = getpid();
   for (int r = 0; r < nrings; ++r) {
     new (seg->ring(r)) RingCtl();
-    for (int k = 0; k < cfg.nslots; ++k) new (slot(seg->ring(r), cfg.slot_bytes, k, cfg.nslots)) SlotHeader{};
+    for (int k = 0; k < cfg.nslots; ++k) new (slot(seg->ring(r), cfg.slot_bytes, k, cfg.nslots)) SlotHeader{{0}};
   }
   std::atomic_thread_fence(std::memory_order_release);
   h->magic = kSegMagic;
@@ -183,8 +189,8 @@ bool ShmLink::out_full() {
 }
 
 void ShmLink::publish(SlotHeader* s, size_t len) {
-  s->len = len;
-  s->seq.store(++out_head_, std::memory_order_release);
+  ++out_head_;
+  s->word.store((static_cast<uint64_t>(len) << kSeqBits) | (out_head_ & kSeqMask), std::memory_order_release);
 }
 
 // Fills free slots with queued bytes; several small requests may share one slot.
@@ -208,10 +214,14 @@ bool ShmLink::progress_send() {
   return moved;
 }
 
-// The current inbound slot, or nullptr when message number in_tail_ has not arrived.
-SlotHeader* ShmLink::in_slot() {
+// The current inbound slot, or nullptr when message number in_tail_ has not arrived;
+// *len is its length.
+SlotHeader* ShmLink::in_slot(size_t* len) {
   SlotHeader* s = slot(in_, slot_bytes_, in_tail_, nslots_);
-  return s->seq.load(std::memory_order_acquire) == in_tail_ + 1 ? s : nullptr;
+  uint64_t w = s->word.load(std::memory_order_acquire);
+  if ((w & kSeqMask) != ((in_tail_ + 1) & kSeqMask)) return nullptr;
+  *len = static_cast<size_t>(w >> kSeqBits);
+  return s;
 }
 
 void ShmLink::release_in_slot() {
@@ -223,18 +233,19 @@ void ShmLink::release_in_slot() {
 bool ShmLink::progress_recv() {
   bool moved = false;
   while (!recvs_.empty()) {
-    SlotHeader* s = in_slot();
+    size_t len = 0;
+    SlotHeader* s = in_slot(&len);
     if (!s) break;
     const char* src = slot_data(s);
-    while (!recvs_.empty() && in_offset_ < s->len) {
+    while (!recvs_.empty() && in_offset_ < len) {
       Request& r = recvs_.front();
-      size_t n = std::min(r.n - r.done, s->len - in_offset_);
+      size_t n = std::min(r.n - r.done, len - in_offset_);
       std::memcpy(r.buf + r.done, src + in_offset_, n);
       in_offset_ += n;
       r.done += n;
       if (r.done == r.n) complete_recv();
     }
-    if (in_offset_ < s->len) break;
+    if (in_offset_ < len) break;
     release_in_slot();
     moved = true;
   }
@@ -253,15 +264,16 @@ Result<bool> ShmLink::progress() {
 
 std::pair<const char*, size_t> ShmLink::recv_peek() {
   if (!recvs_.empty()) return {nullptr, 0};  // posted receives come first in the stream
-  SlotHeader* s = in_slot();
+  size_t len = 0;
+  SlotHeader* s = in_slot(&len);
   if (!s) return {nullptr, 0};
-  return {slot_data(s) + in_offset_, s->len - in_offset_};
+  return {slot_data(s) + in_offset_, len - in_offset_};
 }
 
 void ShmLink::recv_consume(size_t n) {
   SlotHeader* s = slot(in_, slot_bytes_, in_tail_, nslots_);
   in_offset_ += n;
-  if (in_offset_ < s->len) return;
+  if (in_offset_ < (s->word.load(std::memory_order_relaxed) >> kSeqBits)) return;
   release_in_slot();
   doorbell_ring(theirs_->doorbell());
 }

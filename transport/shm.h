@@ -80,7 +80,7 @@ class ShmLink : public Link {
   bool progress_recv();
   bool out_full();
   void publish(SlotHeader* s, size_t len);
-  SlotHeader* in_slot();
+  SlotHeader* in_slot(size_t* len);
   void release_in_slot();
   ShmSegment* mine_;
   std::shared_ptr<ShmSegment> theirs_;

@@ -87,8 +87,8 @@ TEST_CASE("a wrong secret is refused with a reason", "[store][wire]") {
 
 TEST_CASE("a /dev/shm too small for the rings is a clear error", "[shm]") {
   ShmConfig cfg;
-  cfg.slot_bytes = size_t{1} << 40;  // 1 TiB slots
-  cfg.nslots = 4;
+  cfg.slot_bytes = size_t{32} << 20;  // 32 MiB slots x 100,000: terabytes
+  cfg.nslots = 100000;
   auto seg = ShmSegment::create("/chorus-test-too-big-" + std::to_string(getpid()), 1, cfg);
   REQUIRE_FALSE(seg.is_ok());
   INFO(seg.status().message());
