@@ -97,3 +97,13 @@ TEST_CASE("a corrupt newest snapshot: train_cnn says so and resumes from the pre
   CHECK(contains(second.output, "resuming from " + chorus::snapshot_json_path(dir, 5)));
   fs::remove_all(tmpl);
 }
+
+TEST_CASE("train_cnn: two ranks given --device cuda:0 stop at once, naming both and the fix", "[ddp][errors]") {
+  const Run r = sh(std::string(std::getenv("CHORUS_RUN")) + " -n 2 " + std::getenv("TRAIN_CNN") +
+                   " --data synthetic --synthetic-size 64 --synthetic-shape 1x16x16 --device cuda:0");
+  INFO(r.output);
+  CHECK(r.status != 0);
+  CHECK(contains(r.output, "ranks 0 and 1 on host"));
+  CHECK(contains(r.output, "both given device cuda:0"));
+  CHECK(contains(r.output, "--device cuda:$LOCAL_RANK"));
+}
