@@ -162,7 +162,10 @@ Reducer::Reducer(Communicator& comm, std::vector<NamedTensor> params, ReducerOpt
     Tensor view = Tensor::alias(buckets_[static_cast<size_t>(slot.bucket)].flat, slot.offset, slot.param.shape());
     if (slot.param.grad().defined()) view.copy_from(slot.param.grad());
     slot.param.set_grad(view);
-    slot.param.register_grad_ready_hook([this, s](Tensor&) { on_grad_ready(static_cast<int>(s)); });
+    // The hook outlives the Reducer on the parameter: it does nothing once the Reducer is gone.
+    slot.param.register_grad_ready_hook([this, s, alive = std::weak_ptr<char>(alive_)](Tensor&) {
+      if (!alive.expired()) on_grad_ready(static_cast<int>(s));
+    });
   }
   ready_.assign(slots_.size(), 0);
 }

@@ -1,4 +1,4 @@
-// compare: the forum thread's four modes, with chorus (seeds/000, "Mode" script):
+// ddp_compare (compare.cc): the forum thread's four modes, with chorus (seeds/000, "Mode" script):
 //   ddp          W ranks, batch B/W each, DistributedSampler (1/W of the data each), E*int(0.66*W) epochs
 //   ddp_single   1 process, batch B, the data once, the same number of epochs as ddp      (= ddp)
 //   dmack        W ranks, batch B each, every rank the whole data set (no sampler), E epochs
@@ -6,8 +6,8 @@
 // Each mode prints its global loss per interval and its time; `--mode all` runs the four in turn
 // (the distributed ones through chorus-run) and prints a table.
 //
-//   build/examples/compare --mode all -n 2 --subset 12000
-//   chorus-run -n 2 build/examples/compare --mode ddp
+//   build/examples/ddp_compare --mode all -n 2 --subset 12000
+//   chorus-run -n 2 build/examples/ddp_compare --mode ddp
 #include <chorus/chorus.hpp>
 #include <unistd.h>
 
