@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <thread>
 
@@ -242,12 +243,12 @@ TEST_CASE("the forum's barrier inside `if rank == 0` ends in a clear error withi
   RunOptions opt;
   opt.env["CHORUS_TIMEOUT"] = "5";
   opt.limit_seconds = 30;
-  auto res = run_ranks(2, [](int rank) {
+  const std::string dir = "/tmp/chorus-forum-barrier-" + std::to_string(::getpid());
+  auto res = run_ranks(2, [&dir](int rank) {
     auto comm = Communicator::from_env();
     Net net(1, 28, 0);
     DistributedDataParallel ddp(net, comm);
     Sgd opt(net.parameters(), {.lr = 0.01f});
-    const std::string dir = "/tmp/chorus-forum-barrier-" + std::to_string(::getppid());
     // The thread's mistake: rank 0 saves and waits at a barrier that only it reaches; rank 1
     // goes on training, so its next collective is the gradient all-reduce.
     if (rank == 0) {
@@ -259,6 +260,7 @@ TEST_CASE("the forum's barrier inside `if rank == 0` ends in a clear error withi
     ddp.finish_gradient_sync();
     return 0;
   }, opt);
+  std::filesystem::remove_all(dir);
   for (size_t r = 0; r < res.size(); ++r) {
     INFO("rank " << r << ": " << res[r].output);
     CHECK(res[r].exit_code != 0);
