@@ -24,8 +24,11 @@ class Pool {
     wake_.notify_all();
     for (auto& t : workers_) t.join();
     workers_.clear();
+    std::lock_guard<std::mutex> lock(mu_);
     stop_ = false;
-    for (int i = 1; i < n; ++i) workers_.emplace_back([this, i] { work(i); });
+    // A new worker starts from the current generation: it must not run a job that was
+    // handed out (and finished) before it existed.
+    for (int i = 1; i < n; ++i) workers_.emplace_back([this, i, g = generation_] { work(i, g); });
   }
 
   void run(int parts, const std::function<void(int)>& fn) {
@@ -51,8 +54,7 @@ class Pool {
   }
 
  private:
-  void work(int index) {
-    uint64_t seen = 0;
+  void work(int index, uint64_t seen) {
     for (;;) {
       const std::function<void(int)>* fn;
       {

@@ -1,5 +1,10 @@
-// The training loop shared by examples/train_cnn and (next) DDP: epochs of
-// zero_grad -> forward -> cross_entropy -> backward -> step, then a test pass.
+// The training loop shared by examples/train_cnn and DDP: epochs of
+// zero_grad -> forward -> cross_entropy -> backward [-> DDP gradient sync] -> step, then a test pass.
+//
+// With a communicator (TrainOptions::comm) the loop is distributed: forward goes through the DDP
+// wrapper, the gradient sync is awaited before the step, loss/accuracy/images are all-reduced so
+// rank 0 prints one global line per interval, the test pass is split over the ranks, and
+// snapshots are written by rank 0 (ddp/checkpoint.h). Every rank must run the same number of steps.
 //
 // Deterministic: same model seed, loader seed and thread count -> bit-identical losses.
 #pragma once
@@ -9,7 +14,9 @@
 #include <functional>
 #include <vector>
 
+#include "ddp/checkpoint.h"
 #include "ddp/data_loader.h"
+#include "ddp/distributed.h"
 #include "ddp/nn.h"
 #include "ddp/optim.h"
 
@@ -24,6 +31,11 @@ struct EpochStats {
   double test_acc = -1.0;   // -1 when no test set
   int64_t images = 0;
   std::vector<float> step_losses;  // one per step when TrainOptions::record_step_losses
+  // Distributed runs: loss/acc/images above are global (all ranks); these are rank 0's.
+  double train_acc = -1.0;          // fraction of correct argmax predictions on the training batches
+  double sync_wait_seconds = 0.0;   // waiting for the gradient all-reduce after backward
+  double backward_seconds = 0.0;    // backward (which overlaps the bucket all-reduces)
+  int64_t steps = 0;
 };
 
 struct TrainOptions {
@@ -36,6 +48,18 @@ struct TrainOptions {
   // Called after each loss.backward() and before optimizer.step(): where DDP waits for its
   // bucket all-reduces to finish. Optional.
   std::function<void()> after_backward;
+
+  // ---- distributed (all optional) ----
+  Communicator* comm = nullptr;            // null: single process
+  DistributedDataParallel* ddp = nullptr;  // forward + gradient sync go through it when set
+  int64_t log_every = 0;                   // > 0: one global line every N steps (replaces the bar)
+  bool per_rank_log = false;               // also print each rank's own interval line
+  std::string checkpoint_dir;              // empty: no snapshots
+  int64_t checkpoint_every = 0;            // > 0: also a snapshot every N global steps
+  TrainState resume;                       // where to start (epoch, step_in_epoch, global_step)
+  uint64_t seed = 0;                       // recorded in snapshots (sampler seed)
+  int64_t batch_size = 0;                  // recorded in snapshots
+  std::function<void(int64_t global_step)> after_step;  // e.g. fault injection in tests
 };
 
 class Trainer {
@@ -52,9 +76,13 @@ class Trainer {
   DataLoader& train_;
   const Dataset* test_;
   TrainOptions options_;
+  int64_t global_step_ = 0;
+  void save(int64_t epoch, int64_t step_in_epoch);
 };
 
 // Fraction of correct argmax predictions over the whole data set, in eval mode without grad.
 double evaluate(Module& model, const Dataset& data, int64_t batch_size = 1000);
+// The same over all ranks: rank r scores its contiguous share; the counts are all-reduced.
+double evaluate_distributed(Communicator& comm, Module& model, const Dataset& data, int64_t batch_size = 1000);
 
 }  // namespace chorus

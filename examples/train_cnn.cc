@@ -1,20 +1,32 @@
-// train_cnn: trains the PyTorch CIFAR-10 tutorial CNN in one process (Fashion-MNIST by default).
+// train_cnn: trains the PyTorch CIFAR-10 tutorial CNN (Fashion-MNIST by default), in one process
+// or data-parallel over N processes (DDP over chorus) when started by chorus-run or mpirun.
 //
 //   train_cnn --data fashion-mnist --epochs 3 --batch-size 64 --lr 0.01 --momentum 0.9 --seed 0
+//   chorus-run -n 2 train_cnn --batch-size 32 --log-every 100   # per-rank batch 32, effective 64
+//   chorus-run -n 2 --max-restarts 3 train_cnn --checkpoint-dir ckpt --checkpoint-every 200
 //   train_cnn --data cifar10:/path/to/cifar-10-batches-bin
 //   train_cnn --data synthetic --synthetic-size 2000 --synthetic-shape 3x32x32
+#include <signal.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
+#include <memory>
+#include <optional>
 #include <string>
 
 #include <fmt/format.h>
 
 #include "ddp/backend.h"
 #include "ddp/data_loader.h"
+#include "ddp/checkpoint.h"
 #include "ddp/dataset.h"
+#include "ddp/dist_utils.h"
+#include "ddp/distributed.h"
+#include "ddp/sampler.h"
 #include "ddp/nn.h"
 #include "ddp/optim.h"
 #include "ddp/trainer.h"
@@ -55,10 +67,17 @@ Data load_data(const std::string& spec, int64_t synthetic_size, const std::strin
       fmt::format("--data: expected fashion-mnist[:DIR], mnist:DIR, cifar10:DIR or synthetic, got '{}'", spec));
 }
 
+// Launched as one rank of several (chorus-run, torchrun-style variables, mpirun or srun)?
+bool launched_distributed() {
+  for (const char* k : {"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"})
+    if (const char* v = std::getenv(k)) return std::atoi(v) >= 1 && (std::string(k) != "SLURM_NTASKS" || std::getenv("SLURM_PROCID"));
+  return false;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"train the PyTorch CIFAR-10 tutorial CNN with chorus, single process"};
+  CLI::App app{"train the PyTorch CIFAR-10 tutorial CNN with chorus, in one process or DDP over chorus-run/mpirun"};
   std::string data_spec = "fashion-mnist", synthetic_shape = "3x32x32";
   int epochs = 3, threads = 1;
   int64_t batch_size = 64, synthetic_size = 10000, max_steps = -1;
@@ -80,39 +99,121 @@ int main(int argc, char** argv) {
   app.add_flag("--no-progress", no_progress, "no progress bar or progress lines");
   app.add_flag("--keep-denormals", keep_denormals,
                "compute with denormal floats (default: flush them to zero, see ddp/backend.h)");
+  std::string device = "cpu", checkpoint_dir;
+  int64_t log_every = 0, checkpoint_every = 0, fail_at_step = -1;
+  double first_bucket_mb = 1.0, bucket_cap_mb = 25.0;
+  bool per_rank = false, single = false;
+  int fail_rank = 0;
+  app.add_option("--device", device, "cpu | cuda | cuda:N (cuda = cuda:$LOCAL_RANK)")->capture_default_str();
+  app.add_option("--log-every", log_every, "one global loss/accuracy/images-per-s line every N steps (0: progress bar)");
+  app.add_flag("--per-rank", per_rank, "also print each rank's own interval line");
+  app.add_option("--checkpoint-dir", checkpoint_dir,
+                 "write snapshots here (each epoch) and resume from the newest one found at start");
+  app.add_option("--checkpoint-every", checkpoint_every, "also a snapshot every N steps (needs --checkpoint-dir)");
+  app.add_option("--first-bucket-mb", first_bucket_mb, "DDP: size of the first gradient bucket, MiB")->capture_default_str();
+  app.add_option("--bucket-cap-mb", bucket_cap_mb, "DDP: size cap of the other buckets, MiB")->capture_default_str();
+  app.add_flag("--single", single, "ignore launcher variables: train in this process alone");
+  app.add_option("--fail-at-step", fail_at_step, "testing: SIGKILL --fail-rank after this global step (first launch only)")
+      ->group("");
+  app.add_option("--fail-rank", fail_rank, "testing: the rank --fail-at-step kills")->group("");
   CLI11_PARSE(app, argc, argv);
 
+  std::optional<chorus::Communicator> comm_storage;
+  chorus::Communicator* comm = nullptr;
   try {
+    if (!single && launched_distributed()) {
+      comm_storage.emplace(chorus::Communicator::from_env());
+      comm = &*comm_storage;
+    }
+    const int rank = comm ? comm->rank() : 0, world = comm ? comm->size() : 1;
     chorus::set_cpu_threads(threads);
     chorus::set_flush_denormal(!keep_denormals);
-    Data data = load_data(data_spec, synthetic_size, synthetic_shape, seed);
+    Data data;
+    // Rank 0 reads (and, for a real download, would fetch) the data first; the others follow.
+    if (comm)
+      chorus::rank_zero_first(*comm, [&] { data = load_data(data_spec, synthetic_size, synthetic_shape, seed); });
+    else
+      data = load_data(data_spec, synthetic_size, synthetic_shape, seed);
     const chorus::Shape s = data.train->sample_shape();
     if (s[1] != s[2] || s[1] < 16)
       throw std::invalid_argument(fmt::format("train_cnn: expected square images of side >= 16, got {}", s.str()));
     chorus::Net model(static_cast<int>(s[0]), static_cast<int>(s[1]), seed);
+    std::unique_ptr<chorus::DistributedDataParallel> ddp;
+    if (comm) {
+      chorus::DdpOptions dopt;
+      dopt.device = device;
+      dopt.reducer.first_bucket_bytes = static_cast<size_t>(first_bucket_mb * 1048576.0);
+      dopt.reducer.bucket_cap_bytes = static_cast<size_t>(bucket_cap_mb * 1048576.0);
+      ddp = std::make_unique<chorus::DistributedDataParallel>(model, *comm, dopt);
+    } else {
+      chorus::DeviceSpec::parse(device, 0);
+      if (device != "cpu")
+        throw std::invalid_argument(fmt::format("train_cnn: device {}: this build's tensor core runs on cpu only", device));
+    }
     chorus::Sgd optimizer(model.parameters(), {.lr = lr, .momentum = momentum, .dampening = 0.0f,
                                                .weight_decay = weight_decay, .nesterov = nesterov});
+    chorus::TrainState resume;
+    if (!checkpoint_dir.empty()) {
+      if (auto snap = chorus::load_latest_snapshot(checkpoint_dir)) {
+        if (snap->state.world_size != world || snap->state.batch_size != batch_size)
+          chorus::print_primary(comm, "train_cnn: note: {} was written by {} rank(s) at batch {}; now {} at batch {}\n",
+                                snap->path, snap->state.world_size, snap->state.batch_size, world, batch_size);
+        chorus::apply_snapshot(*snap, model, optimizer);
+        resume = snap->state;
+        chorus::print_primary(comm, "train_cnn: resuming from {} (epoch {}, step {} of it, global step {})\n", snap->path,
+                              resume.epoch, resume.step_in_epoch, resume.global_step);
+      }
+    }
+    chorus::DistributedSampler sampler(data.train->size(), world, rank, /*shuffle=*/true, seed);
     chorus::LoaderOptions lo;
     lo.batch_size = batch_size;
     lo.seed = seed;
-    chorus::DataLoader loader(data.train, lo);
+    chorus::DataLoader loader(data.train, lo, [&sampler](int64_t epoch) {
+      sampler.set_epoch(epoch);
+      return sampler.indices();
+    });
     chorus::TrainOptions to;
     to.epochs = epochs;
     to.max_steps_per_epoch = max_steps;
     to.progress = !no_progress;
-    fmt::print("train_cnn: data {}, train {} test {}, params {}, batch {}, lr {}, momentum {}, seed {}, threads {}\n",
-               data.name, data.train->size(), data.test->size(), chorus::count_parameters(model), batch_size, lr,
-               momentum, seed, threads);
-    std::fflush(stdout);
+    to.comm = comm;
+    to.ddp = ddp.get();
+    to.log_every = log_every;
+    to.per_rank_log = per_rank;
+    to.checkpoint_dir = checkpoint_dir;
+    to.checkpoint_every = checkpoint_every;
+    to.resume = resume;
+    to.seed = seed;
+    to.batch_size = batch_size;
+    const char* restarts = std::getenv("CHORUS_RESTART_COUNT");
+    if (fail_at_step >= 0 && rank == fail_rank && (!restarts || std::atoi(restarts) == 0))
+      to.after_step = [fail_at_step](int64_t step) {
+        if (step == fail_at_step) {
+          std::fflush(nullptr);
+          ::kill(::getpid(), SIGKILL);
+        }
+      };
+    chorus::print_primary(
+        comm, "train_cnn: data {}, train {} test {}, params {}, ranks {}, batch {} per rank ({} in all), lr {}, momentum {}, seed {}, threads {}\n",
+        data.name, data.train->size(), data.test->size(), chorus::count_parameters(model), world, batch_size,
+        batch_size * world, lr, momentum, seed, threads);
+    if (ddp) {
+      const auto& b = ddp->reducer().buckets();
+      chorus::print_primary(comm, "train_cnn: ddp over {} ranks, {} gradient bucket(s), device {}\n", world, b.size(),
+                            ddp->device().str());
+    }
     chorus::Trainer trainer(model, optimizer, loader, data.test.get(), to);
-    trainer.run([](const chorus::EpochStats& e) {
-      fmt::print("epoch {}: train loss {:.4f}, {:.0f} images/s, test acc {:.4f} | {:.2f} s, cpu {:.2f} s\n", e.epoch,
-                 e.train_loss, e.images_per_s, e.test_acc, e.seconds, e.cpu_seconds);
-      std::fflush(stdout);
+    trainer.run([&](const chorus::EpochStats& e) {
+      chorus::print_primary(
+          comm, "epoch {}: train loss {:.4f}, train acc {:.4f}, {:.0f} images/s, test acc {:.4f} | {:.2f} s, cpu {:.2f} s{}\n",
+          e.epoch, e.train_loss, e.train_acc, e.images_per_s, e.test_acc, e.seconds, e.cpu_seconds,
+          ddp ? fmt::format(", grad sync wait {:.2f} s ({:.1f}% of the epoch, rank 0)", e.sync_wait_seconds,
+                            100.0 * e.sync_wait_seconds / e.seconds)
+              : std::string());
     });
     rusage ru{};
     getrusage(RUSAGE_SELF, &ru);
-    fmt::print("peak memory (max rss) {:.1f} MiB\n", static_cast<double>(ru.ru_maxrss) / 1024.0);
+    chorus::print_primary(comm, "peak memory (max rss) {:.1f} MiB\n", static_cast<double>(ru.ru_maxrss) / 1024.0);
   } catch (const std::exception& e) {
     fmt::print(stderr, "train_cnn: error: {}\n", e.what());
     return 1;

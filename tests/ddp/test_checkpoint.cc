@@ -1,0 +1,152 @@
+// Checkpoints: safetensors layout, snapshot round trip, corrupt and partial files.
+#include <catch2/catch.hpp>
+
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "ddp/checkpoint.h"
+#include "ddp/nn.h"
+#include "ddp/ops.h"
+#include "ddp/optim.h"
+
+using namespace chorus;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string temp_dir() {
+  char path[] = "/tmp/chorus-ckpt-XXXXXX";
+  REQUIRE(mkdtemp(path) != nullptr);
+  return path;
+}
+
+std::string slurp(const std::string& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+void one_step(Net& net, Sgd& opt) {
+  Tensor x = Tensor::full(Shape{2, 1, 16, 16}, 0.3f);
+  opt.zero_grad();
+  cross_entropy(net.forward(x), std::vector<int32_t>{1, 2}).backward();
+  opt.step();
+}
+
+}  // namespace
+
+TEST_CASE("safetensors files follow the format", "[checkpoint]") {
+  const std::string dir = temp_dir();
+  const std::string p = dir + "/t.safetensors";
+  write_safetensors(p, {{"a", Tensor::from(Shape{2, 2}, {1, 2, 3, 4})}, {"b", Tensor::from(Shape{3}, {5, 6, 7})}},
+                    {{"k", "v"}});
+  const std::string bytes = slurp(p);
+  uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), 8);  // little-endian host
+  auto header = nlohmann::json::parse(bytes.substr(8, n));
+  CHECK(header["a"]["dtype"] == "F32");
+  CHECK(header["a"]["shape"] == nlohmann::json({2, 2}));
+  CHECK(header["a"]["data_offsets"] == nlohmann::json({0, 16}));
+  CHECK(header["b"]["data_offsets"] == nlohmann::json({16, 28}));
+  CHECK(header["__metadata__"]["k"] == "v");
+  CHECK(bytes.size() == 8 + n + 28);
+  std::map<std::string, std::string> meta;
+  auto back = read_safetensors(p, &meta);
+  REQUIRE(back.size() == 2);
+  CHECK(back[0].first == "a");
+  CHECK(back[1].second.to_vector() == std::vector<float>{5, 6, 7});
+  CHECK(meta["k"] == "v");
+  fs::remove_all(dir);
+}
+
+TEST_CASE("snapshot round trip restores model, momentum and state exactly", "[checkpoint]") {
+  const std::string dir = temp_dir();
+  Net a(1, 16, 1);
+  Sgd oa(a.parameters(), {.lr = 0.1f, .momentum = 0.9f});
+  one_step(a, oa);
+  TrainState st;
+  st.epoch = 2;
+  st.step_in_epoch = 7;
+  st.global_step = 42;
+  st.seed = 9;
+  st.world_size = 2;
+  st.batch_size = 32;
+  st.lr = 0.1;
+  const std::string path = write_snapshot(dir, a, oa, st);
+  CHECK(fs::exists(path));
+  Net b(1, 16, 2);
+  Sgd ob(b.parameters(), {.lr = 0.1f, .momentum = 0.9f});
+  auto snap = load_latest_snapshot(dir);
+  REQUIRE(snap);
+  apply_snapshot(*snap, b, ob);
+  CHECK(snap->state.epoch == 2);
+  CHECK(snap->state.step_in_epoch == 7);
+  CHECK(snap->state.global_step == 42);
+  CHECK(snap->state.seed == 9);
+  auto pa = a.named_parameters(), pb = b.named_parameters();
+  for (size_t i = 0; i < pa.size(); ++i) CHECK(pa[i].second.to_vector() == pb[i].second.to_vector());
+  for (size_t i = 0; i < pa.size(); ++i)
+    CHECK(oa.momentum_buffers()[i].to_vector() == ob.momentum_buffers()[i].to_vector());
+  // The next step is identical too.
+  one_step(a, oa);
+  one_step(b, ob);
+  pa = a.named_parameters();
+  pb = b.named_parameters();
+  for (size_t i = 0; i < pa.size(); ++i) CHECK(pa[i].second.to_vector() == pb[i].second.to_vector());
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a corrupt or partial snapshot gives a clear error and the previous one stays usable", "[checkpoint]") {
+  const std::string dir = temp_dir();
+  Net a(1, 16, 1);
+  Sgd oa(a.parameters(), {.lr = 0.1f, .momentum = 0.9f});
+  TrainState st;
+  st.global_step = 10;
+  write_snapshot(dir, a, oa, st);
+  one_step(a, oa);
+  st.global_step = 20;
+  const std::string newest = write_snapshot(dir, a, oa, st);
+  const std::string tensors = newest.substr(0, newest.size() - 5) + ".safetensors";
+
+  SECTION("flipped byte") {
+    std::string bytes = slurp(tensors);
+    bytes[bytes.size() - 3] ^= 0x40;
+    std::ofstream(tensors, std::ios::binary) << bytes;
+    CHECK_THROWS_WITH(read_snapshot(newest), Catch::Contains("is corrupt") && Catch::Contains(tensors));
+  }
+  SECTION("truncated tensor file") {
+    fs::resize_file(tensors, 100);
+    CHECK_THROWS_WITH(read_snapshot(newest), Catch::Contains("partial") && Catch::Contains("100 bytes"));
+  }
+  SECTION("truncated record") {
+    fs::resize_file(newest, 20);
+    CHECK_THROWS_WITH(read_snapshot(newest), Catch::Contains("not a valid snapshot record") && Catch::Contains(newest));
+  }
+  auto snap = load_latest_snapshot(dir);
+  REQUIRE(snap);
+  CHECK(snap->state.global_step == 10);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("only the newest snapshots are kept; temp files never count", "[checkpoint]") {
+  const std::string dir = temp_dir();
+  Net a(1, 16, 1);
+  Sgd oa(a.parameters(), {.lr = 0.1f});
+  TrainState st;
+  for (int s = 1; s <= 5; ++s) {
+    st.global_step = s;
+    write_snapshot(dir, a, oa, st, 2);
+  }
+  std::ofstream(dir + "/snapshot-000000009.json.tmp.123") << "{";
+  int json = 0;
+  for (auto& e : fs::directory_iterator(dir)) json += e.path().extension() == ".json";
+  CHECK(json == 2);
+  CHECK(load_latest_snapshot(dir)->state.global_step == 5);
+  fs::remove_all(dir);
+}
