@@ -20,6 +20,7 @@ struct LinkModel {
 constexpr LinkModel kShm{1.0e-6, 6.0e9};
 constexpr LinkModel kTcp{12.0e-6, 2.5e9};
 constexpr double kGamma = 8.0e9;  // f32 a+b -> c, one core, memory-bound sizes
+constexpr size_t kRdTwoRankShmBytes = 2 << 20;
 
 int log2_ceil(int n) {
   int k = 0;
@@ -84,6 +85,10 @@ Tuned tune(const TuneInput& in, const TunerConfig& cfg) {
         double c = model_allreduce_seconds(a, in.bytes, in.nranks, alpha, beta, kGamma);
         if (c < best) best = c, t.algo = a;
       }
+      // Measured, not modelled: with two ranks on one host a buffer that stays in cache is
+      // faster exchanged whole (one step) than cut into the ring's three steps; the crossover
+      // on the project machine is near 2 MiB (bench/RESULTS.md, "tuner crossover").
+      if (in.nranks == 2 && !in.any_tcp && in.bytes <= kRdTwoRankShmBytes) t.algo = Algo::kRecursiveDoubling;
       if (cfg.forced_algo != Algo::kNone) t.algo = cfg.forced_algo;
       break;
     }
