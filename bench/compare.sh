@@ -211,6 +211,7 @@ MPIRUN=(mpirun --bind-to none)
 MPI_TCP=(--mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo)
 export BENCH_SIZES=$SIZES BENCH_TIME_BUDGET=$BUDGET
 NCPU=$(nproc)
+NHOGS=${HOGS:-$NCPU}  # --contention: busy loops to start (HOGS=1: run.sh's single hog)
 STAMP=$(date -u +%Y-%m-%dT%H%M%SZ)
 mkdir -p "$OUT"
 RAW=$OUT/compare-$STAMP.txt CSV=$OUT/compare-$STAMP.csv PNG=$OUT/compare-$STAMP.png
@@ -242,7 +243,7 @@ run_chorus() {  # run_chorus TRANSPORT LABEL: one chorus-perf per size (sizes ar
 HOGS=()
 start_hogs() {
   local i
-  for ((i = 0; i < NCPU; i++)); do
+  for ((i = 0; i < NHOGS; i++)); do
     bash -c 'while :; do :; done' &
     HOGS+=($!)
   done
