@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -45,6 +46,10 @@ std::vector<RankResult> run_ranks(int n, const std::function<int(int)>& fn, cons
     logs[r] = path;
     pid_t pid = fork();
     if (pid == 0) {
+      // A rank must not outlive the test (a killed test leaves no orphans), and must not run
+      // Catch's fatal-signal handlers, inherited from the parent (they allocate).
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      for (int sig : {SIGSEGV, SIGABRT, SIGTERM, SIGINT, SIGILL, SIGFPE, SIGBUS, SIGPIPE}) signal(sig, SIG_DFL);
       dup2(fd, 1);
       dup2(fd, 2);
       setenv("RANK", std::to_string(r).c_str(), 1);
