@@ -10,6 +10,7 @@
 #include "chorus/chorus.h"
 #include "collectives/comm.h"
 #include "collectives/group.h"
+#include "collectives/prims.h"
 #include "collectives/job.h"
 #include "collectives/tuner.h"
 #include "common/env.h"
@@ -294,10 +295,15 @@ static chorusResult_t do_Ibroadcast(const void* send, void* recv, size_t count, 
   if (count > 0 && (!recv || (rank == root && !send)))
     return fail(Code::kInvalidArgument, "chorusBroadcast on rank {}: {} is NULL with count {}", rank, recv ? "sendbuff" : "recvbuff", count);
   auto t = (*c)->tune(OpKind::kBroadcast, *bytes);
-  OpDesc d{OpKind::kBroadcast, (*c)->next_collective_seq(), count, dt, root, -1, -1, 0, t.algo, t.piece};
-  size_t n = *bytes, cb = t.piece;
+  OpDesc d{OpKind::kBroadcast, (*c)->next_collective_seq(), count, dt, root, -1, -1, 0, t.algo, t.piece, t.nchannels};
+  size_t es = chorus::dtype_size(dt), cb = t.piece;
   return submit(h, "chorusBroadcast", d,
-                [send, recv, n, cb](OpCtx& ctx) { return chorus::run_broadcast(ctx, send, recv, n, cb); }, req);
+                [send, recv, es, cb](OpCtx& ctx) {
+                  return chorus::run_parts(ctx, [&](OpCtx& part, uint64_t b, uint64_t n) {
+                    const char* sp = send ? static_cast<const char*>(send) + b * es : nullptr;
+                    return chorus::run_broadcast(part, sp, static_cast<char*>(recv) + b * es, n * es, cb);
+                  });
+                }, req);
 }
 
 static chorusResult_t do_Ibarrier(chorusComm_t h, chorusRequest_t* req) {
@@ -403,15 +409,18 @@ static chorusResult_t do_IallReduce(const void* send, void* recv, size_t count, 
   if (!c.is_ok()) return report(c.status());
   auto t = tune_for(**c, OpKind::kAllReduce, count * chorus::dtype_size(dt));
   if (!t.is_ok()) return report(t.status().wrap(call));
-  OpDesc d{OpKind::kAllReduce, (*c)->next_collective_seq(), count, dt, -1, op, -1, 0, t->algo, t->piece};
+  OpDesc d{OpKind::kAllReduce, (*c)->next_collective_seq(), count, dt, -1, op, -1, 0, t->algo, t->piece, t->nchannels};
   auto s = static_cast<const char*>(send);
   auto r = static_cast<char*>(recv);
-  return submit(h, call, d, [s, r](OpCtx& ctx) {
-    switch (ctx.desc().algo) {
-      case Algo::kRing: return chorus::run_ring_allreduce(ctx, s, r);
-      case Algo::kTree: return chorus::run_tree_allreduce(ctx, s, r);
-      default: return chorus::run_rd_allreduce(ctx, s, r);
-    }
+  const size_t es = chorus::dtype_size(dt);
+  return submit(h, call, d, [s, r, es](OpCtx& ctx) {
+    return chorus::run_parts(ctx, [&](OpCtx& part, uint64_t b, uint64_t) {
+      switch (part.desc().algo) {
+        case Algo::kRing: return chorus::run_ring_allreduce(part, s + b * es, r + b * es);
+        case Algo::kTree: return chorus::run_tree_allreduce(part, s + b * es, r + b * es);
+        default: return chorus::run_rd_allreduce(part, s + b * es, r + b * es);
+      }
+    });
   }, req);
 }
 
@@ -426,10 +435,15 @@ static chorusResult_t do_Ireduce(const void* send, void* recv, size_t count, cho
   if (!c.is_ok()) return report(c.status());
   auto t = tune_for(**c, OpKind::kReduce, count * chorus::dtype_size(dt));
   if (!t.is_ok()) return report(t.status().wrap(call));
-  OpDesc d{OpKind::kReduce, (*c)->next_collective_seq(), count, dt, root, op, -1, 0, t->algo, t->piece};
+  OpDesc d{OpKind::kReduce, (*c)->next_collective_seq(), count, dt, root, op, -1, 0, t->algo, t->piece, t->nchannels};
+  const size_t es = chorus::dtype_size(dt);
   auto s = static_cast<const char*>(send);
   auto r = static_cast<char*>(recv);
-  return submit(h, call, d, [s, r](OpCtx& ctx) { return chorus::run_chain_reduce(ctx, s, r); }, req);
+  return submit(h, call, d, [s, r, es](OpCtx& ctx) {
+    return chorus::run_parts(ctx, [&](OpCtx& part, uint64_t b, uint64_t) {
+      return chorus::run_chain_reduce(part, s + b * es, r ? r + b * es : nullptr);
+    });
+  }, req);
 }
 
 static chorusResult_t do_IallGather(const void* send, void* recv, size_t count, chorusDataType_t dt, chorusComm_t h,

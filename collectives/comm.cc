@@ -58,36 +58,95 @@ Result<std::shared_ptr<Comm>> Comm::create(std::shared_ptr<Job> job, std::string
   c->spin_us_ = static_cast<int>(spin);
   c->spin_now_us_ = c->spin_us_;
   c->send_seq_.assign(c->size(), 0);
-  c->header_scratch_.resize(c->size());
   c->recv_seq_.assign(c->size(), 0);
   CHORUS_ASSIGN_OR_RETURN(auto opt, transport::LinkOptions::from_env());
   CHORUS_ASSIGN_OR_RETURN(c->tuner_, TunerConfig::from_env());
-  CHORUS_ASSIGN_OR_RETURN(c->links_, transport::connect_links(job->store(), c->prefix_, uid, job->secret(), rank,
-                                                              c->size(), opt, deadline));
-  for (auto& p : c->links_.peers) c->any_tcp_ |= p.host != c->links_.peers[0].host;
+  // Every rank must open the same number of channels: compare with everyone first.
+  auto& store = job->store();
+  CHORUS_TRY(store.set(fmt::format("{}/nch/{}", c->prefix_, rank), std::to_string(c->tuner_.nchannels)));
+  for (int r = 0; r < c->size(); ++r) {
+    CHORUS_ASSIGN_OR_RETURN(std::string v, store.get(fmt::format("{}/nch/{}", c->prefix_, r), deadline));
+    if (std::atoi(v.c_str()) != c->tuner_.nchannels)
+      return make_error(Code::kInvalidUsage, "CHORUS_NCHANNELS is {} on rank {} but {} on rank {}: set it the same everywhere",
+                        c->tuner_.nchannels, rank, v, r);
+  }
+  for (int k = 0; k < c->tuner_.nchannels; ++k) {
+    auto ch = std::make_unique<Channel>();
+    std::string prefix = k == 0 ? c->prefix_ : fmt::format("{}/ch{}", c->prefix_, k);
+    CHORUS_ASSIGN_OR_RETURN(ch->links, transport::connect_links(store, prefix, uid + k, job->secret(), rank,
+                                                                c->size(), opt, deadline));
+    ch->headers.resize(c->size());
+    ch->event_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    ch->epoll_fd = epoll_create1(EPOLL_CLOEXEC);
+    if (ch->event_fd < 0 || ch->epoll_fd < 0) return make_error(Code::kSystemError, "epoll/eventfd: {}", strerror(errno));
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.fd = ch->event_fd;
+    epoll_ctl(ch->epoll_fd, EPOLL_CTL_ADD, ch->event_fd, &ev);
+    for (int fd : ch->links.tcp_fds) {
+      epoll_event e{};
+      e.events = EPOLLIN | EPOLLOUT | EPOLLET | EPOLLRDHUP;
+      e.data.fd = fd;
+      epoll_ctl(ch->epoll_fd, EPOLL_CTL_ADD, fd, &e);
+    }
+    c->channels_.push_back(std::move(ch));
+  }
+  const auto& peers = c->channels_[0]->links.peers;
+  for (auto& p : peers) c->any_tcp_ |= p.host != peers[0].host;
   if (opt.force == "tcp" && c->size() > 1) c->any_tcp_ = true;
   c->slot_bytes_ = std::min<size_t>(opt.shm.slot_bytes, 256 << 10);
-  c->event_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  c->epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
-  if (c->event_fd_ < 0 || c->epoll_fd_ < 0) return make_error(Code::kSystemError, "epoll/eventfd: {}", strerror(errno));
-  epoll_event ev{};
-  ev.events = EPOLLIN;
-  epoll_ctl(c->epoll_fd_, EPOLL_CTL_ADD, c->event_fd_, &ev);
-  for (int fd : c->links_.tcp_fds) {
-    epoll_event e{};
-    e.events = EPOLLIN | EPOLLOUT | EPOLLET | EPOLLRDHUP;
-    e.data.fd = fd;
-    epoll_ctl(c->epoll_fd_, EPOLL_CTL_ADD, fd, &e);
-  }
+  for (int k = 1; k < c->nchannels(); ++k)
+    c->channels_[k]->thread = std::thread([p = c.get(), k] { p->channel_loop(k); });
   job->add(c);
   c->thread_ = std::thread([p = c.get()] { p->progress_loop(); });
   return c;
 }
 
-Comm::~Comm() {
-  (void)destroy();
-  if (epoll_fd_ >= 0) close(epoll_fd_);
-  if (event_fd_ >= 0) close(event_fd_);
+Channel::~Channel() {
+  if (epoll_fd >= 0) close(epoll_fd);
+  if (event_fd >= 0) close(event_fd);
+}
+
+Comm::~Comm() { (void)destroy(); }
+
+void Comm::channel_loop(int k) {
+  Channel& ch = *channels_[k];
+  std::unique_lock<std::mutex> lock(ch.mu);
+  while (true) {
+    ch.cv.wait(lock, [&] { return ch.stop || ch.job != nullptr; });
+    if (ch.job == nullptr) return;
+    FunctionRef<Status(int)>& job = *ch.job;
+    lock.unlock();
+    Status s = job(k);
+    lock.lock();
+    ch.result = s;
+    ch.job = nullptr;
+    ch.done = true;
+    ch.cv.notify_all();
+  }
+}
+
+Status Comm::run_channels(int n, FunctionRef<Status(int)> fn) {
+  for (int k = 1; k < n; ++k) {
+    Channel& ch = *channels_[k];
+    std::lock_guard<std::mutex> lock(ch.mu);
+    ch.job = &fn;
+    ch.done = false;
+    ch.cv.notify_all();
+  }
+  Status first = fn(0);
+  if (!first.is_ok()) fail(first);
+  for (int k = 1; k < n; ++k) {
+    Channel& ch = *channels_[k];
+    std::unique_lock<std::mutex> lock(ch.mu);
+    ch.cv.wait(lock, [&] { return ch.done; });  // each part is bounded by the operation's deadline
+    if (first.is_ok() && !ch.result.is_ok()) {
+      first = ch.result;
+      lock.unlock();
+      fail(first);
+    }
+  }
+  return first;
 }
 
 uint64_t Comm::next_p2p_seq(int peer, bool send) {
@@ -188,9 +247,11 @@ void Comm::mark_waiting_since() {
 }
 
 void Comm::wake() {
-  if (links_.own_segment) transport::doorbell_ring(links_.own_segment->doorbell());
-  uint64_t one = 1;
-  if (event_fd_ >= 0) (void)!write(event_fd_, &one, sizeof one);
+  for (auto& ch : channels_) {
+    if (ch->links.own_segment) transport::doorbell_ring(ch->links.own_segment->doorbell());
+    uint64_t one = 1;
+    if (ch->event_fd >= 0) (void)!write(ch->event_fd, &one, sizeof one);
+  }
 }
 
 // First error wins; it is told to every other rank so they fail at once too.
@@ -238,10 +299,11 @@ void Comm::on_remote_error(const std::string& text) {
   if (failed_.load()) return;
   error_ = Status(code, msg);
   failed_ = true;
-  // wake() outside the lock is not needed: it touches no state guarded by mu_.
-  if (links_.own_segment) transport::doorbell_ring(links_.own_segment->doorbell());
-  uint64_t one = 1;
-  if (event_fd_ >= 0) (void)!write(event_fd_, &one, sizeof one);
+  for (auto& ch : channels_) {
+    if (ch->links.own_segment) transport::doorbell_ring(ch->links.own_segment->doorbell());
+    uint64_t one = 1;
+    if (ch->event_fd >= 0) (void)!write(ch->event_fd, &one, sizeof one);
+  }
 }
 
 std::string Comm::state_text() const {
@@ -299,8 +361,15 @@ Status Comm::destroy() {
     queue_.clear();
   }
   if (job_) job_->remove(this);
-  links_.links.clear();
-  links_.own_segment.reset();
+  for (auto& ch : channels_) {
+    {
+      std::lock_guard<std::mutex> lock(ch->mu);
+      ch->stop = true;
+    }
+    ch->cv.notify_all();
+    if (ch->thread.joinable()) ch->thread.join();
+  }
+  channels_.clear();
   job_.reset();
   return Status::ok();
 }

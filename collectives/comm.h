@@ -61,6 +61,27 @@ class Work {
 
 using OpFn = std::function<Status(OpCtx&)>;
 
+// A channel: one lane of a communicator with links of its own (shm rings and doorbell, tcp
+// sockets), its wake-up descriptors, staging memory and header scratch. Channel 0 always
+// exists; with CHORUS_NCHANNELS=n, large all-reduce, reduce and broadcast calls are cut into n
+// parts that run at once, part k on channel k, channels >= 1 on threads of their own.
+struct Channel {
+  transport::LinkSet links;
+  int epoll_fd = -1;
+  int event_fd = -1;
+  StagingBuffers staging;
+  std::vector<OpHeader> headers;  // one per peer
+  // The worker of a channel >= 1: one job at a time.
+  std::thread thread;
+  std::mutex mu;
+  std::condition_variable cv;
+  FunctionRef<Status(int)>* job = nullptr;
+  bool stop = false;
+  bool done = false;
+  Status result;
+  ~Channel();
+};
+
 class Comm : public std::enable_shared_from_this<Comm> {
  public:
   // Collective over `job_ranks` (job rank of each comm rank). prefix/uid identify the comm.
@@ -77,12 +98,17 @@ class Comm : public std::enable_shared_from_this<Comm> {
   // The tuner's answer, remembered for the last (kind, size): training repeats its calls.
   Tuned tune(OpKind kind, size_t bytes) {
     if (kind == last_tune_kind_ && bytes == last_tune_bytes_) return last_tune_;
-    last_tune_ = chorus::tune({kind, bytes, size(), any_tcp_, slot_bytes_}, tuner_);
+    last_tune_ = chorus::tune({kind, bytes, size(), any_tcp_, slot_bytes_, nchannels()}, tuner_);
     last_tune_kind_ = kind;
     last_tune_bytes_ = bytes;
     return last_tune_;
   }
   void mark_waiting_since();  // first long wait of the current operation
+  int nchannels() const { return static_cast<int>(channels_.size()); }
+  // Runs fn(k) for k in [0, n): k = 0 on this thread, the others on their channels' threads;
+  // waits for all and returns the first error (which also fails the communicator, so the
+  // other parts stop at once).
+  Status run_channels(int n, FunctionRef<Status(int)> fn);
 
   // Queues an operation; the Work reports its end. Fails at once on a broken communicator.
   Result<std::shared_ptr<Work>> submit(OpDesc desc, OpFn fn);
@@ -108,6 +134,7 @@ class Comm : public std::enable_shared_from_this<Comm> {
   friend class OpCtx;
   Comm() = default;
   void progress_loop();
+  void channel_loop(int k);
   void fail(const Status& s);
   void wake();
   std::string timeout_report(const OpDesc& d, const std::string& waiting_for);
@@ -117,11 +144,9 @@ class Comm : public std::enable_shared_from_this<Comm> {
   uint64_t uid_ = 0;
   int rank_ = 0;
   std::vector<int> job_ranks_;
-  transport::LinkSet links_;
+  std::vector<std::unique_ptr<Channel>> channels_;
   double timeout_s_ = 300;
   bool any_tcp_ = false;
-  std::vector<OpHeader> header_scratch_;  // one per peer; one operation runs at a time
-  StagingBuffers staging_;
   int drain_waiters_ = 0;  // threads waiting for the queue to empty (destroy)
   size_t slot_bytes_ = 256 << 10;
   TunerConfig tuner_;
@@ -130,8 +155,6 @@ class Comm : public std::enable_shared_from_this<Comm> {
   Tuned last_tune_{};
   int spin_us_ = 50;          // CHORUS_SPIN_US: the most a wait spins before it sleeps
   std::atomic<int> spin_now_us_{50};  // adapts: halves when spinning did not pay, regrows when it did
-  int epoll_fd_ = -1;
-  int event_fd_ = -1;
 
   std::atomic<uint64_t> coll_seq_{0};
   std::mutex seq_mu_;
@@ -157,12 +180,15 @@ class Comm : public std::enable_shared_from_this<Comm> {
 // What an algorithm sees while it runs: the links, and a wait that progresses them.
 class OpCtx {
  public:
-  OpCtx(Comm& comm, const OpDesc& desc);
+  OpCtx(Comm& comm, const OpDesc& desc, int channel = 0);
+  Comm& comm() { return comm_; }
+  // Narrows this context to a part of the operation (channel 0's part of a split call).
+  void set_count(uint64_t count);
   int rank() const { return comm_.rank_; }
   int size() const { return comm_.size(); }
-  StagingBuffers& staging() { return comm_.staging_; }
+  StagingBuffers& staging() { return ch_.staging; }
   const OpDesc& desc() const { return desc_; }
-  transport::Link& link(int peer) { return *comm_.links_.links[peer]; }
+  transport::Link& link(int peer) { return *ch_.links.links[peer]; }
 
   // Sends this operation's header to every rank in `to` and checks the header of every rank
   // in `from` (-1 entries are skipped): how an algorithm opens its links for this operation.
@@ -201,6 +227,7 @@ class OpCtx {
   Status explain_link_failure(const Status& link_error);
   void sleep_once(uint32_t seen, bool has_tcp, bool has_shm);
   Comm& comm_;
+  Channel& ch_;
   OpDesc desc_;
   OpHeader my_header_;
   OpHeader* headers_;              // received, per peer (the communicator's scratch)

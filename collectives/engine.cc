@@ -19,10 +19,15 @@
 
 namespace chorus {
 
-OpCtx::OpCtx(Comm& comm, const OpDesc& desc)
-    : comm_(comm), desc_(desc) {
+OpCtx::OpCtx(Comm& comm, const OpDesc& desc, int channel)
+    : comm_(comm), ch_(*comm.channels_[channel]), desc_(desc) {
   my_header_ = make_header(desc, comm.rank_, comm.uid_);
-  headers_ = comm.header_scratch_.data();
+  headers_ = ch_.headers.data();
+}
+
+void OpCtx::set_count(uint64_t count) {
+  desc_.count = count;
+  my_header_ = make_header(desc_, comm_.rank_, comm_.uid_);
 }
 
 uint64_t OpCtx::send_header(int peer) { return link(peer).post_send(&my_header_, sizeof my_header_); }
@@ -52,7 +57,7 @@ Result<const char*> OpCtx::eager_exchange(int peer, const void* data, size_t byt
   if (!l.direct()) {
     // One send of header + data from staging; the header is read and checked before the data
     // is asked for, so a peer in another call is caught instead of waited for.
-    StagingBuffers& st = comm_.staging_;
+    StagingBuffers& st = ch_.staging;
     if (st.eager.size() < total) st.eager.resize(std::max(total, StagingBuffers::kBytes));
     if (st.in.size() < total) st.in.resize(std::max(total, StagingBuffers::kBytes));
     std::memcpy(st.eager.data(), &my_header_, sizeof(OpHeader));
@@ -85,7 +90,7 @@ Result<const char*> OpCtx::eager_exchange(int peer, const void* data, size_t byt
 
 Status OpCtx::drain() {
   return wait([&] {
-    for (auto& l : comm_.links_.links)
+    for (auto& l : ch_.links.links)
       if (l && l->busy()) return false;
     return true;
   }, -1);
@@ -107,7 +112,7 @@ Status OpCtx::explain_link_failure(const Status& link_error) {
 
 Result<bool> OpCtx::progress_all() {
   bool moved = false;
-  for (auto& l : comm_.links_.links) {
+  for (auto& l : ch_.links.links) {
     if (!l || !l->busy()) continue;
     auto r = l->progress();
     if (!r.is_ok()) return explain_link_failure(r.status());
@@ -120,15 +125,15 @@ void OpCtx::sleep_once(uint32_t seen, bool has_tcp, bool has_shm) {
   int ms = deadline().slice_ms(100);
   if (has_tcp) {
     epoll_event evs[16];
-    int n = epoll_wait(comm_.epoll_fd_, evs, 16, has_shm ? std::min(ms, 1) : ms);
+    int n = epoll_wait(ch_.epoll_fd, evs, 16, has_shm ? std::min(ms, 1) : ms);
     for (int i = 0; i < n; ++i)
-      if (evs[i].data.fd == comm_.event_fd_) {
+      if (evs[i].data.fd == ch_.event_fd) {
         uint64_t v;
-        (void)!read(comm_.event_fd_, &v, sizeof v);
+        (void)!read(ch_.event_fd, &v, sizeof v);
       }
     return;
   }
-  auto* db = comm_.links_.own_segment ? comm_.links_.own_segment->doorbell() : nullptr;
+  auto* db = ch_.links.own_segment ? ch_.links.own_segment->doorbell() : nullptr;
   if (db) {
     transport::doorbell_wait(db, seen, ms);
     return;
@@ -159,7 +164,7 @@ Status OpCtx::wait(FunctionRef<bool()> done, int waiting_for) {
 
 Status OpCtx::wait_slow(FunctionRef<bool()> done, int waiting_for) {
   if (!deadline_set_) comm_.mark_waiting_since();
-  auto* db = comm_.links_.own_segment ? comm_.links_.own_segment->doorbell() : nullptr;
+  auto* db = ch_.links.own_segment ? ch_.links.own_segment->doorbell() : nullptr;
   double last_move = now_seconds();
   // Spinning pays when the peer is running; when the cores are oversubscribed it only burns
   // the time slice the peer needs. So the spin budget halves after every wait that had to
@@ -192,7 +197,7 @@ Status OpCtx::wait_slow(FunctionRef<bool()> done, int waiting_for) {
       return Status(Code::kTimeout, comm_.timeout_report(desc_, who));
     }
     bool has_tcp = false, has_shm = false;
-    for (auto& l : comm_.links_.links) {
+    for (auto& l : ch_.links.links) {
       if (!l || !l->busy()) continue;
       if (l->kind() == transport::LinkKind::kTcp) has_tcp = true;
       else has_shm = true;

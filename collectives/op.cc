@@ -104,6 +104,7 @@ OpHeader make_header(const OpDesc& d, int sender, uint64_t comm_uid) {
   h.comm_uid = comm_uid;
   h.algo = static_cast<uint8_t>(d.algo);
   h.piece = d.piece;
+  h.nchannels = static_cast<uint8_t>(d.nchannels);
   return h;
 }
 
@@ -122,10 +123,12 @@ Status check_header(const OpHeader& got, int from, const OpDesc& mine, int me, u
   theirs.peer = me;
   theirs.algo = static_cast<Algo>(got.algo);
   theirs.piece = got.piece;
+  theirs.nchannels = got.nchannels;
   OpKind expect = mine.kind == OpKind::kRecv ? OpKind::kSend : mine.kind;
   bool same = theirs.kind == expect && theirs.seq == mine.seq && theirs.count == mine.count &&
               theirs.dtype == mine.dtype && theirs.root == mine.root && theirs.redop == mine.redop &&
-              theirs.tag == mine.tag && theirs.algo == mine.algo && theirs.piece == mine.piece;
+              theirs.tag == mine.tag && theirs.algo == mine.algo && theirs.piece == mine.piece &&
+              theirs.nchannels == mine.nchannels;
   if (same) return Status::ok();
   std::string a = fmt::format("{} on rank {}", describe(theirs), from);
   std::string b = fmt::format("{} on rank {}", describe(mine), me);

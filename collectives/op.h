@@ -30,6 +30,7 @@ struct OpDesc {
   int tag = 0;           // send/recv
   Algo algo = Algo::kNone;  // reductions and gathers: every rank must run the same algorithm
   uint32_t piece = 0;       // ... with the same piece size (it shapes the stream)
+  int nchannels = 1;        // ... cut into this many parts, part k on channel k
 };
 
 const char* op_name(OpKind k);
@@ -50,7 +51,8 @@ struct OpHeader {
   uint8_t dtype;
   uint8_t algo;
   int8_t redop;
-  uint16_t reserved;
+  uint8_t nchannels;
+  uint8_t reserved;
   uint64_t seq;
   uint64_t count;
   int32_t root;

@@ -11,6 +11,24 @@ namespace {
 constexpr size_t kStageBytes = StagingBuffers::kBytes;
 }
 
+Status run_parts(OpCtx& ctx, FunctionRef<Status(OpCtx&, uint64_t, uint64_t)> part) {
+  const OpDesc whole = ctx.desc();
+  const int n = whole.nchannels;
+  if (n <= 1) return part(ctx, 0, whole.count);
+  return ctx.comm().run_channels(n, [&](int k) -> Status {
+    const uint64_t b = whole.count * k / n, e = whole.count * (k + 1) / n;
+    if (k == 0) {
+      ctx.set_count(e - b);
+      return part(ctx, b, e - b);
+    }
+    OpDesc dk = whole;
+    dk.count = e - b;
+    OpCtx sub(ctx.comm(), dk, k);
+    Status s = part(sub, b, e - b);
+    return s.is_ok() ? sub.drain() : s;
+  });
+}
+
 Status copy_local(const char* send, char* recv, size_t bytes) {
   if (send != recv && bytes > 0) std::memcpy(recv, send, bytes);
   return Status::ok();

@@ -86,6 +86,10 @@ class Steps {
 constexpr size_t kStreamingBytes = 4 << 20;
 inline bool use_streaming(size_t total_bytes) { return total_bytes >= kStreamingBytes; }
 
+// Runs an operation cut into ctx.desc().nchannels parts of whole elements: part k (elements
+// [begin, begin + count)) on channel k, all at once; with one channel, the whole on ctx.
+Status run_parts(OpCtx& ctx, FunctionRef<Status(OpCtx&, uint64_t begin, uint64_t count)> part);
+
 // One rank: the result is the input (avg over one rank divides by one).
 Status copy_local(const char* send, char* recv, size_t bytes);
 

@@ -21,6 +21,7 @@ constexpr LinkModel kShm{1.0e-6, 6.0e9};
 constexpr LinkModel kTcp{12.0e-6, 2.5e9};
 constexpr double kGamma = 8.0e9;  // f32 a+b -> c, one core, memory-bound sizes
 constexpr size_t kRdTwoRankShmBytes = 2 << 20;
+constexpr size_t kMinChannelBytes = 256 << 10;
 
 int log2_ceil(int n) {
   int k = 0;
@@ -64,10 +65,8 @@ Result<TunerConfig> TunerConfig::from_env() {
   if (env_get("CHORUS_BETA_GBPS") && c.beta_gbps <= 0)
     return make_error(Code::kInvalidArgument, "CHORUS_BETA_GBPS={} must be positive", c.beta_gbps);
   CHORUS_ASSIGN_OR_RETURN(int64_t nch, env_int("CHORUS_NCHANNELS", 1));
-  if (nch != 1)
-    return make_error(Code::kInvalidArgument,
-                      "CHORUS_NCHANNELS={}: this build runs one channel per communicator on CPU (a channel "
-                      "needs a core of its own; the tcp link already stripes over CHORUS_NSOCKS sockets)", nch);
+  if (nch < 1 || nch > 8) return make_error(Code::kInvalidArgument, "CHORUS_NCHANNELS={}: expected 1..8", nch);
+  c.nchannels = static_cast<int>(nch);
   return c;
 }
 
@@ -104,6 +103,13 @@ Tuned tune(const TuneInput& in, const TunerConfig& cfg) {
   size_t per = in.bytes / (2 * static_cast<size_t>(std::max(1, in.nranks)));
   size_t piece = std::clamp<size_t>((per + 4095) & ~size_t{4095}, 8 << 10, in.slot_bytes);
   if (t.algo == Algo::kRecursiveDoubling) piece = in.slot_bytes;
+  // Channels: a call is cut into parts that run at once, one per channel (a thread and links
+  // of its own), when each part still moves a worthwhile amount. Gathers and scatters keep one.
+  const bool splittable = in.kind == OpKind::kAllReduce || in.kind == OpKind::kReduce || in.kind == OpKind::kBroadcast;
+  t.nchannels = 1;
+  if (splittable && in.channels > 1 && in.bytes >= static_cast<size_t>(in.channels) * kMinChannelBytes)
+    t.nchannels = in.channels;
+  if (t.nchannels > 1) piece = std::min(piece, std::max<size_t>(8 << 10, (per / t.nchannels + 4095) & ~size_t{4095}));
   if (cfg.chunk_bytes > 0) piece = cfg.chunk_bytes;
   t.piece = static_cast<uint32_t>(piece);
 

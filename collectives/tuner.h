@@ -23,6 +23,7 @@ struct TuneInput {
   int nranks;
   bool any_tcp;      // some pair of ranks talks over tcp
   size_t slot_bytes; // largest piece a link takes at once
+  int channels;      // channels the communicator has
 };
 
 struct Tuned {
@@ -37,6 +38,7 @@ struct TunerConfig {
   size_t chunk_bytes = 0;          // CHORUS_CHUNK_BYTES (0: tuner's choice)
   double alpha_us = -1;            // CHORUS_ALPHA_US (< 0: the link's default)
   double beta_gbps = -1;           // CHORUS_BETA_GBPS
+  int nchannels = 1;               // CHORUS_NCHANNELS: channels opened per communicator (1..8)
   static Result<TunerConfig> from_env();
 };
 

@@ -127,3 +127,61 @@ TEST_CASE("an all_reduce with a different op or algorithm on one rank fails clea
     REQUIRE(r.exit_code == 0);
   }
 }
+
+TEST_CASE("several channels: large calls are cut into parts that run at once, results exact", "[channels]") {
+  auto transport = GENERATE(std::string("shm"), std::string("tcp"));
+  chorus::test::RunOptions o;
+  o.env["CHORUS_TRANSPORT"] = transport;
+  o.env["CHORUS_NCHANNELS"] = "3";
+  o.limit_seconds = 120;
+  auto res = run_ranks(3, [](int rank) {
+    auto comm = chorus::Communicator::from_env();
+    const int n = comm.size();
+    for (const char* algo : {"ring", "tree", "rd"}) {
+      setenv("CHORUS_ALGO", algo, 1);
+      auto c = comm.split(0, rank);
+      for (size_t count : {size_t{5}, size_t{300001}, size_t{1} << 20}) {
+        std::vector<int32_t> in(count), out(count, -1);
+        for (size_t i = 0; i < count; ++i) in[i] = static_cast<int32_t>(rank * 7 + i % 1013);
+        c.all_reduce(in.data(), out.data(), count, chorusInt32, chorusSum);
+        for (size_t i = 0; i < count; ++i)
+          if (out[i] != static_cast<int32_t>(7 * n * (n - 1) / 2 + n * (i % 1013))) {
+            std::fprintf(stderr, "%s all_reduce count %zu: element %zu is %d\n", algo, count, i, out[i]);
+            return 1;
+          }
+        std::vector<int32_t> red(count, -1);
+        c.reduce(in.data(), red.data(), count, chorusInt32, chorusSum, n - 1);
+        for (size_t i = 0; rank == n - 1 && i < count; ++i)
+          if (red[i] != out[i]) { std::fprintf(stderr, "reduce element %zu\n", i); return 2; }
+        std::vector<int32_t> b(count, rank == 1 ? 5 : 0);
+        c.broadcast(b.data(), count, chorusInt32, 1);
+        for (size_t i = 0; i < count; ++i)
+          if (b[i] != 5) { std::fprintf(stderr, "broadcast element %zu\n", i); return 3; }
+      }
+    }
+    return 0;
+  }, o);
+  for (auto& r : res) {
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+  }
+}
+
+TEST_CASE("ranks that disagree on CHORUS_NCHANNELS are told so at init", "[channels][failure]") {
+  chorus::test::RunOptions o;
+  o.env["CHORUS_TIMEOUT"] = "10";
+  auto res = run_ranks(2, [](int rank) {
+    setenv("CHORUS_NCHANNELS", rank == 0 ? "2" : "1", 1);
+    try {
+      auto comm = chorus::Communicator::from_env();
+    } catch (const chorus::Error& e) {
+      std::fprintf(stderr, "%s\n", e.what());
+      return contains(e.what(), "CHORUS_NCHANNELS is") ? 0 : 2;
+    }
+    return 3;
+  }, o);
+  for (auto& r : res) {
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+  }
+}
