@@ -4,7 +4,8 @@
 // second); reductions also cost gamma (bytes per second reduced). Defaults were measured with
 // bench/ on the project machine (see bench/RESULTS.md); CHORUS_ALPHA_US and CHORUS_BETA_GBPS
 // replace them. CHORUS_ALGO (ring|tree|rd), CHORUS_CHUNK_BYTES and CHORUS_NCHANNELS override
-// the choice (read when a communicator is created). CHORUS_DEBUG=INFO prints each distinct
+// the choice (read when a communicator is created); the tuner cuts a call into as many parts as
+// there are channels when each part is at least 256 KiB. CHORUS_DEBUG=INFO prints each distinct
 // choice once.
 // The inputs are the same on every rank (sizes, rank count, whether any pair uses tcp), so
 // every rank picks the same; the operation header double-checks it.
