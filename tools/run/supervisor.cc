@@ -130,7 +130,9 @@ void Supervisor::handle_signals() {
     result_ = {AttemptEnd::kInterrupted, 128 + sig, "received " + signal_name(sig)};
     begin_stop(sig);
   } else if (state_ == State::kStopping) {
-    say(fmt::format("received {} again; not waiting for the grace period", signal_name(sig)));
+    say(fmt::format(
+        "received {} while stopping the workers; not waiting for the rest of the grace period",
+        signal_name(sig)));
     deadline_ = Clock::now();
   }
 }
