@@ -43,6 +43,16 @@ Status check_rank(Rendezvous& r, const char* rank_var, const char* size_var) {
   return Status::ok();
 }
 
+// Rank, size and local rank from one launcher's variables, checked.
+Status read_ranks(Rendezvous& r, const char* rank_var, const char* size_var, const char* local_var, bool local_defaults_to_rank) {
+  CHORUS_ASSIGN_OR_RETURN(r.rank, env_rank_var(rank_var));
+  CHORUS_ASSIGN_OR_RETURN(r.size, env_rank_var(size_var));
+  CHORUS_TRY(check_rank(r, rank_var, size_var));
+  auto lr = env_rank_var(local_var);
+  r.local_rank = lr.is_ok() ? *lr : (local_defaults_to_rank ? r.rank : 0);
+  return Status::ok();
+}
+
 Result<int> master_port() {
   CHORUS_ASSIGN_OR_RETURN(int64_t port, env_int("MASTER_PORT", -1));
   if (port == -1) return make_error(Code::kInvalidArgument, "MASTER_PORT is not set");
@@ -122,11 +132,7 @@ Result<Rendezvous> rendezvous_from_env(Deadline deadline) {
   Rendezvous r;
   if (env_get("RANK") || env_get("WORLD_SIZE")) {
     r.method = "torchrun";
-    CHORUS_ASSIGN_OR_RETURN(r.rank, env_rank_var("RANK"));
-    CHORUS_ASSIGN_OR_RETURN(r.size, env_rank_var("WORLD_SIZE"));
-    CHORUS_TRY(check_rank(r, "RANK", "WORLD_SIZE"));
-    auto lr = env_rank_var("LOCAL_RANK");
-    r.local_rank = lr.is_ok() ? *lr : r.rank;
+    CHORUS_TRY(read_ranks(r, "RANK", "WORLD_SIZE", "LOCAL_RANK", true));
     auto addr = env_get("MASTER_ADDR");
     if (!addr) return make_error(Code::kInvalidArgument, "RANK/WORLD_SIZE are set but MASTER_ADDR is not (launch with chorus-run or torchrun, or export MASTER_ADDR and MASTER_PORT)");
     CHORUS_ASSIGN_OR_RETURN(int port, master_port());
@@ -136,11 +142,7 @@ Result<Rendezvous> rendezvous_from_env(Deadline deadline) {
   }
   if (env_get("OMPI_COMM_WORLD_RANK")) {
     r.method = "mpirun";
-    CHORUS_ASSIGN_OR_RETURN(r.rank, env_rank_var("OMPI_COMM_WORLD_RANK"));
-    CHORUS_ASSIGN_OR_RETURN(r.size, env_rank_var("OMPI_COMM_WORLD_SIZE"));
-    CHORUS_TRY(check_rank(r, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"));
-    auto lr = env_rank_var("OMPI_COMM_WORLD_LOCAL_RANK");
-    r.local_rank = lr.is_ok() ? *lr : r.rank;
+    CHORUS_TRY(read_ranks(r, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", true));
     auto addr = env_get("MASTER_ADDR");
     r.secret = job_secret(fmt::format("{}:{}/{}", addr.value_or("mpirun"), env_str("MASTER_PORT", "-"), r.size));
     if (addr) {
@@ -153,11 +155,7 @@ Result<Rendezvous> rendezvous_from_env(Deadline deadline) {
   }
   if (env_get("SLURM_PROCID") && env_get("SLURM_NTASKS")) {
     r.method = "slurm";
-    CHORUS_ASSIGN_OR_RETURN(r.rank, env_rank_var("SLURM_PROCID"));
-    CHORUS_ASSIGN_OR_RETURN(r.size, env_rank_var("SLURM_NTASKS"));
-    CHORUS_TRY(check_rank(r, "SLURM_PROCID", "SLURM_NTASKS"));
-    auto lr = env_rank_var("SLURM_LOCALID");
-    r.local_rank = lr.is_ok() ? *lr : 0;
+    CHORUS_TRY(read_ranks(r, "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", false));
     std::string addr = env_str("MASTER_ADDR", slurm_first_host(env_str("SLURM_STEP_NODELIST", env_str("SLURM_JOB_NODELIST", "127.0.0.1"))));
     int port = 0;
     if (env_get("MASTER_PORT")) {
