@@ -57,12 +57,8 @@ TEST_CASE("the store serves set/get, times out gets, and refuses oversized reque
   // A client that passed the handshake but asks for a 1 GiB value is answered and cut off.
   auto raw = tcp_connect(addr, Deadline::after_seconds(2));
   REQUIRE(raw.is_ok());
-  Hello h;
-  h.kind = static_cast<uint16_t>(ConnKind::kStore);
-  h.secret = secret;
-  h.rank = 0;
-  h.world = 1;
-  REQUIRE(client_handshake(raw->get(), h, "store", Deadline::after_seconds(2)).is_ok());
+  Hello h = make_hello(ConnKind::kStore, 0, 1);
+  REQUIRE(client_handshake(raw->get(), secret, h, "store", Deadline::after_seconds(2)).is_ok());
   struct { uint32_t op, key_len; uint64_t val_len; uint32_t timeout_ms, reserved; } req{1, 1, uint64_t{1} << 30, 0, 0};
   REQUIRE(send_all(raw->get(), &req, sizeof req, Deadline::after_seconds(2), "store").is_ok());
   struct { int32_t code; uint32_t reserved; uint64_t len; } resp{};
