@@ -137,9 +137,12 @@ void Job::on_event(const transport::WatchEvent& e) {
   if (e.type == transport::WatchType::kDead && e.rank < 0) {  // the store's host went away
     dead_rank = store_host_rank();
     const auto& info = store_->server_info();
-    text = dead_rank >= 0 ? fmt::format("rank {} (pid {}) died: {}", dead_rank, info.pid, e.text)
-                          : fmt::format("the process hosting the bootstrap store (pid {}) died: {}",
-                                        info.pid, e.text);
+    text = dead_rank >= 0
+               ? fmt::format("rank {} (pid {}) died: {}", dead_rank, info.pid, e.text)
+               : fmt::format(
+                     "the process hosting the bootstrap store (pid {}, not a rank of this "
+                     "communicator) died: the store closed the connection without a goodbye",
+                     info.pid);
   }
   bool delivered = false;
   for (auto& c : live_comms()) {

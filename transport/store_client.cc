@@ -179,12 +179,11 @@ void WatchClient::reader() {
       s = recv_all(fd_.get(), text.data(), text.size(), d, store);
     }
     if (!m.is_ok() || !s.is_ok()) {
-      if (!stop_.load() && !store_gone_.load())
-        on_event_(
-            {WatchType::kDead, -1, 0, 0,
-             fmt::format(
-                 "the bootstrap store it hosted (pid {}) closed the connection without a goodbye{}",
-                 info_.pid, m.is_ok() ? "" : " (" + m.status().message() + ")")});
+      if (!stop_.load() && !store_gone_.load()) {
+        std::string why = s.is_ok() ? " (it sent " + m.status().message() + ")" : "";
+        on_event_({WatchType::kDead, -1, 0, 0,
+                   "the bootstrap store it hosted closed the connection without a goodbye" + why});
+      }
       store_gone_ = true;
       return;
     }
