@@ -63,7 +63,13 @@ bool pid_alive(int pid) {
   return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM);
 }
 
+bool all_digits(const std::string& v) {
+  return !v.empty() && v.size() <= 20 && v.find_first_not_of("0123456789") == std::string::npos;
+}
+
 Result<int> parse_int(const std::string& v, const char* field, long lo, long hi) {
+  if (!all_digits(v))
+    return make_error(Code::kRemoteError, "rendezvous file: {} '{}' is not a number in {}..{}", field, v, lo, hi);
   char* end = nullptr;
   errno = 0;
   long x = std::strtol(v.c_str(), &end, 10);
@@ -109,8 +115,8 @@ Result<RendezvousRecord> parse_rendezvous_record(const std::string& text) {
     } else if (key == "start") {
       char* end = nullptr;
       errno = 0;
-      unsigned long long x = std::strtoull(v.c_str(), &end, 10);
-      if (v.empty() || *end != '\0' || errno != 0)
+      unsigned long long x = all_digits(v) ? std::strtoull(v.c_str(), &end, 10) : 0;
+      if (!all_digits(v) || *end != '\0' || errno != 0)
         return make_error(Code::kRemoteError, "rendezvous file: start '{}' is not a number", v);
       r.start_ns = x;
     }  // unknown keys: written by a newer chorus, ignored

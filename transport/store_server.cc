@@ -62,15 +62,17 @@ Result<std::unique_ptr<StoreServer>> StoreServer::start(const std::string& host,
 
 StoreServer::~StoreServer() {
   if (on_stop_) on_stop_();
-  if (acceptor_.joinable() && !finished_.load()) {
-    broadcast(WatchType::kShutdown, -1, 0, 0, -1, "the bootstrap store is shutting down", nullptr);
-    stop_ = true;
-    cv_.notify_all();
+  const bool serving = !finished_.load();
+  if (serving) broadcast(WatchType::kShutdown, -1, 0, 0, -1, "the bootstrap store is shutting down", nullptr);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;  // from here on the acceptor thread cannot detach itself (see accept_loop)
+  }
+  cv_.notify_all();
+  if (serving) {
     usleep(100000);  // lets pending joins and gets send their final answers before the cut
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      for (auto& c : conns_) ::shutdown(c->fd.get(), SHUT_RDWR);
-    }
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& c : conns_) ::shutdown(c->fd.get(), SHUT_RDWR);
   }
   if (acceptor_.joinable()) acceptor_.join();
   reap_workers(true);
@@ -114,8 +116,11 @@ void StoreServer::accept_loop() {
     for (auto& a : acceptor.poll(100)) admit(std::move(a));
     reap_workers(false);
     if (job_over()) {
+      std::lock_guard<std::mutex> lock(mu_);  // the destructor sets stop_ under it
+      if (stop_.load()) break;
       log_info("bootstrap: every rank joined and left; the store at {} stops", addr_.to_string());
       listen_.reset();
+      acceptor_.detach();  // nobody joins a store that stopped by itself; its thread ends here
       finished_ = true;
       return;
     }

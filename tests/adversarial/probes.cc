@@ -148,6 +148,13 @@ bool send_and_close(int port, const std::string& bytes) {
   return true;
 }
 
+bool sanitizer_report(const std::string& output) {
+  for (const char* mark : {"WARNING: ThreadSanitizer", "ERROR: AddressSanitizer",
+                           "ERROR: LeakSanitizer", "runtime error:"})
+    if (output.find(mark) != std::string::npos) return true;
+  return false;
+}
+
 bool sanitized_build() {
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
   return true;

@@ -22,6 +22,9 @@ bool closed_by_peer(int fd, double seconds);
 // Reads until the peer closes or `seconds` pass; what arrived.
 std::string read_all(int fd, double seconds);
 double now_s();
+// True when a rank's output holds a sanitizer's report (ranks end with _exit, so a report
+// does not change their exit code).
+bool sanitizer_report(const std::string& output);
 // True in builds under ASan or TSan (address-space limits do not apply there).
 bool sanitized_build();
 

@@ -57,6 +57,7 @@ std::string store_listens(const std::map<std::string, std::string>& env) {
   INFO(res[0].output << res[1].output);
   REQUIRE(res[0].exit_code == 0);
   REQUIRE(res[1].exit_code == 0);
+  REQUIRE_FALSE(sanitizer_report(res[0].output + res[1].output));
   auto at = res[0].output.find("listening: ");
   REQUIRE(at != std::string::npos);
   return res[0].output.substr(at + 11, res[0].output.find('\n', at) - at - 11);

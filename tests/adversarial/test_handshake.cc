@@ -38,6 +38,7 @@ void require_codes(const std::vector<RankResult>& res, const std::vector<int>& c
   for (size_t r = 0; r < res.size(); ++r) {
     INFO("rank " << r << " output:\n" << res[r].output);
     REQUIRE(res[r].exit_code == codes[r]);
+    REQUIRE_FALSE(sanitizer_report(res[r].output));
   }
 }
 

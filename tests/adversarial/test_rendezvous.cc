@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -69,6 +70,7 @@ void require_ok(const std::vector<RankResult>& res) {
   for (size_t r = 0; r < res.size(); ++r) {
     INFO("rank " << r << " output:\n" << res[r].output);
     REQUIRE(res[r].exit_code == 0);
+    REQUIRE_FALSE(sanitizer_report(res[r].output));
   }
 }
 
@@ -88,38 +90,54 @@ std::vector<RankResult> mpirun_job(const std::string& tmpdir, double rank0_delay
 }
 
 // Listens on 127.0.0.1, answers every handshake with a challenge it cannot prove, and records
-// everything its callers send.
+// everything its callers send. A process of its own (the ranks are forked from this one, and a
+// process with threads must not fork under TSan).
 struct Impostor {
   chorus::SockAddr addr;
-  chorus::Fd listener;
-  std::atomic<bool> stop{false};
-  std::atomic<int> connections{0};
-  std::string heard;
-  std::thread thread;
+  pid_t pid = -1;
+  std::string log;  // what it heard, one line "connection" per caller, then the bytes
   Impostor() {
+    char t[] = "/tmp/chorus-impostor-XXXXXX";
+    int fd = mkstemp(t);
+    close(fd);
+    log = t;
     auto l = chorus::tcp_listen("127.0.0.1", 0, &addr);
     REQUIRE(l.is_ok());
-    listener = std::move(l.value());
-    thread = std::thread([this] {
-      while (!stop.load()) {
-        auto fd = chorus::tcp_accept(listener.get(), chorus::Deadline::after_seconds(0.1), nullptr);
-        if (!fd.is_ok()) continue;
-        ++connections;
-        std::string got = read_all(fd->get(), 0.2);
-        chorus::transport::Challenge c;
-        (void)!write(fd->get(), &c, sizeof c);
-        heard += got + read_all(fd->get(), 0.3);
+    std::fflush(nullptr);
+    pid = fork();
+    if (pid == 0) {
+      while (true) {
+        auto c = chorus::tcp_accept(l->get(), chorus::Deadline::after_seconds(0.1), nullptr);
+        if (!c.is_ok()) continue;
+        std::string got = read_all(c->get(), 0.2);
+        chorus::transport::Challenge ch;
+        (void)!write(c->get(), &ch, sizeof ch);
+        got += read_all(c->get(), 0.3);
+        std::ofstream(log, std::ios::app) << "connection\n" << got;
       }
-    });
+    }
   }
   ~Impostor() {
-    stop = true;
-    thread.join();
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+    unlink(log.c_str());
+  }
+  std::string heard() const {
+    std::ifstream f(log);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+  }
+  int connections() const {
+    std::string h = heard();
+    int n = 0;
+    for (size_t at = 0; (at = h.find("connection\n", at)) != std::string::npos; at += 11) ++n;
+    return n;
   }
   bool heard_secret() const {
     chorus::transport::Secret s{};
     chorus::transport::parse_secret_hex(kSecretHex, &s);
-    return heard.find(std::string(reinterpret_cast<const char*>(s.data()), s.size())) !=
+    return heard().find(std::string(reinterpret_cast<const char*>(s.data()), s.size())) !=
            std::string::npos;
   }
 };
@@ -212,9 +230,9 @@ TEST_CASE("a planted file pointing at an impostor costs a retry, never the secre
   auto res = mpirun_job(tmp.path, 1.0);
   unlink(old_path.c_str());
   require_ok(res);
-  INFO("the impostor had " << impostor.connections.load() << " connection(s)");
-  REQUIRE(impostor.connections.load() >= 1);  // rank 1 did try the planted address ...
-  REQUIRE_FALSE(impostor.heard_secret());     // ... and sent nothing secret there
+  INFO("the impostor had " << impostor.connections() << " connection(s)");
+  REQUIRE(impostor.connections() >= 1);    // rank 1 did try the planted address ...
+  REQUIRE_FALSE(impostor.heard_secret());  // ... and sent nothing secret there
 }
 
 TEST_CASE("a file or directory planted by another user is refused", "[adversarial][rendezvous]") {
@@ -235,7 +253,7 @@ TEST_CASE("a file or directory planted by another user is refused", "[adversaria
     write_file(planted, record_for(impostor.addr.port, getpid()), 0600);
     REQUIRE(chown(planted.c_str(), nobody, nobody) == 0);
     require_ok(mpirun_job(tmp.path, 1.0));
-    REQUIRE(impostor.connections.load() == 0);  // never even dialled
+    REQUIRE(impostor.connections() == 0);  // never even dialled
   }
   SECTION(
       "a per-user directory owned by someone else, or open to others, or a link, stops rank 0 with "

@@ -69,6 +69,7 @@ TEST_CASE("a rank that fails while the communicator is created tells the others 
   for (size_t r = 0; r < res.size(); ++r) {
     INFO("rank " << r << " output:\n" << res[r].output);
     REQUIRE(res[r].exit_code == 0);
+    REQUIRE_FALSE(sanitizer_report(res[r].output));
   }
 }
 
@@ -98,6 +99,7 @@ TEST_CASE("a rank killed while its links are set up leaves no shm segment, and i
   for (size_t r = 0; r < 2; ++r) {
     INFO("rank " << r << " output:\n" << res[r].output);
     REQUIRE(res[r].exit_code == 0);
+    REQUIRE_FALSE(sanitizer_report(res[r].output));
   }
   REQUIRE(res[2].exit_code == -SIGKILL);
   usleep(200000);

@@ -36,6 +36,26 @@ void reduce_until_error(chorusComm_t comm, size_t count, std::atomic<bool>& done
   done = true;
 }
 
+// Threads of the process before chorus starts any (a sanitizer runtime has its own).
+const int kBaseThreads = [] {
+  std::thread([] {}).join();
+  usleep(20000);
+  return live_threads();
+}();
+
+// Once every communicator and store of the earlier cases is gone, the process is down to its
+// main thread again (and may fork: TSan refuses to fork a multi-threaded process).
+bool single_threaded_within(double seconds) {
+  double end = now_s() + seconds;
+  while (live_threads() > kBaseThreads && now_s() < end) usleep(10000);
+  if (live_threads() <= kBaseThreads) return true;
+  std::fprintf(stderr, "threads left: %d\n", live_threads());
+  (void)!std::system(("grep . /proc/" + std::to_string(getpid()) + "/task/*/comm /proc/" +
+                      std::to_string(getpid()) + "/task/*/stat | cut -c1-200 >&2")
+                         .c_str());
+  return false;
+}
+
 bool wait_flag(const std::atomic<bool>& f, double seconds) {
   double end = now_s() + seconds;
   while (!f.load() && now_s() < end) usleep(200);
@@ -147,6 +167,7 @@ TEST_CASE(
   o.env = {{"CHORUS_TIMEOUT", "5"}};
   o.limit_seconds = 100;
   const int rounds = std::max(10, iterations(200) / 4);
+  REQUIRE(single_threaded_within(3));
   auto res = run_ranks(
       2,
       [rounds](int rank) {
@@ -176,6 +197,7 @@ TEST_CASE(
   for (size_t r = 0; r < res.size(); ++r) {
     INFO("rank " << r << " output:\n" << res[r].output);
     REQUIRE(res[r].exit_code == 0);
+    REQUIRE_FALSE(sanitizer_report(res[r].output));
   }
 }
 
@@ -183,6 +205,7 @@ TEST_CASE("a peer dies while its survivors are destroying", "[adversarial][teard
   RunOptions o;
   o.env = {{"CHORUS_TIMEOUT", "5"}};
   o.limit_seconds = 30;
+  REQUIRE(single_threaded_within(3));
   for (int round = 0; round < 6; ++round) {
     auto res = run_ranks(
         3,
@@ -204,6 +227,7 @@ TEST_CASE("a peer dies while its survivors are destroying", "[adversarial][teard
     for (int r = 0; r < 2; ++r) {
       INFO("round " << round << ", rank " << r << " output:\n" << res[r].output);
       REQUIRE(res[r].exit_code == 0);
+      REQUIRE_FALSE(sanitizer_report(res[r].output));
     }
     REQUIRE(res[2].exit_code == -SIGKILL);
   }
