@@ -33,7 +33,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Nonce nonce{};
   ServerHandshake server(
       secret, kind_bit(ConnKind::kStore) | kind_bit(ConnKind::kWatch) | kind_bit(ConnKind::kLink),
-      nonce, 4242, "fuzz-host");
+      nonce);
   feed_chunks(server, data, size);
   (void)server.error().message();
 
@@ -54,6 +54,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     (void)code_from_wire(
         static_cast<int32_t>(data[0] | data[1] << 8 | data[2] << 16 | data[3] << 24));
   std::string hex(reinterpret_cast<const char*>(data), size);
+  (void)parse_server_info(hex);
   Secret parsed{};
   (void)parse_secret_hex(hex, &parsed);
   return 0;

@@ -114,7 +114,7 @@ void Acceptor::accept_new() {
       continue;
     }
     p->hs =
-        std::make_unique<ServerHandshake>(secret_, opt_.allowed_kinds, nonce, getpid(), opt_.host);
+        std::make_unique<ServerHandshake>(secret_, opt_.allowed_kinds, nonce);
     pending_.push_back(std::move(p));
   }
 }

@@ -136,7 +136,6 @@ Status connect_tcp(const Fd& listener, int rank, uint64_t uid, const Secret& sec
   AcceptorOptions ao;
   ao.allowed_kinds = kind_bit(ConnKind::kLink);
   ao.what = fmt::format("tcp (links of rank {})", rank);
-  ao.host = set.peers[rank].host;
   Acceptor acceptor(listener.get(), secret, ao);
   while (expected > 0) {
     if (deadline.expired())

@@ -51,7 +51,6 @@ Result<std::unique_ptr<StoreServer>> StoreServer::start(const std::string& host,
   CHORUS_ASSIGN_OR_RETURN(s->listen_, tcp_listen(host, port, &s->addr_));
   s->secret_ = secret;
   s->opt_ = opt;
-  if (s->opt_.max_conns <= 0) s->opt_.max_conns = 4 * std::max(opt.world, 0) + 64;
   s->world_ = opt.world;
   s->host_ = host_id();
   CHORUS_ASSIGN_OR_RETURN(s->acceptor_,
@@ -110,7 +109,6 @@ void StoreServer::accept_loop() {
   AcceptorOptions ao;
   ao.allowed_kinds = kind_bit(ConnKind::kStore) | kind_bit(ConnKind::kWatch);
   ao.what = "bootstrap";
-  ao.host = host_;
   Acceptor acceptor(listen_.get(), secret_, ao);
   while (!stop_.load()) {
     for (auto& a : acceptor.poll(100)) admit(std::move(a));
@@ -137,13 +135,14 @@ void StoreServer::admit(Accepted a) {
     return;
   }
   size_t live = 0;
+  int limit = opt_.max_conns;
   {
     std::lock_guard<std::mutex> lock(mu_);
     live = conns_.size();
+    if (limit <= 0) limit = 4 * (world_ > 0 ? world_ : world) + 64;  // unique ids learn the world late
   }
-  if (workers_.size() >= static_cast<size_t>(opt_.max_conns)) {
-    auto msg = fmt::format("the bootstrap store already serves {} connections (limit {})", live,
-                           opt_.max_conns);
+  if (workers_.size() >= static_cast<size_t>(limit)) {
+    auto msg = fmt::format("the bootstrap store already serves {} connections (limit {})", live, limit);
     log_warn("bootstrap: refused connection from {} (rank {}): {}", a.peer, a.hello.rank, msg);
     (void)send_verdict(a.fd.get(), Code::kInvalidUsage, msg);
     return;
@@ -173,7 +172,7 @@ void StoreServer::admit(Accepted a) {
 void StoreServer::run_conn(const std::shared_ptr<Conn>& c) {
   // The verdict goes out before the connection is registered, so no broadcast can reach a new
   // watch client ahead of its verdict.
-  if (!send_verdict(c->fd.get(), Code::kOk, "").is_ok()) return;
+  if (!send_verdict(c->fd.get(), Code::kOk, server_info_text(getpid(), host_)).is_ok()) return;
   std::deque<std::string> news;
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -103,6 +103,17 @@ Tag client_proof(const Secret& secret, const Hello& hello, const Nonce& server_n
   return transcript_mac(secret, kClientLabel, hello, server_nonce);
 }
 
+std::string server_info_text(int pid, const std::string& host) { return fmt::format("{}\n{}", pid, host); }
+
+ServerInfo parse_server_info(const std::string& text) {
+  ServerInfo info;
+  auto nl = text.find('\n');
+  if (nl == std::string::npos || nl == 0 || nl > 10 || text.find_first_not_of("0123456789") != nl) return info;
+  info.pid = static_cast<int>(std::strtol(text.c_str(), nullptr, 10));
+  info.host = text.substr(nl + 1);
+  return info;
+}
+
 Code code_from_wire(int32_t v) {
   switch (static_cast<Code>(v)) {
     case Code::kOk:
@@ -174,11 +185,8 @@ Result<Verdict> parse_verdict(const void* p, size_t n) {
 
 // ---- ServerHandshake ----
 
-ServerHandshake::ServerHandshake(const Secret& secret, unsigned allowed_kinds, const Nonce& nonce,
-                                 int pid, std::string host)
-    : secret_(secret), allowed_(allowed_kinds), nonce_(nonce), pid_(pid), host_(std::move(host)) {
-  if (host_.size() > kMaxTextBytes) host_.resize(kMaxTextBytes);
-}
+ServerHandshake::ServerHandshake(const Secret& secret, unsigned allowed_kinds, const Nonce& nonce)
+    : secret_(secret), allowed_(allowed_kinds), nonce_(nonce) {}
 
 size_t ServerHandshake::want() const {
   switch (state_) {
@@ -192,15 +200,17 @@ size_t ServerHandshake::want() const {
 }
 
 void ServerHandshake::feed(const void* p, size_t n) {
-  n = std::min(n, want());
-  if (n == 0) return;
-  buf_.append(static_cast<const char*>(p), n);
-  received_ += n;
-  if (want() > 0) return;
-  if (state_ == State::kReadHello)
-    on_hello();
-  else if (state_ == State::kReadProof)
-    on_proof();
+  auto b = static_cast<const char*>(p);
+  while (n > 0 && want() > 0) {
+    size_t k = std::min(n, want());
+    buf_.append(b, k);
+    received_ += k;
+    b += k;
+    n -= k;
+    if (want() > 0) break;
+    if (state_ == State::kReadHello) on_hello();
+    else if (state_ == State::kReadProof) on_proof();
+  }
 }
 
 std::string ServerHandshake::take_output() {
@@ -231,11 +241,9 @@ void ServerHandshake::on_hello() {
   if (!h.is_ok()) return fail(h.status(), false);
   hello_ = *h;
   Challenge c;
-  c.pid = pid_;
   c.nonce = nonce_;
   c.proof = server_proof(secret_, hello_, nonce_);
-  c.text_len = static_cast<uint32_t>(host_.size());
-  out_ += bytes_of(c) + host_;
+  out_ += bytes_of(c);
   state_ = State::kReadProof;
 }
 
@@ -276,25 +284,19 @@ size_t ClientHandshake::want() const {
 }
 
 void ClientHandshake::feed(const void* p, size_t n) {
-  n = std::min(n, want());
-  buf_.append(static_cast<const char*>(p), n);
-  // A zero-length text completes at once, so loop while a step needs nothing more.
-  while (want() == 0 && state_ != State::kDone && state_ != State::kFailed) {
+  auto b = static_cast<const char*>(p);
+  while (state_ != State::kDone && state_ != State::kFailed) {
+    size_t k = std::min(n, want());
+    buf_.append(b, k);
+    b += k;
+    n -= k;
+    if (want() > 0) break;  // a step completes once it has all its bytes (a text may be empty)
     switch (state_) {
-      case State::kReadChallenge:
-        on_challenge();
-        break;
-      case State::kReadChallengeText:
-        on_challenge_text();
-        break;
-      case State::kReadVerdict:
-        on_verdict();
-        break;
-      case State::kReadVerdictText:
-        on_verdict_text();
-        break;
-      default:
-        break;
+      case State::kReadChallenge: on_challenge(); break;
+      case State::kReadChallengeText: on_challenge_text(); break;
+      case State::kReadVerdict: on_verdict(); break;
+      case State::kReadVerdictText: on_verdict_text(); break;
+      default: break;
     }
   }
 }
@@ -336,8 +338,6 @@ void ClientHandshake::on_challenge_text() {
     state_ = State::kFailed;
     return;
   }
-  server_.pid = challenge_.pid;
-  server_.host = std::move(text);
   p.proof = client_proof(secret_, hello_, challenge_.nonce);
   out_ += bytes_of(p);
   state_ = State::kReadVerdict;
@@ -362,6 +362,7 @@ void ClientHandshake::on_verdict_text() {
     state_ = State::kFailed;
     return;
   }
+  server_ = parse_server_info(text);
   state_ = State::kDone;
 }
 

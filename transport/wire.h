@@ -3,11 +3,13 @@
 // Both sides prove that they know the per-job secret without sending it (challenge-response):
 //
 //   client -> server  Hello      magic, protocol version, kind, who is calling, client nonce
-//   server -> client  Challenge  a refusal with its reason, or: server nonce, the server's proof
-//                                mac(secret, "server", hello || server nonce), its pid and host
+//   server -> client  Challenge  a refusal with its reason, or: server nonce and the server's
+//                                proof mac(secret, "server", hello || server nonce)
 //   client -> server  Proof      mac(secret, "client", hello || server nonce), sent only after
 //                                the server's proof checked out (an impostor learns nothing)
-//   server -> client  Verdict    ok, or why not (wrong secret, rank outside the world, ...)
+//   server -> client  Verdict    ok (with who serves: "pid\nhost id", told only to a client
+//                                that proved itself), or why not (wrong secret, rank outside
+//                                the world, ...)
 //
 // Proofs are compared in constant time. The accepting side checks each field before it
 // allocates or trusts anything and logs refusals clearly: a stranger, a port scanner or an
@@ -58,8 +60,8 @@ static_assert(sizeof(Hello) == 48, "Hello is a fixed wire format");
 struct Challenge {
   uint32_t magic = kMagic;
   int32_t code = 0;       // 0: go on; else a refusal, the reason in the text
-  uint32_t text_len = 0;  // followed by text: the reason, or the server's host identity
-  int32_t pid = 0;        // the server's process
+  uint32_t text_len = 0;  // followed by text: the reason of a refusal (empty otherwise)
+  int32_t reserved = 0;
   Nonce nonce{};          // the server's challenge to the client
   Tag proof{};            // mac(secret, "server", hello || nonce)
 };
@@ -107,9 +109,7 @@ Result<Verdict> parse_verdict(const void* p, size_t n);
 class ServerHandshake {
  public:
   enum class State { kReadHello, kReadProof, kAuthenticated, kFailed };
-  // `host` goes to the client with the challenge (who hosts this end).
-  ServerHandshake(const Secret& secret, unsigned allowed_kinds, const Nonce& nonce, int pid,
-                  std::string host);
+  ServerHandshake(const Secret& secret, unsigned allowed_kinds, const Nonce& nonce);
   // Bytes to read before the next step (never more: what follows the handshake is not ours).
   size_t want() const;
   // Takes up to want() bytes.
@@ -128,8 +128,6 @@ class ServerHandshake {
   Secret secret_;
   unsigned allowed_;
   Nonce nonce_;
-  int pid_;
-  std::string host_;
   State state_ = State::kReadHello;
   std::string buf_;
   std::string out_;
@@ -140,9 +138,12 @@ class ServerHandshake {
 
 // The connecting side: sends hello, checks the server's proof, sends its own, reads the verdict.
 struct ServerInfo {
-  int pid = 0;
+  int pid = 0;       // 0 when the server did not say (links)
   std::string host;  // the server's host identity (topology.h host_id)
 };
+// The text of an ok verdict that says who serves, and its parser.
+std::string server_info_text(int pid, const std::string& host);
+ServerInfo parse_server_info(const std::string& text);
 
 class ClientHandshake {
  public:
