@@ -134,15 +134,13 @@ void StoreServer::admit(Accepted a) {
     (void)send_verdict(a.fd.get(), Code::kInvalidArgument, msg);
     return;
   }
-  size_t live = 0;
   int limit = opt_.max_conns;
-  {
+  if (limit <= 0) {
     std::lock_guard<std::mutex> lock(mu_);
-    live = conns_.size();
-    if (limit <= 0) limit = 4 * (world_ > 0 ? world_ : world) + 64;  // unique ids learn the world late
+    limit = 4 * (world_ > 0 ? world_ : world) + 64;  // a unique id's store learns the world late
   }
   if (workers_.size() >= static_cast<size_t>(limit)) {
-    auto msg = fmt::format("the bootstrap store already serves {} connections (limit {})", live, limit);
+    auto msg = fmt::format("the bootstrap store already serves {} connections (limit {})", workers_.size(), limit);
     log_warn("bootstrap: refused connection from {} (rank {}): {}", a.peer, a.hello.rank, msg);
     (void)send_verdict(a.fd.get(), Code::kInvalidUsage, msg);
     return;
