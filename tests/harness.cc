@@ -34,6 +34,19 @@ int free_port() {
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
+ShellResult run_shell(const std::string& cmd) {
+  ShellResult r;
+  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
+  if (p == nullptr) {
+    r.output = "popen failed: " + cmd;
+    return r;
+  }
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) r.output.append(buf, n);
+  r.status = ::pclose(p);
+  return r;
+}
+
 std::vector<RankResult> run_ranks(int n, const std::function<int(int)>& fn, const RunOptions& opt) {
   int port = opt.port ? opt.port : free_port();
   std::vector<pid_t> pids(n);

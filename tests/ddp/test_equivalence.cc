@@ -340,16 +340,11 @@ TEST_CASE("the equivalence holds under every OpenBLAS kernel family the CPU runs
   char self[4096] = {};
   REQUIRE(readlink("/proc/self/exe", self, sizeof self - 1) > 0);
   for (const auto& core : blas_core_types()) {
-    const std::string cmd = "OPENBLAS_CORETYPE=" + core + " '" + self + "' '[blas-child]' 2>&1";
-    FILE* p = popen(cmd.c_str(), "r");
-    REQUIRE(p != nullptr);
-    std::string out;
-    char buf[4096];
-    for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
-    const int status = pclose(p);
-    std::printf("OPENBLAS_CORETYPE=%s:\n%s", core.c_str(), out.c_str());
-    INFO(out);
-    CHECK(status == 0);
+    const std::string cmd = "OPENBLAS_CORETYPE=" + core + " '" + self + "' '[blas-child]'";
+    const auto run = chorus::test::run_shell(cmd);
+    std::printf("OPENBLAS_CORETYPE=%s:\n%s", core.c_str(), run.output.c_str());
+    INFO(run.output);
+    CHECK(run.status == 0);
   }
 }
 
