@@ -1,19 +1,18 @@
-// Direct convolution for layers with few input taps and 24- or 28-wide output rows (stride 1, no
-// padding: the first layer of the tutorial nets, 1x5x5 on 28x28 and 3x5x5 on 32x32). There im2col + GEMM is a poor fit: the GEMM has only
-// OC = 6 rows, and writing the im2col matrix (25 x the input) costs more than the arithmetic.
-// Instead each output row is accumulated from shifted input rows, vectorised along the row,
-// with the whole image in L1.
-#include <algorithm>
+// Direct convolution (conv2d.h), one instruction-set build: for layers with few input taps and 24-
+// or 28-wide output rows (stride 1, no padding: the first layer of the tutorial nets, 1x5x5 on
+// 28x28 and 3x5x5 on 32x32). There im2col + GEMM is a poor fit: the GEMM has only OC = 6 rows, and
+// writing the im2col matrix (25 x the input) costs more than the arithmetic. Instead each output
+// row is accumulated from shifted input rows, vectorised along the row, with the whole image in L1.
+#include "kernels/cpu/isa/entries.h"
 
-#include "kernels/cpu/conv2d.h"
-
-namespace chorus::kernels::cpu {
-
-bool conv2d_direct_applies(const Conv2dShape& s) {
-  return s.stride == 1 && s.pad == 0 && s.patch() <= kDirectMaxPatch && (s.ow() == 24 || s.ow() == 28);
-}
-
+namespace chorus::kernels::CHORUS_ISA_NS {
 namespace {
+
+using cpu::Conv2dShape;
+
+void zero(float* p, long n) {
+  for (long i = 0; i < n; ++i) p[i] = 0.0f;
+}
 
 // The output row width kRow is a compile-time constant so that a row's partial sums live in
 // vector registers across all taps (24 or 28 floats: two vector registers).
@@ -21,7 +20,7 @@ namespace {
 template <int kRow>
 void forward_rows(const Conv2dShape& s, const float* __restrict x, const float* __restrict w,
                   const float* __restrict b, float* __restrict y) {
-  const int oh = s.oh();
+  const int oh = out_h(s);
   for (int n = 0; n < s.n; ++n)
     for (int o = 0; o < s.oc; ++o)
       for (int i = 0; i < oh; ++i) {
@@ -48,13 +47,13 @@ void forward_rows(const Conv2dShape& s, const float* __restrict x, const float* 
 // FMAs on registers; the lanes are summed once at the end.
 template <int kRow>
 void backward_rows(const Conv2dShape& s, const float* __restrict x, const float* __restrict w,
-                   const float* __restrict dy, float* __restrict dx, float* __restrict dw, float* __restrict db,
-                   float* __restrict acc) {
-  const int oh = s.oh();
-  const long taps = s.patch(), plane = static_cast<long>(oh) * kRow;
-  std::fill(acc, acc + s.oc * taps * kRow, 0.0f);
-  if (dx) std::fill(dx, dx + static_cast<long>(s.n) * s.c * s.h * s.w, 0.0f);
-  if (db) std::fill(db, db + s.oc, 0.0f);
+                   const float* __restrict dy, float* __restrict dx, float* __restrict dw,
+                   float* __restrict db, float* __restrict acc) {
+  const int oh = out_h(s);
+  const long taps = patch(s), plane = static_cast<long>(oh) * kRow;
+  zero(acc, s.oc * taps * kRow);
+  if (dx) zero(dx, static_cast<long>(s.n) * s.c * s.h * s.w);
+  if (db) zero(db, s.oc);
   for (int n = 0; n < s.n; ++n)
     for (int o = 0; o < s.oc; ++o) {
       const float* __restrict go = dy + (static_cast<long>(n) * s.oc + o) * plane;
@@ -70,7 +69,8 @@ void backward_rows(const Conv2dShape& s, const float* __restrict x, const float*
               const float* __restrict xr = xc + static_cast<long>(i + u) * s.w + v;
               for (int j = 0; j < kRow; ++j) part[j] += gr[j] * xr[j];
             }
-            float* __restrict a = acc + ((static_cast<long>(o) * s.c + c) * s.kh * s.kw + u * s.kw + v) * kRow;
+            float* __restrict a =
+                acc + ((static_cast<long>(o) * s.c + c) * s.kh * s.kw + u * s.kw + v) * kRow;
             for (int j = 0; j < kRow; ++j) a[j] += part[j];
           }
         if (!dx) continue;
@@ -95,15 +95,16 @@ void backward_rows(const Conv2dShape& s, const float* __restrict x, const float*
 
 }  // namespace
 
-void conv2d_forward_direct(const Conv2dShape& s, const float* x, const float* w, const float* b, float* y) {
-  if (s.ow() == 24) return forward_rows<24>(s, x, w, b, y);
+void conv2d_forward_direct(const Conv2dShape& s, const float* x, const float* w, const float* b,
+                           float* y) {
+  if (out_w(s) == 24) return forward_rows<24>(s, x, w, b, y);
   forward_rows<28>(s, x, w, b, y);
 }
 
-void conv2d_backward_direct(const Conv2dShape& s, const float* x, const float* w, const float* dy, float* dx,
-                            float* dw, float* db, float* acc) {
-  if (s.ow() == 24) return backward_rows<24>(s, x, w, dy, dx, dw, db, acc);
+void conv2d_backward_direct(const Conv2dShape& s, const float* x, const float* w, const float* dy,
+                            float* dx, float* dw, float* db, float* acc) {
+  if (out_w(s) == 24) return backward_rows<24>(s, x, w, dy, dx, dw, db, acc);
   backward_rows<28>(s, x, w, dy, dx, dw, db, acc);
 }
 
-}  // namespace chorus::kernels::cpu
+}  // namespace chorus::kernels::CHORUS_ISA_NS
