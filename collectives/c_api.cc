@@ -388,8 +388,8 @@ chorus::Result<Comm*> check_reduction(chorusComm_t h, const char* call, const vo
   if (!c.is_ok()) return c.status();
   int rank = (*c)->rank();
   if (!chorus::kernel_dtype(dt))
-    return chorus::make_error(Code::kInvalidArgument, "{} on rank {}: datatype {} cannot be reduced (use f32, f64, f16, bf16, i32, i64 or u8)",
-                              call, rank, chorus::dtype_name(dt));
+    return chorus::make_error(Code::kInvalidArgument, "{} on rank {}: unknown datatype {} (expected 0..{})",
+                              call, rank, static_cast<int>(dt), chorusNumTypes - 1);
   if (op >= 0 && !chorus::kernel_redop(op))
     return chorus::make_error(Code::kInvalidArgument, "{} on rank {}: unknown reduction op {}", call, rank, op);
   if (count > 0 && (!send || (need_recv && !recv)))
