@@ -6,6 +6,10 @@
 #include <cstdlib>
 #include <mutex>
 
+#if CHORUS_KERNELS_X86_ISAS
+#include <cpuid.h>
+#endif
+
 #include "common/env.h"
 #include "common/log.h"
 #include "kernels/cpu/isa/table.h"
@@ -29,6 +33,15 @@ const CpuKernels* table_for(Isa isa) {
       return nullptr;
   }
 }
+
+#if CHORUS_KERNELS_X86_ISAS
+// CPUID.1:ECX.F16C (clang 14's __builtin_cpu_supports has no "f16c"). It uses the YMM state
+// that the AVX2 check already requires the OS to save.
+bool has_f16c() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;
+}
+#endif
 
 std::atomic<const CpuKernels*> g_active{nullptr};
 std::once_flag g_init_once;
@@ -74,7 +87,7 @@ bool cpu_supports(Isa isa) {
   // libgcc's (and compiler-rt's) CPU model also checks with XGETBV that the OS saves the YMM and
   // ZMM/opmask state, so a feature reported here is usable.
   __builtin_cpu_init();
-  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  const bool avx2 = __builtin_cpu_supports("avx2") && has_f16c();
   if (isa == Isa::kAvx2) return avx2;
   if (isa == Isa::kAvx512)
     return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&

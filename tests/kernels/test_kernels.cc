@@ -275,7 +275,8 @@ TEST_CASE("conv2d, pooling and blocked gemm give the same bits in every build", 
       return out;
     });
   }
-  for (auto [planes, h, w] : {std::array<int, 3>{6, 24, 24}, {3, 7, 9}, {16, 8, 8}}) {
+  for (const auto& shape : {std::array<int, 3>{6, 24, 24}, {3, 7, 9}, {16, 8, 8}}) {
+    const int planes = shape[0], h = shape[1], w = shape[2];  // clang 14 cannot capture bindings
     same_bits_in_every_build("max_pool2d " + std::to_string(h) + "x" + std::to_string(w), [&] {
       k::PoolShape s;
       s.planes = planes, s.h = h, s.w = w;

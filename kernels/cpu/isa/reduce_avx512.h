@@ -14,7 +14,9 @@
 
 // GCC 12's AVX-512 headers trip -Wmaybe-uninitialized on their own _mm512_undefined_*()
 // placeholders (GCC bug 105593); nothing here reads an uninitialised value.
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 namespace chorus::kernels::CHORUS_ISA_NS {
 namespace {
