@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# CHORUS_CPU_ISA: each build this CPU runs can be forced (and is the one that runs); "auto" picks
+# the best; a name that is not a build is refused with a message saying what is expected.
+#   test_isa_env.sh TEST_REDUCE
+set -uo pipefail
+test_reduce=$1
+fail() {
+  echo "FAIL: $*"
+  exit 1
+}
+out=$("$test_reduce" "[isa]" 2>&1) || { echo "$out"; fail "test_reduce [isa] failed"; }
+runs=$(sed -n 's/^kernels: .*this cpu runs //p' <<<"$out")
+echo "this cpu runs: $runs"
+for isa in ${runs//,/} auto; do
+  out=$(CHORUS_CPU_ISA=$isa "$test_reduce" "[isa]" 2>&1) || { echo "$out"; fail "CHORUS_CPU_ISA=$isa failed"; }
+  echo "CHORUS_CPU_ISA=$isa: $(grep '^kernels:' <<<"$out")"
+done
+out=$(CHORUS_CPU_ISA=sse9 "$test_reduce" "[isa]" 2>&1) && fail "CHORUS_CPU_ISA=sse9 was accepted"
+grep -q "CHORUS_CPU_ISA='sse9': expected scalar, avx2, avx512 or auto" <<<"$out" ||
+  { echo "$out"; fail "no clear error for CHORUS_CPU_ISA=sse9"; }
+echo "ok: CHORUS_CPU_ISA=sse9 refused: CHORUS_CPU_ISA='sse9': expected scalar, avx2, avx512 or auto"
