@@ -82,7 +82,10 @@ typedef enum {
   chorusInProgress = 10
 } chorusResult_t;
 
-/* Same numbering as NCCL's ncclDataType_t. */
+/* Same numbering as NCCL's ncclDataType_t. Every collective takes all ten. Reductions: integer
+ * sum and prod wrap (two's complement), min/max compare as the type's signedness, avg divides
+ * the (wrapped) sum and truncates toward zero; f16 and bf16 are computed in float and rounded
+ * back to nearest even; float min/max propagate NaN. */
 typedef enum {
   chorusInt8 = 0,
   chorusUint8 = 1,
