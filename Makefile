@@ -5,7 +5,7 @@ BUILD ?= build
 MESON_FLAGS ?=
 PACKAGES := meson ninja-build gcc g++ pkg-config python3 catch2 libfmt-dev libspdlog-dev libcli11-dev \
             nlohmann-json3-dev libhwloc-dev openmpi-bin libopenmpi-dev libbenchmark-dev \
-            libopenblas-dev zlib1g-dev iproute2 procps dataset-fashion-mnist
+            libopenblas-dev zlib1g-dev iproute2 procps dataset-fashion-mnist qemu-user
 
 .PHONY: all deps build demo test clean format
 

@@ -9,15 +9,19 @@
 // Timing is wall-clock (UseRealTime), as in the peer benchmark; Google Benchmark's JSON also
 // carries CPU time, which on our 2 shared cores excludes the time other tasks stole.
 // Run: build/bench/reduce-bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
+// CHORUS_CPU_ISA=scalar|avx2|avx512 picks the kernel build (kernels/cpu/isa.h); the context
+// line "kernels:" says which ran.
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "kernels/cpu/half.h"
+#include "kernels/cpu/isa.h"
 #include "kernels/cpu/reduce.h"
 #include "kernels/cpu/reduce_ref.h"
 
@@ -78,8 +82,19 @@ std::vector<uint8_t> element(ck::DType t, double v) {
       break;
     }
     case ck::DType::kU8:
-      e[0] = uint8_t(v);
+    case ck::DType::kI8:
+      e[0] = uint8_t(int(v));
       break;
+    case ck::DType::kU32: {
+      uint32_t u = uint32_t(v);
+      std::memcpy(e.data(), &u, 4);
+      break;
+    }
+    case ck::DType::kU64: {
+      uint64_t u = uint64_t(v);
+      std::memcpy(e.data(), &u, 8);
+      break;
+    }
   }
   return e;
 }
@@ -164,10 +179,17 @@ void register_all() {
     reg("reduce_f32_sum_inplace/" + size_name(s), bm_reduce, ck::DType::kF32, ck::RedOp::kSum, s,
         Kind::kInPlace);
   }
-  for (ck::DType t : {ck::DType::kF16, ck::DType::kBF16, ck::DType::kF64}) {
+  for (ck::DType t : {ck::DType::kF16, ck::DType::kBF16, ck::DType::kF64, ck::DType::kI8,
+                      ck::DType::kU8, ck::DType::kI32, ck::DType::kU32, ck::DType::kI64,
+                      ck::DType::kU64}) {
     std::string name = std::string("reduce_") + ck::dtype_name(t) + "_sum/1MiB";
     reg(name, bm_reduce, t, ck::RedOp::kSum, kMiB, Kind::kFast);
   }
+  // The ops AVX2 has no instruction for (8-bit and 64-bit multiply, 64-bit min/max).
+  reg("reduce_i8_prod/1MiB", bm_reduce, ck::DType::kI8, ck::RedOp::kProd, kMiB, Kind::kFast);
+  reg("reduce_i64_prod/1MiB", bm_reduce, ck::DType::kI64, ck::RedOp::kProd, kMiB, Kind::kFast);
+  reg("reduce_u64_max/1MiB", bm_reduce, ck::DType::kU64, ck::RedOp::kMax, kMiB, Kind::kFast);
+  reg("reduce_f32_max/1MiB", bm_reduce, ck::DType::kF32, ck::RedOp::kMax, kMiB, Kind::kFast);
   for (size_t s : {kMiB, 128 * kMiB}) {
     reg("reduce_copy_f32_sum/" + size_name(s), bm_reduce, ck::DType::kF32, ck::RedOp::kSum, s,
         Kind::kCopy);
@@ -181,6 +203,11 @@ void register_all() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (chorus::Status st = ck::init_isa(); !st.is_ok()) {
+    std::fprintf(stderr, "reduce-bench: %s\n", st.message().c_str());
+    return 2;
+  }
+  benchmark::AddCustomContext("kernels", ck::isa_name(ck::active_isa()));
   register_all();
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;

@@ -19,6 +19,7 @@
 #include "ddp/ops.h"
 #include "ddp/optim.h"
 #include "ddp/random.h"
+#include "kernels/cpu/isa.h"
 
 namespace {
 
@@ -54,6 +55,10 @@ int main(int argc, char** argv) {
   app.add_flag("--keep-denormals", keep_denormals, "compute with denormals (default: flush to zero, like train_cnn)");
   CLI11_PARSE(app, argc, argv);
   chorus::set_flush_denormal(!keep_denormals);
+  if (chorus::Status st = chorus::kernels::init_isa(); !st.is_ok()) {  // CHORUS_CPU_ISA picks the build
+    fmt::print(stderr, "train_step: {}\n", st.message());
+    return 2;
+  }
   int c = 0, h = 0, w = 0;
   if (std::sscanf(shape.c_str(), "%dx%dx%d", &c, &h, &w) != 3) {
     fmt::print(stderr, "train_step: expected --shape CxHxW, got '{}'\n", shape);
@@ -104,9 +109,10 @@ int main(int argc, char** argv) {
   }
   const Stat sw = stat(wall_ips), sc = stat(cpu_ips);
   const double n = static_cast<double>(total_iters);
-  fmt::print("train_step shape {} batch {} threads {}{}: images/s median {:.0f} [{:.0f}-{:.0f}] (wall), {:.0f} [{:.0f}-{:.0f}] "
+  fmt::print("train_step shape {} batch {} threads {}{} kernels {}: images/s median {:.0f} [{:.0f}-{:.0f}] (wall), {:.0f} [{:.0f}-{:.0f}] "
              "(thread cpu), ms/iter fwd {:.3f} bwd {:.3f} step {:.3f}\n",
-             shape, batch, threads, keep_denormals ? " keep-denormals" : "", sw.median, sw.lo, sw.hi, sc.median, sc.lo, sc.hi, 1e3 * fwd / n, 1e3 * bwd / n,
+             shape, batch, threads, keep_denormals ? " keep-denormals" : "",
+             chorus::kernels::isa_name(chorus::kernels::active_isa()), sw.median, sw.lo, sw.hi, sc.median, sc.lo, sc.hi, 1e3 * fwd / n, 1e3 * bwd / n,
              1e3 * stp / n);
   std::string wall_list, cpu_list;
   for (size_t i = 0; i < wall_ips.size(); ++i) {

@@ -42,6 +42,9 @@ std::optional<kernels::DType> kernel_dtype(int t) {
     case chorusInt32: return kernels::DType::kI32;
     case chorusInt64: return kernels::DType::kI64;
     case chorusUint8: return kernels::DType::kU8;
+    case chorusInt8: return kernels::DType::kI8;
+    case chorusUint32: return kernels::DType::kU32;
+    case chorusUint64: return kernels::DType::kU64;
     default: return std::nullopt;
   }
 }

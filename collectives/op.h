@@ -35,7 +35,7 @@ struct OpDesc {
 
 const char* op_name(OpKind k);
 const char* redop_name(int redop);
-// C API enums -> kernel enums; nullopt for types the reduction kernels do not handle.
+// C API enums -> kernel enums (all ten types); nullopt for values outside the enums.
 std::optional<kernels::DType> kernel_dtype(int c_dtype);
 std::optional<kernels::RedOp> kernel_redop(int c_redop);
 const char* dtype_name(int dtype);

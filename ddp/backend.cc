@@ -11,6 +11,7 @@
 
 #include "ddp/parallel.h"
 #include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/isa.h"
 #include "kernels/cpu/softmax.h"
 
 namespace chorus {
@@ -43,7 +44,15 @@ const Backend kCpuBackend = {
 }  // namespace
 
 const Backend& backend_for(Device device) {
-  if (device == Device::kCpu) return kCpuBackend;
+  if (device == Device::kCpu) {
+    // A bad CHORUS_CPU_ISA (kernels/cpu/isa.h) is an exception here, not an abort in a kernel.
+    static const bool isa_ok = [] {
+      if (Status s = kernels::init_isa(); !s.is_ok()) throw std::invalid_argument(s.message());
+      return true;
+    }();
+    (void)isa_ok;
+    return kCpuBackend;
+  }
   throw std::invalid_argument(fmt::format("dispatch: expected device cpu, got {} (no kernels built)",
                                           device_name(device)));
 }

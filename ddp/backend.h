@@ -41,7 +41,8 @@ struct Backend {
   void (*argmax_rows)(int rows, int cols, const float* x, int32_t* out);
 };
 
-// Throws std::invalid_argument naming the device when no kernels exist for it.
+// Throws std::invalid_argument naming the device when no kernels exist for it, or repeating the
+// message of a bad CHORUS_CPU_ISA.
 const Backend& backend_for(Device device);
 
 // Intra-op threads for the CPU kernels: conv2d forward/backward split the batch across this many

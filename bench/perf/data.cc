@@ -51,8 +51,9 @@ double bus_factor(Coll c, int nranks) {
 const std::vector<TypeInfo>& all_types() {
   static const std::vector<TypeInfo> types = {
       {chorusFloat32, "float", 4},     {chorusFloat64, "double", 8}, {chorusFloat16, "half", 2},
-      {chorusBfloat16, "bfloat16", 2}, {chorusInt32, "int32", 4},    {chorusInt64, "int64", 8},
-      {chorusUint8, "uint8", 1}};
+      {chorusBfloat16, "bfloat16", 2}, {chorusInt8, "int8", 1},     {chorusUint8, "uint8", 1},
+      {chorusInt32, "int32", 4},       {chorusUint32, "uint32", 4}, {chorusInt64, "int64", 8},
+      {chorusUint64, "uint64", 8}};
   return types;
 }
 
@@ -60,7 +61,8 @@ const TypeInfo* type_from_name(const std::string& name) {
   static const std::pair<const char*, const char*> aliases[] = {
       {"f32", "float"}, {"float32", "float"}, {"f64", "double"},    {"float64", "double"},
       {"f16", "half"},  {"float16", "half"},  {"bf16", "bfloat16"}, {"i32", "int32"},
-      {"i64", "int64"}, {"u8", "uint8"}};
+      {"i64", "int64"}, {"u8", "uint8"},      {"i8", "int8"},       {"u32", "uint32"},
+      {"u64", "uint64"}};
   std::string canonical = name;
   for (const auto& [alias, full] : aliases) {
     if (name == alias) canonical = full;
@@ -207,6 +209,12 @@ void with_codec(chorusDataType_t d, F&& f) {
       return f(Plain<int64_t>{});
     case chorusUint8:
       return f(Plain<uint8_t>{});
+    case chorusInt8:
+      return f(Plain<int8_t>{});
+    case chorusUint32:
+      return f(Plain<uint32_t>{});
+    case chorusUint64:
+      return f(Plain<uint64_t>{});
     default:
       throw std::invalid_argument("chorus-perf: unsupported data type");
   }
@@ -256,10 +264,16 @@ double reference(const CheckSpec& s, size_t index) {
     acc /= s.nranks;
   }
   switch (d) {
+    case chorusInt8:
+      return static_cast<int8_t>(acc);
     case chorusUint8:
       return static_cast<uint8_t>(acc);
     case chorusInt32:
       return static_cast<int32_t>(acc);
+    case chorusUint32:
+      return static_cast<uint32_t>(acc);
+    case chorusUint64:
+      return static_cast<double>(static_cast<uint64_t>(acc));
     default:
       return static_cast<double>(acc);
   }
@@ -270,7 +284,8 @@ double reference(const CheckSpec& s, size_t index) {
 // ---------------------------------------------------------------- pattern and check
 
 int64_t pattern(const CheckSpec& s, int rank, size_t index) {
-  const bool is_unsigned = s.type->dtype == chorusUint8;
+  const bool is_unsigned = s.type->dtype == chorusUint8 || s.type->dtype == chorusUint32 ||
+                           s.type->dtype == chorusUint64;
   const int64_t r = rank;
   if (!coll_reduces(s.coll)) {  // |v| <= 120: exact even in bf16
     const int64_t v = (r * 31 + static_cast<int64_t>(index % 241) * 7) % 241;

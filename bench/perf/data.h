@@ -25,10 +25,11 @@ double bus_factor(Coll c, int nranks);
 
 struct TypeInfo {
   chorusDataType_t dtype;
-  const char* name;  // nccl-tests' spelling: float, double, half, bfloat16, int32, int64, uint8
+  const char* name;  // nccl-tests' spelling: float, double, half, bfloat16, int8, uint8, int32,
+                     // uint32, int64, uint64
   size_t size;
 };
-// Accepts nccl-tests' names and the short ones (f32, f64, f16, bf16, i32, i64, u8).
+// Accepts nccl-tests' names and the short ones (f32, f64, f16, bf16, i8, u8, i32, u32, i64, u64).
 const TypeInfo* type_from_name(const std::string& name);
 const std::vector<TypeInfo>& all_types();
 

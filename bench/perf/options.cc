@@ -58,8 +58,8 @@ std::optional<int> parse_options(int argc, char** argv, Options& o) {
       ->capture_default_str();
   app.add_option("-o,--op", op_s, "reduce op: sum|prod|min|max|avg|all")->capture_default_str();
   app.add_option("-d,--datatype", type_s,
-                 "float|f32, double|f64, half|f16, bfloat16|bf16, int32|i32, int64|i64, "
-                 "uint8|u8, or all")
+                 "float|f32, double|f64, half|f16, bfloat16|bf16, int8|i8, uint8|u8, "
+                 "int32|i32, uint32|u32, int64|i64, uint64|u64, or all")
       ->capture_default_str();
   app.add_option("-n,--iters", o.iters, "timed iterations per size")
       ->check(CLI::Range(1, 100000000))

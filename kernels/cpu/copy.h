@@ -7,6 +7,7 @@
 namespace chorus::kernels {
 
 // dst <- src (no overlap). Ends with a store fence: the data is globally visible on return.
+// Runs the active instruction-set build (isa.h): 16-, 32- or 64-byte streaming stores.
 void copy_streaming(void* dst, const void* src, size_t bytes);
 // The plain reference: memcpy.
 void copy_ref(void* dst, const void* src, size_t bytes);

@@ -9,7 +9,8 @@ struct DTypeInfo {
   size_t size;
 };
 constexpr DTypeInfo kDTypes[kNumDTypes] = {
-    {"f32", 4}, {"f64", 8}, {"f16", 2}, {"bf16", 2}, {"i32", 4}, {"i64", 8}, {"u8", 1},
+    {"f32", 4}, {"f64", 8}, {"f16", 2}, {"bf16", 2}, {"i32", 4},
+    {"i64", 8}, {"u8", 1},  {"i8", 1},  {"u32", 4},  {"u64", 8},
 };
 constexpr const char* kRedOps[kNumRedOps] = {"sum", "prod", "min", "max", "avg"};
 
@@ -20,8 +21,9 @@ struct Alias {
 constexpr Alias kDTypeAliases[] = {
     {"float32", DType::kF32},   {"float", DType::kF32},   {"float64", DType::kF64},
     {"double", DType::kF64},    {"float16", DType::kF16}, {"half", DType::kF16},
-    {"bfloat16", DType::kBF16}, {"int32", DType::kI32},   {"int64", DType::kI64},
-    {"uint8", DType::kU8},
+    {"bfloat16", DType::kBF16}, {"int8", DType::kI8},     {"uint8", DType::kU8},
+    {"int32", DType::kI32},     {"uint32", DType::kU32},  {"int64", DType::kI64},
+    {"uint64", DType::kU64},
 };
 
 }  // namespace

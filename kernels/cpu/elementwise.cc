@@ -1,55 +1,48 @@
-// Elementwise kernels: plain loops written so the compiler vectorises them.
+// Elementwise kernels: each call runs the active instruction-set build (isa/elementwise.cc).
 #include "kernels/cpu/elementwise.h"
+
+#include "kernels/cpu/isa/table.h"
 
 namespace chorus::kernels::cpu {
 
 void relu_forward(long n, const float* x, float* y) {
-  for (long i = 0; i < n; ++i) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+  cpu_kernels().relu_forward(n, x, y);
 }
 
 void relu_backward(long n, const float* y, const float* dy, float* dx) {
-  for (long i = 0; i < n; ++i) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+  cpu_kernels().relu_backward(n, y, dy, dx);
 }
 
 void add(long n, const float* a, const float* b, float* y) {
-  for (long i = 0; i < n; ++i) y[i] = a[i] + b[i];
+  cpu_kernels().add(n, a, b, y);
 }
 
 void mul(long n, const float* a, const float* b, float* y) {
-  for (long i = 0; i < n; ++i) y[i] = a[i] * b[i];
+  cpu_kernels().mul(n, a, b, y);
 }
 
 void scale(long n, float alpha, const float* x, float* y) {
-  for (long i = 0; i < n; ++i) y[i] = alpha * x[i];
+  cpu_kernels().scale(n, alpha, x, y);
 }
 
 void axpy(long n, float alpha, const float* x, float* y) {
-  for (long i = 0; i < n; ++i) y[i] += alpha * x[i];
+  cpu_kernels().axpy(n, alpha, x, y);
 }
 
 void fill(long n, float value, float* y) {
-  for (long i = 0; i < n; ++i) y[i] = value;
+  cpu_kernels().fill(n, value, y);
 }
 
 float sum(long n, const float* x) {
-  double s = 0.0;
-  for (long i = 0; i < n; ++i) s += x[i];
-  return static_cast<float>(s);
+  return cpu_kernels().sum(n, x);
 }
 
 void add_row_bias(int rows, int cols, const float* bias, float* y) {
-  for (int r = 0; r < rows; ++r) {
-    float* yr = y + static_cast<long>(r) * cols;
-    for (int c = 0; c < cols; ++c) yr[c] += bias[c];
-  }
+  cpu_kernels().add_row_bias(rows, cols, bias, y);
 }
 
 void sum_rows(int rows, int cols, const float* dy, float* dbias) {
-  for (int c = 0; c < cols; ++c) dbias[c] = 0.0f;
-  for (int r = 0; r < rows; ++r) {
-    const float* dr = dy + static_cast<long>(r) * cols;
-    for (int c = 0; c < cols; ++c) dbias[c] += dr[c];
-  }
+  cpu_kernels().sum_rows(rows, cols, dy, dbias);
 }
 
 }  // namespace chorus::kernels::cpu

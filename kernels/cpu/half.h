@@ -11,7 +11,10 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/cpu/isa_ns.h"
+
 namespace chorus::kernels {
+inline namespace CHORUS_HELPERS_NS {
 
 inline uint32_t float_bits(float f) {
   uint32_t u;
@@ -79,4 +82,5 @@ inline uint16_t float_to_bf16(float f) {
   return uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);  // round to nearest even; may reach inf
 }
 
+}  // namespace CHORUS_HELPERS_NS
 }  // namespace chorus::kernels

@@ -8,9 +8,12 @@
 // - Any output may be *exactly* the same pointer as any input (in-place); partial overlap of
 //   two buffers is not allowed.
 // - Dispatch on (dtype, op) happens once per call; an out-of-range enum value aborts (a bug).
+// - Each call runs the instruction-set build chosen at start-up (isa.h); every build gives the
+//   same bits as the scalar reference.
 //
 // Semantics (shared with the scalar reference in reduce_ref.h, which the tests compare bitwise):
-// - Integers (i32, i64, u8): sum and prod wrap modulo 2^bits (two's complement); never UB.
+// - Integers (i8, u8, i32, u32, i64, u64): sum and prod wrap modulo 2^bits (two's complement);
+//   never UB. min / max compare as signed or unsigned, as the type says.
 // - f16 and bf16: both inputs are widened to float, the op runs in float, and the result is
 //   rounded back to the 16-bit type, to nearest even.
 // - min / max: if `a` is NaN the result is `a`, else if `b` is NaN it is `b`, else
@@ -33,22 +36,24 @@
 
 namespace chorus::kernels {
 
-// Values are stable: the C API maps chorusFloat32 etc. onto these.
-enum class DType : int { kF32, kF64, kF16, kBF16, kI32, kI64, kU8 };
+// Values are stable (collectives/op.cc maps the C API's chorusFloat32 etc. onto these): the
+// first seven are the types chorus started with, the last three came later.
+enum class DType : int { kF32, kF64, kF16, kBF16, kI32, kI64, kU8, kI8, kU32, kU64 };
 enum class RedOp : int { kSum, kProd, kMin, kMax, kAvg };
 
-inline constexpr int kNumDTypes = 7;
+inline constexpr int kNumDTypes = 10;
 inline constexpr int kNumRedOps = 5;
 
-// Bytes per element: 4, 8, 2, 2, 4, 8, 1.
+// Bytes per element: 4, 8, 2, 2, 4, 8, 1, 1, 4, 8.
 size_t dtype_size(DType t);
 
-// "f32" "f64" "f16" "bf16" "i32" "i64" "u8"; "sum" "prod" "min" "max" "avg".
+// "f32" "f64" "f16" "bf16" "i32" "i64" "u8" "i8" "u32" "u64"; "sum" "prod" "min" "max" "avg".
 const char* dtype_name(DType t);
 const char* red_op_name(RedOp op);
 
 // Accept the names above and the long spellings ("float32", "float", "float16", "half",
-// "bfloat16", "float64", "double", "int32", "int64", "uint8"; "product"). nullopt if unknown.
+// "bfloat16", "float64", "double", "int8", "uint8", "int32", "uint32", "int64", "uint64";
+// "product"). nullopt if unknown.
 std::optional<DType> parse_dtype(std::string_view s);
 std::optional<RedOp> parse_red_op(std::string_view s);
 

@@ -1,15 +1,18 @@
 // One-element reduction ops (the semantics of reduce.h, written once in scalar C++). Used by the
-// scalar reference and by the portable (non-AVX-512) loops; the AVX-512 path re-implements them
-// with intrinsics and is tested against the reference.
+// scalar reference, by the scalar build's loops and by the tails of the vector builds; the AVX2
+// and AVX-512 builds re-implement them with intrinsics and are tested against the reference.
 #pragma once
 
 #include <cstdint>
 #include <type_traits>
 
 #include "kernels/cpu/half.h"
+#include "kernels/cpu/isa_ns.h"
 #include "kernels/cpu/reduce.h"
 
-namespace chorus::kernels::elem {
+namespace chorus::kernels {
+inline namespace CHORUS_HELPERS_NS {
+namespace elem {
 
 // Storage type <-> compute type. f16/bf16 are stored as uint16_t bits and computed in float.
 struct F16 {
@@ -90,11 +93,17 @@ inline T max(T a, T b) {
   if (is_nan(a)) return a;
   return a > b ? a : b;
 }
+// avg's division: floats divide (correctly rounded); integers truncate toward zero (C++ `/`),
+// computed at 64 bits so that n need not fit the element type (i8 with 1000 ranks).
 template <class T>
 inline T div(T x, int n) {
-  if constexpr (std::is_floating_point_v<T>) return x / T(n);
-  if constexpr (std::is_signed_v<T>) return T(x / T(n));
-  return T(x / unsigned(n));
+  if constexpr (std::is_floating_point_v<T>) {
+    return x / T(n);
+  } else if constexpr (std::is_signed_v<T>) {
+    return T(int64_t(x) / int64_t(n));
+  } else {
+    return T(uint64_t(x) / uint64_t(n));
+  }
 }
 
 template <class T>
@@ -131,8 +140,16 @@ inline void with_storage_type(DType t, F&& f) {
       return f(int64_t{});
     case DType::kU8:
       return f(uint8_t{});
+    case DType::kI8:
+      return f(int8_t{});
+    case DType::kU32:
+      return f(uint32_t{});
+    case DType::kU64:
+      return f(uint64_t{});
   }
   __builtin_trap();
 }
 
-}  // namespace chorus::kernels::elem
+}  // namespace elem
+}  // namespace CHORUS_HELPERS_NS
+}  // namespace chorus::kernels

@@ -61,8 +61,8 @@ echo "ok: --algo ring, tree, rd"
 # One sweep of every type and op, 2 ranks, small sizes: the reference for each (type, op).
 csv=$(timeout 30 "$chorus_run" --no-prefix -n 2 "$perf" -b 4K -e 4K -c 1 --csv -n 2 -w 0 -d all -o all) ||
   { echo "$csv"; fail "all types and ops: chorus-perf failed"; }
-expected_rows=35 check_csv "all_reduce/all types and ops" "$csv"
-echo "ok: 7 types x 5 ops"
+expected_rows=50 check_csv "all_reduce/all types and ops" "$csv"
+echo "ok: 10 types x 5 ops"
 
 # --json: a file rank 0 writes, with one result per size and the quantiles.
 json=$(mktemp /tmp/chorus-perf-test.XXXXXX.json)

@@ -125,7 +125,17 @@ void put(const TypeInfo* t, std::vector<unsigned char>& buf, size_t i, double v)
       std::memcpy(p, &x, 8);
       break;
     }
-    default:
+    case chorusUint32: {
+      uint32_t x = static_cast<uint32_t>(static_cast<int64_t>(v));
+      std::memcpy(p, &x, 4);
+      break;
+    }
+    case chorusUint64: {
+      uint64_t x = static_cast<uint64_t>(static_cast<int64_t>(v));
+      std::memcpy(p, &x, 8);
+      break;
+    }
+    default:  // int8, uint8
       *p = static_cast<uint8_t>(static_cast<int64_t>(v));
       break;
   }
@@ -149,11 +159,12 @@ std::vector<unsigned char> all_reduce_output(const CheckSpec& s) {
     }
     double want = static_cast<double>(acc);
     if (s.op == chorusAvg) {
-      const bool is_int = s.type->dtype == chorusInt32 || s.type->dtype == chorusInt64 ||
-                          s.type->dtype == chorusUint8;
-      want = is_int ? static_cast<double>(acc / s.nranks) : want / s.nranks;
+      const chorusDataType_t d = s.type->dtype;
+      const bool is_float = d == chorusFloat32 || d == chorusFloat64 || d == chorusFloat16 || d == chorusBfloat16;
+      want = is_float ? want / s.nranks : static_cast<double>(acc / s.nranks);
     }
     if (s.type->dtype == chorusUint8) want = static_cast<uint8_t>(acc);
+    if (s.type->dtype == chorusInt8) want = static_cast<int8_t>(acc);
     put(s.type, out, i, want);
   }
   return out;
@@ -162,7 +173,7 @@ std::vector<unsigned char> all_reduce_output(const CheckSpec& s) {
 }  // namespace
 
 TEST_CASE("the check counts exactly the wrong elements of an all-reduce", "[perf]") {
-  const char* types[] = {"float", "double", "half", "bfloat16", "int32", "int64", "uint8"};
+  const char* types[] = {"float", "double", "half", "bfloat16", "int8", "uint8", "int32", "uint32", "int64", "uint64"};
   const chorusRedOp_t ops[] = {chorusSum, chorusProd, chorusMin, chorusMax};
   for (const char* type : types) {
     for (chorusRedOp_t op : ops) {

@@ -1,11 +1,14 @@
 // All-reduce (ring, tree, recursive doubling), reduce, all-gather and reduce-scatter against a
-// serial reference: every type, every op, 1 to 5 ranks, both links, counts 0, 1, primes, not
-// divisible by the rank count, and large; in place and out of place.
+// serial reference: all ten types, every op, 1 to 5 ranks, both links, counts 0, 1, primes, not
+// divisible by the rank count, and large; in place and out of place. Integer sums and products
+// that overflow wrap, and integer avg truncates, in every algorithm.
 #include <catch2/catch.hpp>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "chorus/chorus.hpp"
@@ -18,7 +21,8 @@ using chorus::test::RunOptions;
 namespace {
 
 const chorusDataType_t kTypes[] = {chorusFloat32, chorusFloat64, chorusFloat16, chorusBfloat16,
-                                   chorusInt32, chorusInt64, chorusUint8};
+                                   chorusInt8,    chorusUint8,   chorusInt32,   chorusUint32,
+                                   chorusInt64,   chorusUint64};
 const chorusRedOp_t kOps[] = {chorusSum, chorusProd, chorusMax, chorusMin, chorusAvg};
 const char* kTypeNames[] = {"i8", "u8", "i32", "u32", "i64", "u64", "f16", "f32", "f64", "bf16"};
 
@@ -41,6 +45,9 @@ void store(chorusDataType_t t, void* buf, size_t i, double v) {
     case chorusBfloat16: static_cast<uint16_t*>(buf)[i] = chorus::kernels::float_to_bf16(static_cast<float>(v)); break;
     case chorusInt32: static_cast<int32_t*>(buf)[i] = static_cast<int32_t>(v); break;
     case chorusInt64: static_cast<int64_t*>(buf)[i] = static_cast<int64_t>(v); break;
+    case chorusInt8: static_cast<int8_t*>(buf)[i] = static_cast<int8_t>(v); break;
+    case chorusUint32: static_cast<uint32_t*>(buf)[i] = static_cast<uint32_t>(v); break;
+    case chorusUint64: static_cast<uint64_t*>(buf)[i] = static_cast<uint64_t>(v); break;
     default: static_cast<uint8_t*>(buf)[i] = static_cast<uint8_t>(v); break;
   }
 }
@@ -134,6 +141,48 @@ int check_all_gather(chorus::Communicator& comm, chorusDataType_t t, size_t coun
   return 0;
 }
 
+// Large integer inputs whose sums and products overflow: the result is the two's-complement
+// wrap of the exact one (sum and prod modulo 2^64, then cut to the type), and avg divides the
+// wrapped sum, truncating toward zero.
+uint64_t wrap_input(int rank, size_t i) {
+  return 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(rank + 1) + i * 0x0123456789ull;
+}
+
+template <class T>
+int check_wrap_typed(chorus::Communicator& comm, chorusDataType_t t, chorusRedOp_t op, size_t count) {
+  const int n = comm.size(), r = comm.rank();
+  std::vector<T> buf(count);
+  for (size_t i = 0; i < count; ++i) buf[i] = static_cast<T>(wrap_input(r, i));
+  comm.all_reduce(buf.data(), buf.data(), count, t, op);
+  for (size_t i = 0; i < count; ++i) {
+    uint64_t acc = op == chorusProd ? 1 : 0;
+    for (int q = 0; q < n; ++q) {
+      const uint64_t v = static_cast<uint64_t>(static_cast<T>(wrap_input(q, i)));  // sign-extended
+      acc = op == chorusProd ? acc * v : acc + v;
+    }
+    T want = static_cast<T>(acc);
+    if (op == chorusAvg) want = static_cast<T>(std::is_signed_v<T> ? int64_t(want) / n : uint64_t(want) / uint64_t(n));
+    if (buf[i] != want)
+      FAIL_RANK("all_reduce %s op %d count %zu algo %s: element %zu is %lld, want %lld", kTypeNames[t], op, count,
+                std::getenv("CHORUS_ALGO"), i, static_cast<long long>(buf[i]), static_cast<long long>(want));
+  }
+  return 0;
+}
+
+int check_wrap(chorus::Communicator& comm) {
+  for (chorusRedOp_t op : {chorusSum, chorusProd, chorusAvg})
+    for (size_t count : {size_t{1}, size_t{77}, size_t{3001}}) {
+      int rc = check_wrap_typed<int8_t>(comm, chorusInt8, op, count);
+      if (!rc) rc = check_wrap_typed<uint8_t>(comm, chorusUint8, op, count);
+      if (!rc) rc = check_wrap_typed<int32_t>(comm, chorusInt32, op, count);
+      if (!rc) rc = check_wrap_typed<uint32_t>(comm, chorusUint32, op, count);
+      if (!rc) rc = check_wrap_typed<int64_t>(comm, chorusInt64, op, count);
+      if (!rc) rc = check_wrap_typed<uint64_t>(comm, chorusUint64, op, count);
+      if (rc) return rc;
+    }
+  return 0;
+}
+
 int run_matrix(int rank) {
   (void)rank;
   auto comm = chorus::Communicator::from_env();
@@ -148,6 +197,7 @@ int run_matrix(int rank) {
         for (size_t count : counts)
           for (bool ip : {false, true})
             if (int rc = check_all_reduce(sub, t, op, count, ip)) return rc;
+    if (int rc = check_wrap(sub)) return rc;
     // Large, with small pieces so every pipeline runs deep.
     setenv("CHORUS_CHUNK_BYTES", "16K", 1);
     auto deep = comm.split(0, comm.rank());

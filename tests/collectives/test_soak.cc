@@ -1,21 +1,92 @@
-// A randomised soak: 2,000+ operations of random kind, size, type, op and algorithm, every
-// result verified; and mismatch detection across the new operations.
+// A randomised soak: 2,000+ operations of random kind, size, type (all ten), op and algorithm,
+// every result verified; and mismatch detection across the new operations.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <cstdlib>
 #include <random>
 #include <vector>
 
 #include "chorus/chorus.hpp"
 #include "harness.h"
+#include "kernels/cpu/half.h"
 
 using chorus::test::contains;
 using chorus::test::run_ranks;
 
 namespace {
 
-// int32 keeps every check exact; the op mix still crosses every algorithm and step primitive.
+// Every element travels as one of the ten types. Integers take values that overflow the narrow
+// ones (so the reference wraps them like the kernels must); floats take small integers, exact in
+// every float type, so any order of accumulation gives the same bits.
+const chorusDataType_t kTypes[] = {chorusFloat32, chorusFloat64, chorusFloat16, chorusBfloat16,
+                                   chorusInt8,    chorusUint8,   chorusInt32,   chorusUint32,
+                                   chorusInt64,   chorusUint64};
+const char* kTypeNames[] = {"i8", "u8", "i32", "u32", "i64", "u64", "f16", "f32", "f64", "bf16"};
+const size_t kSizes[] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2};
+
+bool is_float(chorusDataType_t t) {
+  return t == chorusFloat32 || t == chorusFloat64 || t == chorusFloat16 || t == chorusBfloat16;
+}
+
+int64_t value(chorusDataType_t t, int rank, size_t i, int k) {
+  if (is_float(t)) return static_cast<int64_t>(((rank + 1) * 7 + i % 13 + k) % 61) - 30;
+  return (rank + 1) * 1000 + static_cast<int64_t>(i % 977) + k;
+}
+
+// Element i of buf <- v (integers cut to the type: two's-complement wrap).
+void put(chorusDataType_t t, void* buf, size_t i, int64_t v) {
+  switch (t) {
+    case chorusFloat32: static_cast<float*>(buf)[i] = static_cast<float>(v); break;
+    case chorusFloat64: static_cast<double*>(buf)[i] = static_cast<double>(v); break;
+    case chorusFloat16: static_cast<uint16_t*>(buf)[i] = chorus::kernels::float_to_half(static_cast<float>(v)); break;
+    case chorusBfloat16: static_cast<uint16_t*>(buf)[i] = chorus::kernels::float_to_bf16(static_cast<float>(v)); break;
+    case chorusInt8: static_cast<int8_t*>(buf)[i] = static_cast<int8_t>(v); break;
+    case chorusUint8: static_cast<uint8_t*>(buf)[i] = static_cast<uint8_t>(v); break;
+    case chorusInt32: static_cast<int32_t*>(buf)[i] = static_cast<int32_t>(v); break;
+    case chorusUint32: static_cast<uint32_t*>(buf)[i] = static_cast<uint32_t>(v); break;
+    case chorusInt64: static_cast<int64_t*>(buf)[i] = v; break;
+    default: static_cast<uint64_t*>(buf)[i] = static_cast<uint64_t>(v); break;
+  }
+}
+
+// The value as the type holds it (after the wrap), for min/max.
+int64_t held(chorusDataType_t t, int64_t v) {
+  switch (t) {
+    case chorusInt8: return static_cast<int8_t>(v);
+    case chorusUint8: return static_cast<uint8_t>(v);
+    case chorusInt32: return static_cast<int32_t>(v);
+    case chorusUint32: return static_cast<uint32_t>(v);
+    default: return v;
+  }
+}
+
+// The reduction of every rank's value at i, as it must arrive (wrapped by put()).
+int64_t reduced(chorusDataType_t t, chorusRedOp_t op, int n, size_t i, int k) {
+  int64_t acc = held(t, value(t, 0, i, k));
+  for (int q = 1; q < n; ++q) {
+    const int64_t v = held(t, value(t, q, i, k));
+    if (op == chorusSum) acc += v;
+    if (op == chorusMin) acc = std::min(acc, v);
+    if (op == chorusMax) acc = std::max(acc, v);
+  }
+  return acc;
+}
+
+// Index of the first element of got that differs from want(i) stored in type t, or -1.
+template <class F>
+long first_wrong(chorusDataType_t t, const std::vector<char>& got, size_t count, F&& want) {
+  std::vector<char> w(kSizes[t]);
+  for (size_t i = 0; i < count; ++i) {
+    put(t, w.data(), 0, want(i));
+    if (std::memcmp(got.data() + i * kSizes[t], w.data(), kSizes[t]) != 0) return static_cast<long>(i);
+  }
+  return -1;
+}
+
 int soak(int rank, int ops, unsigned seed) {
   auto world = chorus::Communicator::from_env();
   const int n = world.size();
@@ -29,43 +100,44 @@ int soak(int rank, int ops, unsigned seed) {
     comms.push_back(world.split(0, rank));
   }
   unsetenv("CHORUS_CHUNK_BYTES");
+  const chorusRedOp_t ops_mix[] = {chorusSum, chorusMin, chorusMax};
   for (int k = 0; k < ops; ++k) {
     int kind = static_cast<int>(rng() % 5);
     size_t count = rng() % 4 == 0 ? rng() % 70000 : rng() % 300;
     chorus::Communicator& comm = comms[rng() % comms.size()];
     int root = static_cast<int>(rng() % n);
-    std::vector<int32_t> in(count * n), out(count * n, -1);
-    for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<int32_t>((rank + 1) * 1000 + i % 977 + k);
-    auto sum_at = [&](size_t i) {
-      int64_t s = 0;
-      for (int q = 0; q < n; ++q) s += (q + 1) * 1000 + i % 977 + k;
-      return static_cast<int32_t>(s);
-    };
+    const chorusDataType_t t = kTypes[rng() % 10];
+    const chorusRedOp_t op = ops_mix[rng() % 3];
+    const size_t es = kSizes[t];
+    std::vector<char> in(count * n * es), out(count * n * es, -1);
+    for (size_t i = 0; i < count * n; ++i) put(t, in.data(), i, value(t, rank, i, k));
+    long bad = -1;
+    const char* what = "";
     if (kind == 0) {
-      comm.all_reduce(in.data(), out.data(), count, chorusInt32, chorusSum);
-      for (size_t i = 0; i < count; ++i)
-        if (out[i] != sum_at(i)) { std::fprintf(stderr, "op %d all_reduce count %zu: element %zu\n", k, count, i); return 1; }
+      what = "all_reduce";
+      comm.all_reduce(in.data(), out.data(), count, t, op);
+      bad = first_wrong(t, out, count, [&](size_t i) { return reduced(t, op, n, i, k); });
     } else if (kind == 1) {
-      comm.reduce(in.data(), out.data(), count, chorusInt32, chorusSum, root);
-      for (size_t i = 0; rank == root && i < count; ++i)
-        if (out[i] != sum_at(i)) { std::fprintf(stderr, "op %d reduce count %zu: element %zu\n", k, count, i); return 1; }
+      what = "reduce";
+      comm.reduce(in.data(), out.data(), count, t, op, root);
+      if (rank == root) bad = first_wrong(t, out, count, [&](size_t i) { return reduced(t, op, n, i, k); });
     } else if (kind == 2) {
-      comm.all_gather(in.data(), out.data(), count, chorusInt32);
-      for (int q = 0; q < n; ++q)
-        for (size_t i = 0; i < count; ++i)
-          if (out[q * count + i] != static_cast<int32_t>((q + 1) * 1000 + i % 977 + k)) {
-            std::fprintf(stderr, "op %d all_gather count %zu\n", k, count);
-            return 1;
-          }
+      what = "all_gather";
+      comm.all_gather(in.data(), out.data(), count, t);
+      bad = first_wrong(t, out, count * n, [&](size_t i) { return value(t, static_cast<int>(i / count), i % count, k); });
     } else if (kind == 3) {
-      comm.reduce_scatter(in.data(), out.data(), count, chorusInt32, chorusSum);
-      for (size_t i = 0; i < count; ++i)
-        if (out[i] != sum_at(rank * count + i)) { std::fprintf(stderr, "op %d reduce_scatter\n", k); return 1; }
+      what = "reduce_scatter";
+      comm.reduce_scatter(in.data(), out.data(), count, t, op);
+      bad = first_wrong(t, out, count, [&](size_t i) { return reduced(t, op, n, rank * count + i, k); });
     } else {
+      what = "broadcast";
       if (rank == root) out = in;
-      comm.broadcast(out.data(), count, chorusInt32, root);
-      for (size_t i = 0; i < count; ++i)
-        if (out[i] != static_cast<int32_t>((root + 1) * 1000 + i % 977 + k)) { std::fprintf(stderr, "op %d broadcast\n", k); return 1; }
+      comm.broadcast(out.data(), count, t, root);
+      bad = first_wrong(t, out, count, [&](size_t i) { return value(t, root, i, k); });
+    }
+    if (bad >= 0) {
+      std::fprintf(stderr, "op %d %s count %zu %s op %d: element %ld wrong\n", k, what, count, kTypeNames[t], op, bad);
+      return 1;
     }
   }
   return 0;
