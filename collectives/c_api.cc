@@ -33,15 +33,15 @@ constexpr uint64_t kCommMagic = 0x636f6d6d2d6f6b21ull;
 thread_local std::string t_last_error;
 }  // namespace
 
-// Handles stay allocated after destroy (a few bytes each), so that a late call on a destroyed
-// communicator is answered with an error instead of touching freed memory.
-// Calls read `live` (one atomic load, no lock, no reference count); chorusCommAbort clears it
-// but leaves the communicator allocated, so a thread still inside an operation is safe; only
-// chorusCommDestroy frees it (using a communicator while destroying it is the caller's race).
+// Handles stay allocated after destroy (kept in a registry, so leak checkers see them), and so
+// does the communicator object behind them (chorusCommDestroy releases its links, threads and
+// buffers; about a kilobyte remains): a late call on a destroyed communicator, even one racing
+// with chorusCommDestroy on another thread, is answered with an error instead of touching freed
+// memory. Calls read `live` (one atomic load, no lock, no reference count).
 struct chorusComm {
   uint64_t magic = kCommMagic;
   std::mutex mu;                      // destroy and abort
-  std::shared_ptr<Comm> comm;         // owner, until chorusCommDestroy
+  std::shared_ptr<Comm> comm;         // owner; never reset
   std::atomic<Comm*> live{nullptr};   // null once aborted or destroyed
   std::atomic<int> state{0};          // 0 usable, 1 aborted, 2 destroyed
 };
@@ -93,11 +93,20 @@ Result<Comm*> live(chorusComm_t h, const char* call) {
 
 namespace {
 
+std::mutex g_handles_mu;
+std::vector<std::unique_ptr<chorusComm>>& handles() {
+  static auto* v =
+      new std::vector<std::unique_ptr<chorusComm>>();  // never destroyed: live until exit
+  return *v;
+}
+
 chorusComm_t new_handle(std::shared_ptr<Comm> c) {
-  auto* h = new chorusComm();
+  auto h = std::make_unique<chorusComm>();
   h->live.store(c.get());
   h->comm = std::move(c);
-  return h;
+  std::lock_guard<std::mutex> lock(g_handles_mu);
+  handles().push_back(std::move(h));
+  return handles().back().get();
 }
 
 // A one-shot start signal for threads: pass() blocks until open(), then says whether to go on.
@@ -131,7 +140,7 @@ chorusResult_t init_comm(chorus::Result<chorus::transport::Rendezvous> rdzv, cho
   double timeout = chorus::env_seconds("CHORUS_TIMEOUT", 300).is_ok() ? *chorus::env_seconds("CHORUS_TIMEOUT", 300) : 300;
   auto deadline = chorus::Deadline::after_seconds(timeout);
   int rank = rdzv->rank, size = rdzv->size;
-  uint64_t uid = chorus::transport::hash64(rdzv->secret.data(), rdzv->secret.size());
+  uint64_t uid = chorus::transport::derive_id(rdzv->secret, "chorus/v2/root communicator");
   auto job = chorus::Job::create(std::move(rdzv.value()), deadline);
   if (!job.is_ok()) return report(job.status().wrap(call));
   std::vector<int> ranks(size);
@@ -196,24 +205,34 @@ CHORUS_API chorusResult_t chorusCommDestroy(chorusComm_t h) try {
   std::shared_ptr<Comm> c;
   {
     std::lock_guard<std::mutex> lock(h->mu);
-    if (!h->comm) return fail(Code::kInvalidUsage, "chorusCommDestroy: communicator was destroyed (chorusCommDestroy)");
-    c = std::move(h->comm);
+    if (h->state.load() == 2)
+      return fail(Code::kInvalidUsage,
+                  "chorusCommDestroy: communicator was destroyed (chorusCommDestroy)");
+    c = h->comm;
     h->live.store(nullptr);
     h->state.store(2);
   }
-  return report(c->destroy());  // frees when c goes out of scope
+  return report(c->destroy());  // bounded by CHORUS_TIMEOUT; the object stays for late callers
 }
 CHORUS_CATCH_ALL
 
 // Fails the current and every later operation, here and (through the watch channel) on every
 // peer. Call chorusCommDestroy afterwards to free the communicator.
 CHORUS_API chorusResult_t chorusCommAbort(chorusComm_t h) try {
-  auto c = live(h, "chorusCommAbort");
-  if (!c.is_ok()) return report(c.status());
-  std::lock_guard<std::mutex> lock(h->mu);
-  h->state.store(1);
-  h->live.store(nullptr);
-  (*c)->abort(fmt::format("rank {} aborted the communicator (chorusCommAbort)", (*c)->rank()));
+  if (h == nullptr || h->magic != kCommMagic)
+    return fail(Code::kInvalidArgument, "chorusCommAbort: not a chorus communicator");
+  std::shared_ptr<Comm> c;
+  {
+    std::lock_guard<std::mutex> lock(h->mu);  // taken before liveness is read: destroy may race
+    if (h->state.load() != 0)
+      return fail(
+          Code::kInvalidUsage, "chorusCommAbort: communicator was {}",
+          h->state.load() == 1 ? "aborted (chorusCommAbort)" : "destroyed (chorusCommDestroy)");
+    c = h->comm;
+    h->state.store(1);
+    h->live.store(nullptr);
+  }
+  c->abort(fmt::format("rank {} aborted the communicator (chorusCommAbort)", c->rank()));
   return chorusSuccess;
 }
 CHORUS_CATCH_ALL
@@ -277,7 +296,9 @@ CHORUS_API chorusResult_t chorusCommInitAll(chorusComm_t* comms, int ndev, const
       !s.is_ok())
     return report(s);
   chorusUniqueId id;
-  if (chorusResult_t rc = chorusGetUniqueId(&id)) return rc;
+  auto data = chorus::transport::make_unique_id(/*in_process=*/true);  // listens on loopback only
+  if (!data.is_ok()) return report(data.status().wrap("chorusCommInitAll"));
+  std::memcpy(id.internal, &data.value(), sizeof(chorus::transport::UniqueIdData));
   std::vector<chorusResult_t> rcs(ndev, chorusSuccess);
   std::vector<std::string> errors(ndev);
   // Every thread is started before any joins the job: when one cannot be started, the others

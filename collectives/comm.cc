@@ -10,6 +10,7 @@
 #include "collectives/job.h"
 #include "common/env.h"
 #include "common/log.h"
+#include "common/thread.h"
 #include "kernels/cpu/isa.h"
 
 namespace chorus {
@@ -54,34 +55,70 @@ Result<std::shared_ptr<Comm>> Comm::create(std::shared_ptr<Job> job, std::string
   c->uid_ = uid;
   c->rank_ = rank;
   c->job_ranks_ = std::move(job_ranks);
-  CHORUS_ASSIGN_OR_RETURN(c->timeout_s_, env_seconds("CHORUS_TIMEOUT", 300));
-  CHORUS_ASSIGN_OR_RETURN(int64_t spin, env_int("CHORUS_SPIN_US", 50));
-  c->spin_us_ = static_cast<int>(spin);
-  CHORUS_TRY(kernels::init_isa());  // CHORUS_CPU_ISA: a build this CPU lacks is an error here
-  c->spin_now_us_ = c->spin_us_;
-  CHORUS_ASSIGN_OR_RETURN(int64_t jitter, env_int("CHORUS_TEST_JITTER_US", 0));
-  if (jitter < 0 || jitter > 1000000)
-    return make_error(Code::kInvalidArgument, "CHORUS_TEST_JITTER_US must be 0..1000000 microseconds, got {}", jitter);
-  c->jitter_us_ = static_cast<int>(jitter);
-  c->send_seq_.assign(c->size(), 0);
-  c->recv_seq_.assign(c->size(), 0);
-  CHORUS_ASSIGN_OR_RETURN(auto opt, transport::LinkOptions::from_env());
-  CHORUS_ASSIGN_OR_RETURN(c->tuner_, TunerConfig::from_env());
-  // Every rank must open the same number of channels: compare with everyone first.
-  auto& store = job->store();
-  CHORUS_TRY(store.set(fmt::format("{}/nch/{}", c->prefix_, rank), std::to_string(c->tuner_.nchannels)));
-  for (int r = 0; r < c->size(); ++r) {
-    CHORUS_ASSIGN_OR_RETURN(std::string v, store.get(fmt::format("{}/nch/{}", c->prefix_, r), deadline));
-    if (std::atoi(v.c_str()) != c->tuner_.nchannels)
-      return make_error(Code::kInvalidUsage, "CHORUS_NCHANNELS is {} on rank {} but {} on rank {}: set it the same everywhere",
-                        c->tuner_.nchannels, rank, v, r);
+  auto s = [&]() -> Status {
+    CHORUS_ASSIGN_OR_RETURN(c->timeout_s_, env_seconds("CHORUS_TIMEOUT", 300));
+    CHORUS_ASSIGN_OR_RETURN(int64_t spin, env_int("CHORUS_SPIN_US", 50));
+    c->spin_us_ = static_cast<int>(spin);
+    CHORUS_TRY(kernels::init_isa());  // CHORUS_CPU_ISA: a build this CPU lacks is an error here
+    c->spin_now_us_ = c->spin_us_;
+    CHORUS_ASSIGN_OR_RETURN(int64_t jitter, env_int("CHORUS_TEST_JITTER_US", 0));
+    if (jitter < 0 || jitter > 1000000)
+      return make_error(Code::kInvalidArgument,
+                        "CHORUS_TEST_JITTER_US must be 0..1000000 microseconds, got {}", jitter);
+    c->jitter_us_ = static_cast<int>(jitter);
+    c->send_seq_.assign(c->size(), 0);
+    c->recv_seq_.assign(c->size(), 0);
+    CHORUS_ASSIGN_OR_RETURN(auto opt, transport::LinkOptions::from_env());
+    CHORUS_ASSIGN_OR_RETURN(c->tuner_, TunerConfig::from_env());
+    return c->create_channels(opt, deadline);
+  }();
+  if (!s.is_ok()) {
+    // Tell the others at once: they stop waiting for this rank and say why.
+    job->publish_creation_failure(uid, s);
+    return s;
   }
-  for (int k = 0; k < c->tuner_.nchannels; ++k) {
+  job->add(c);
+  auto t = start_thread(
+      fmt::format("the progress thread of rank {}", rank), [p = c.get()] { p->progress_loop(); },
+      [p = c.get()](const std::string& e) {
+        p->fail(make_error(Code::kInternalError, "progress thread failed: {}", e));
+        std::lock_guard<std::mutex> lock(p->mu_);
+        p->thread_exited_ = true;
+        p->cv_.notify_all();
+      });
+  if (!t.is_ok()) {
+    job->publish_creation_failure(uid, t.status());
+    return t.status();
+  }
+  c->thread_ = std::move(t.value());
+  return c;
+}
+
+// Every rank must open the same number of channels (compared through the store first), then
+// each channel connects its links; any peer's failure or death meanwhile ends the wait at once.
+Status Comm::create_channels(const transport::LinkOptions& opt, Deadline deadline) {
+  auto& store = job_->store();
+  Job* job = job_.get();
+  auto interrupt = [job, uid = uid_, members = job_ranks_] {
+    return job->creation_news(uid, members);
+  };
+  CHORUS_TRY(store.set(fmt::format("{}/nch/{}", prefix_, rank_), std::to_string(tuner_.nchannels)));
+  for (int r = 0; r < size(); ++r) {
+    CHORUS_ASSIGN_OR_RETURN(std::string v,
+                            store.get(fmt::format("{}/nch/{}", prefix_, r), deadline, interrupt));
+    if (std::atoi(v.c_str()) != tuner_.nchannels)
+      return make_error(
+          Code::kInvalidUsage,
+          "CHORUS_NCHANNELS is {} on rank {} but {} on rank {}: set it the same everywhere",
+          tuner_.nchannels, rank_, v, r);
+  }
+  for (int k = 0; k < tuner_.nchannels; ++k) {
     auto ch = std::make_unique<Channel>();
-    std::string prefix = k == 0 ? c->prefix_ : fmt::format("{}/ch{}", c->prefix_, k);
-    CHORUS_ASSIGN_OR_RETURN(ch->links, transport::connect_links(store, prefix, uid + k, job->secret(), rank,
-                                                                c->size(), opt, deadline));
-    ch->headers.resize(c->size());
+    std::string prefix = k == 0 ? prefix_ : fmt::format("{}/ch{}", prefix_, k);
+    CHORUS_ASSIGN_OR_RETURN(
+        ch->links, transport::connect_links(store, prefix, uid_ + k, job_->secret(), rank_, size(),
+                                            opt, deadline, interrupt));
+    ch->headers.resize(size());
     ch->event_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     ch->epoll_fd = epoll_create1(EPOLL_CLOEXEC);
     if (ch->event_fd < 0 || ch->epoll_fd < 0) return make_error(Code::kSystemError, "epoll/eventfd: {}", strerror(errno));
@@ -95,17 +132,19 @@ Result<std::shared_ptr<Comm>> Comm::create(std::shared_ptr<Job> job, std::string
       e.data.fd = fd;
       epoll_ctl(ch->epoll_fd, EPOLL_CTL_ADD, fd, &e);
     }
-    c->channels_.push_back(std::move(ch));
+    channels_.push_back(std::move(ch));
   }
-  const auto& peers = c->channels_[0]->links.peers;
-  for (auto& p : peers) c->any_tcp_ |= p.host != peers[0].host;
-  if (opt.force == "tcp" && c->size() > 1) c->any_tcp_ = true;
-  c->slot_bytes_ = std::min<size_t>(opt.shm.slot_bytes, 256 << 10);
-  for (int k = 1; k < c->nchannels(); ++k)
-    c->channels_[k]->thread = std::thread([p = c.get(), k] { p->channel_loop(k); });
-  job->add(c);
-  c->thread_ = std::thread([p = c.get()] { p->progress_loop(); });
-  return c;
+  nchannels_ = static_cast<int>(channels_.size());
+  const auto& peers = channels_[0]->links.peers;
+  for (auto& p : peers) any_tcp_ |= p.host != peers[0].host;
+  if (opt.force == "tcp" && size() > 1) any_tcp_ = true;
+  slot_bytes_ = std::min<size_t>(opt.shm.slot_bytes, 256 << 10);
+  for (int k = 1; k < nchannels(); ++k) {
+    CHORUS_ASSIGN_OR_RETURN(channels_[k]->thread,
+                            start_thread(fmt::format("channel {} of rank {}", k, rank_),
+                                         [this, k] { channel_loop(k); }));
+  }
+  return Status::ok();
 }
 
 Channel::~Channel() {
@@ -114,6 +153,15 @@ Channel::~Channel() {
 }
 
 Comm::~Comm() { (void)destroy(); }
+
+int Comm::job_rank_of(int pid, const std::string& host) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (channels_.empty()) return -1;
+  const auto& peers = channels_[0]->links.peers;
+  for (size_t r = 0; r < peers.size(); ++r)
+    if (peers[r].pid == pid && peers[r].host == host) return job_ranks_[r];
+  return -1;
+}
 
 void Comm::channel_loop(int k) {
   Channel& ch = *channels_[k];
@@ -182,7 +230,11 @@ void Comm::progress_loop() {
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] { return (stopping_ && !running_op_) || (!queue_.empty() && !running_op_); });
-      if (queue_.empty()) return;
+      if (queue_.empty()) {
+        thread_exited_ = true;
+        cv_.notify_all();
+        return;
+      }
       work = queue_.front().first;
       fn = std::move(queue_.front().second);
       queue_.pop_front();
@@ -229,21 +281,21 @@ bool Comm::try_run_inline(const OpDesc& desc, const OpFn& fn, Status* result) {
     busy_ = true;
     current_since_ = 0;  // set when the operation first waits long (OpCtx::wait_slow)
   }
-  OpCtx ctx(*this, desc);
-  *result = fn(ctx);
-  if (result->is_ok()) *result = ctx.drain();
-  if (!result->is_ok()) fail(*result);
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    last_done_ = current_;
-    have_last_ = true;
-    busy_ = false;
-    running_op_ = false;
-    // Wake the progress thread only when work queued up meanwhile, or destroy is waiting:
-    // a notify per call would cost a futex call on the fast path.
-    if (queue_.empty() && drain_waiters_ == 0) return true;
+    OpCtx ctx(*this, desc);
+    *result = fn(ctx);
+    if (result->is_ok()) *result = ctx.drain();
   }
-  cv_.notify_all();
+  if (!result->is_ok()) fail(*result);
+  std::lock_guard<std::mutex> lock(mu_);
+  last_done_ = current_;
+  have_last_ = true;
+  busy_ = false;
+  running_op_ = false;
+  // Wake the progress thread only when work queued up meanwhile, or destroy is waiting or has
+  // begun: a notify per call would cost a futex call on the fast path. Notified under the lock,
+  // so nothing touches the communicator once destroy may go on.
+  if (!queue_.empty() || drain_waiters_ > 0 || stopping_) cv_.notify_all();
   return true;
 }
 
@@ -253,6 +305,11 @@ void Comm::mark_waiting_since() {
 }
 
 void Comm::wake() {
+  std::lock_guard<std::mutex> lock(mu_);
+  wake_locked();
+}
+
+void Comm::wake_locked() {
   for (auto& ch : channels_) {
     if (ch->links.own_segment) transport::doorbell_ring(ch->links.own_segment->doorbell());
     uint64_t one = 1;
@@ -263,6 +320,7 @@ void Comm::wake() {
 // First error wins; it is told to every other rank so they fail at once too.
 void Comm::fail(const Status& s) {
   bool first = false;
+  std::shared_ptr<Job> job;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!failed_.load()) {
@@ -270,13 +328,15 @@ void Comm::fail(const Status& s) {
       failed_ = true;
       first = true;
     }
+    job = job_;  // destroy may reset job_ meanwhile
+    wake_locked();
   }
   if (first) {
     log_error("{}", s.message());
-    if (s.code() != Code::kRemoteError && job_ && job_->watch())
-      job_->watch()->broadcast_error(uid_, fmt::format("{}|{}", static_cast<int>(s.code()), s.message()));
+    if (s.code() != Code::kRemoteError && job && job->watch())
+      job->watch()->broadcast_error(uid_,
+                                    fmt::format("{}|{}", static_cast<int>(s.code()), s.message()));
   }
-  wake();
 }
 
 void Comm::on_peer_dead(int job_rank, const std::string& text) {
@@ -305,11 +365,7 @@ void Comm::on_remote_error(const std::string& text) {
   if (failed_.load()) return;
   error_ = Status(code, msg);
   failed_ = true;
-  for (auto& ch : channels_) {
-    if (ch->links.own_segment) transport::doorbell_ring(ch->links.own_segment->doorbell());
-    uint64_t one = 1;
-    if (ch->event_fd >= 0) (void)!write(ch->event_fd, &one, sizeof one);
-  }
+  wake_locked();
 }
 
 std::string Comm::state_text() const {
@@ -324,8 +380,13 @@ std::string Comm::state_text() const {
 std::string Comm::timeout_report(const OpDesc& d, const std::string& waiting_for) {
   std::string mine = "in " + describe(d);
   std::string report, absent;
-  if (job_ && job_->watch()) {
-    auto answers = job_->watch()->query(uid_, job_->size() - 1, 2.0);
+  std::shared_ptr<Job> job;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    job = job_;
+  }
+  if (job && job->watch()) {
+    auto answers = job->watch()->query(uid_, job->size() - 1, 2.0);
     for (int r = 0; r < size(); ++r) {
       if (r == rank_) continue;
       auto it = answers.find(job_ranks_[r]);
@@ -344,51 +405,124 @@ void Comm::abort(const std::string& why) {
   fail(Status(Code::kAborted, why));
 }
 
-Status Comm::destroy() {
-  {
-    std::unique_lock<std::mutex> lock(mu_);
-    if (stopping_ && !thread_.joinable()) return Status::ok();
-    ++drain_waiters_;
-    bool drained = cv_.wait_for(lock, std::chrono::duration<double>(failed_.load() ? 0.0 : timeout_s_),
-                                [&] { return queue_.empty() && !running_op_; });
-    --drain_waiters_;
-    if (!drained && !failed_.load()) {
+// Waits until no operation runs (inline on a caller's thread or on the progress thread).
+// Past the deadline the communicator is failed, which ends any operation within a sleep slice.
+Status Comm::wait_idle(std::unique_lock<std::mutex>& lock, Deadline deadline) {
+  ++drain_waiters_;
+  bool drained =
+      cv_.wait_for(lock, std::chrono::duration<double>(failed_.load() ? 0.0 : deadline.remaining()),
+                   [&] { return queue_.empty() && !running_op_; });
+  if (!drained && !failed_.load()) {
+    lock.unlock();
+    abort(
+        fmt::format("rank {}: communicator destroyed with operations still pending after {:.0f} s",
+                    rank_, timeout_s_));
+    lock.lock();
+  }
+  // A failed operation ends within a sleep slice (100 ms) of seeing the failure.
+  bool idle = cv_.wait_for(lock, std::chrono::duration<double>(std::max(deadline.remaining(), 1.0)),
+                           [&] { return !running_op_; });
+  --drain_waiters_;
+  if (!idle)
+    return make_error(
+        Code::kTimeout,
+        "rank {}: destroy: an operation still runs {:.0f} s after the communicator failed", rank_,
+        timeout_s_);
+  return Status::ok();
+}
+
+// Joins the progress and channel threads, each within the deadline.
+Status Comm::join_threads(Deadline deadline) {
+  if (thread_.joinable()) {
+    if (thread_.get_id() == std::this_thread::get_id()) {
+      thread_.detach();  // destroy called from an operation's own callback: it exits on return
+    } else {
+      std::unique_lock<std::mutex> lock(mu_);
+      bool exited =
+          cv_.wait_for(lock, std::chrono::duration<double>(std::max(deadline.remaining(), 1.0)),
+                       [&] { return thread_exited_; });
       lock.unlock();
-      abort(fmt::format("rank {}: communicator destroyed with operations still pending after {:.0f} s", rank_, timeout_s_));
-      lock.lock();
+      if (!exited)
+        return make_error(Code::kTimeout,
+                          "rank {}: destroy: the progress thread did not stop within {:.0f} s",
+                          rank_, timeout_s_);
+      thread_.join();
     }
-    stopping_ = true;
   }
-  cv_.notify_all();
-  if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (auto& q : queue_) q.first->finish(make_error(Code::kAborted, "{}: communicator destroyed", describe(q.first->desc())));
-    queue_.clear();
-  }
-  if (job_) job_->remove(this);
   for (auto& ch : channels_) {
     {
       std::lock_guard<std::mutex> lock(ch->mu);
       ch->stop = true;
     }
     ch->cv.notify_all();
-    if (ch->thread.joinable()) ch->thread.join();
+    if (ch->thread.joinable()) ch->thread.join();  // idle: no operation runs (wait_idle)
   }
-  channels_.clear();
-  job_.reset();
+  return Status::ok();
+}
+
+Status Comm::destroy() {
+  auto deadline = Deadline::after_seconds(timeout_s_);
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (destroyed_ || stopping_) {
+      // Done, or another thread is at it: wait for that one (bounded) and return.
+      cv_.wait_for(lock, std::chrono::duration<double>(deadline.remaining()),
+                   [&] { return destroyed_; });
+      return Status::ok();
+    }
+    Status idle = wait_idle(lock, deadline);
+    stopping_ = true;
+    cv_.notify_all();
+    if (!idle.is_ok()) {
+      log_error("{}", idle.message());
+      return idle;  // the running operation keeps what it uses; nothing is freed under it
+    }
+  }
+  Status joined = join_threads(deadline);
+  if (!joined.is_ok()) {
+    log_error("{}", joined.message());
+    return joined;
+  }
+  std::vector<std::unique_ptr<Channel>> channels;
+  std::shared_ptr<Job> job;
+  std::deque<std::pair<std::shared_ptr<Work>, OpFn>> queue;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    channels.swap(channels_);  // under the lock: news from the watch thread walks channels_
+    job.swap(job_);
+    queue.swap(queue_);
+  }
+  for (auto& q : queue)
+    q.first->finish(
+        make_error(Code::kAborted, "{}: communicator destroyed", describe(q.first->desc())));
+  if (job) job->remove(this);
+  channels.clear();
+  job.reset();
+  std::lock_guard<std::mutex> lock(mu_);
+  destroyed_ = true;
+  cv_.notify_all();
   return Status::ok();
 }
 
 Result<std::shared_ptr<Comm>> Comm::split(int color, int key) {
+  std::shared_ptr<Job> job;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_)
+      return make_error(Code::kInvalidUsage, "split: the communicator is being destroyed");
+    job = job_;
+  }
   uint64_t n = ++split_count_;
   auto deadline = Deadline::after_seconds(timeout_s_);
-  auto& store = job_->store();
+  auto& store = job->store();
   std::string base = fmt::format("{}/split{}", prefix_, n);
   CHORUS_TRY(store.set(fmt::format("{}/{}", base, rank_), fmt::format("{} {}", color, key)));
   std::vector<std::pair<std::pair<int, int>, int>> members;  // ((key, old rank), old rank)
   for (int r = 0; r < size(); ++r) {
-    CHORUS_ASSIGN_OR_RETURN(std::string v, store.get(fmt::format("{}/{}", base, r), deadline));
+    CHORUS_ASSIGN_OR_RETURN(std::string v,
+                            store.get(fmt::format("{}/{}", base, r), deadline, [this] {
+                              return failed_.load() ? error().wrap("split") : Status::ok();
+                            }));
     int c = 0, k = 0;
     sscanf(v.c_str(), "%d %d", &c, &k);
     if (c == color && color >= 0) members.push_back({{k, r}, r});
@@ -403,7 +537,7 @@ Result<std::shared_ptr<Comm>> Comm::split(int color, int key) {
   }
   std::string prefix = fmt::format("{}.s{}c{}", prefix_, n, color);
   uint64_t uid = transport::hash64(prefix.data(), prefix.size(), uid_);
-  return Comm::create(job_, prefix, uid, new_rank, job_ranks, deadline);
+  return Comm::create(job, prefix, uid, new_rank, job_ranks, deadline);
 }
 
 }  // namespace chorus

@@ -5,6 +5,11 @@
 // thread per communicator drives the links; operations never run concurrently. A failure
 // (dead peer, mismatch, timeout, abort) is sticky: the running operation and every later one
 // fail with the first error, as NCCL's async error does.
+//
+// Teardown: destroy() is bounded by the timeout and safe from any thread, also while another
+// thread is inside an operation (it fails that operation when it does not end in time, waits
+// for it, then joins the threads). It releases the links, threads and buffers; the Comm object
+// itself stays valid, so a late call on it is answered with an error instead of a crash.
 #pragma once
 
 #include <atomic>
@@ -96,7 +101,9 @@ class Comm : public std::enable_shared_from_this<Comm> {
   bool any_tcp() const { return any_tcp_; }   // the same answer on every rank
   size_t slot_bytes() const { return slot_bytes_; }
   // The tuner's answer, remembered for the last (kind, size): training repeats its calls.
+  // Any thread may call it (the cache is under a lock of its own).
   Tuned tune(OpKind kind, size_t bytes) {
+    std::lock_guard<std::mutex> lock(tune_mu_);
     if (kind == last_tune_kind_ && bytes == last_tune_bytes_) return last_tune_;
     last_tune_ = chorus::tune({kind, bytes, size(), any_tcp_, slot_bytes_, nchannels()}, tuner_);
     last_tune_kind_ = kind;
@@ -104,7 +111,9 @@ class Comm : public std::enable_shared_from_this<Comm> {
     return last_tune_;
   }
   void mark_waiting_since();  // first long wait of the current operation
-  int nchannels() const { return static_cast<int>(channels_.size()); }
+  int nchannels() const { return nchannels_; }
+  // The job rank of the member whose process is `pid` on host `host`, or -1.
+  int job_rank_of(int pid, const std::string& host) const;
   // Runs fn(k) for k in [0, n): k = 0 on this thread, the others on their channels' threads;
   // waits for all and returns the first error (which also fails the communicator, so the
   // other parts stop at once).
@@ -122,6 +131,7 @@ class Comm : public std::enable_shared_from_this<Comm> {
   Result<std::shared_ptr<Comm>> split(int color, int key);
   void abort(const std::string& why);
   // Waits for queued work (bounded by the timeout), stops the progress thread, closes links.
+  // Safe from any thread and more than once; bounded by the timeout.
   Status destroy();
   Status error() const;
 
@@ -135,8 +145,12 @@ class Comm : public std::enable_shared_from_this<Comm> {
   Comm() = default;
   void progress_loop();
   void channel_loop(int k);
+  Status create_channels(const transport::LinkOptions& opt, Deadline deadline);
+  Status wait_idle(std::unique_lock<std::mutex>& lock, Deadline deadline);
+  Status join_threads(Deadline deadline);
   void fail(const Status& s);
   void wake();
+  void wake_locked();
   std::string timeout_report(const OpDesc& d, const std::string& waiting_for);
 
   std::shared_ptr<Job> job_;
@@ -144,12 +158,14 @@ class Comm : public std::enable_shared_from_this<Comm> {
   uint64_t uid_ = 0;
   int rank_ = 0;
   std::vector<int> job_ranks_;
-  std::vector<std::unique_ptr<Channel>> channels_;
+  std::vector<std::unique_ptr<Channel>> channels_;  // cleared by destroy, under mu_
+  int nchannels_ = 1;
   double timeout_s_ = 300;
   bool any_tcp_ = false;
   int drain_waiters_ = 0;  // threads waiting for the queue to empty (destroy)
   size_t slot_bytes_ = 256 << 10;
   TunerConfig tuner_;
+  std::mutex tune_mu_;
   OpKind last_tune_kind_ = OpKind::kSend;  // kSend is never tuned: the cache starts empty
   size_t last_tune_bytes_ = 0;
   Tuned last_tune_{};
@@ -176,6 +192,8 @@ class Comm : public std::enable_shared_from_this<Comm> {
   bool have_last_ = false;
   OpDesc last_done_;
   std::thread thread_;
+  bool thread_exited_ = false;  // the progress thread has left its loop (under mu_)
+  bool destroyed_ = false;      // destroy() has finished (under mu_)
 };
 
 // What an algorithm sees while it runs: the links, and a wait that progresses them.

@@ -1,21 +1,41 @@
 // Job set-up and the routing of health news to communicators.
 #include "collectives/job.h"
 
+#include <cstdlib>
+
 #include "collectives/comm.h"
 #include "common/log.h"
+#include "common/thread.h"
 
 namespace chorus {
 
 Result<std::shared_ptr<Job>> Job::create(transport::Rendezvous rdzv, Deadline deadline) {
-  std::shared_ptr<Job> job(new Job());
+  std::shared_ptr<Job> job(new Job(), &Job::release);
   job->rank_ = rdzv.rank;
   job->size_ = rdzv.size;
   job->secret_ = rdzv.secret;
   job->method_ = rdzv.method;
+  job->store_host_rank_ = rdzv.store_host_rank;
   job->server_ = std::move(rdzv.server);
   set_log_rank(rdzv.rank);
   log_info("bootstrap: rank {} of {} ({}), store at {}", rdzv.rank, rdzv.size, rdzv.method, rdzv.store.to_string());
-  CHORUS_ASSIGN_OR_RETURN(job->store_, transport::StoreClient::connect(rdzv.store, rdzv.secret, rdzv.rank, rdzv.size, deadline));
+  if (rdzv.secret_is_public)
+    log_info(
+        "bootstrap: the job secret is derived from {}, which is not secret: it keeps other jobs "
+        "apart, but anyone "
+        "who can reach {} can join this job, rewrite its link addresses or stop it. Set "
+        "CHORUS_JOB_SECRET to the "
+        "same 32 random hex digits on every rank (chorus-run does this) to keep strangers out",
+        rdzv.secret_origin, rdzv.store.to_string());
+  else
+    log_info("bootstrap: the job secret comes from {}", rdzv.secret_origin);
+  if (rdzv.client) {
+    job->store_ = std::move(rdzv.client);
+  } else {
+    CHORUS_ASSIGN_OR_RETURN(
+        job->store_,
+        transport::StoreClient::connect(rdzv.store, rdzv.secret, rdzv.rank, rdzv.size, deadline));
+  }
   CHORUS_TRY(job->store_->join(deadline));
   std::weak_ptr<Job> weak = job;
   CHORUS_ASSIGN_OR_RETURN(job->watch_, transport::WatchClient::connect(
@@ -24,6 +44,22 @@ Result<std::shared_ptr<Job>> Job::create(transport::Rendezvous rdzv, Deadline de
       [weak](uint64_t uid) { auto j = weak.lock(); return j ? j->answer(uid) : std::string("exiting"); },
       deadline));
   return job;
+}
+
+void Job::release(Job* job) {
+  if (!job->watch_ || !job->watch_->on_reader_thread()) {
+    delete job;
+    return;
+  }
+  auto t = start_thread("job teardown", [job] { delete job; });
+  if (t.is_ok()) {
+    t.value().detach();
+    return;
+  }
+  log_error(
+      "bootstrap: cannot tear the job down off its watch thread ({}); its resources stay until "
+      "exit",
+      t.status().message());
 }
 
 Job::~Job() {
@@ -39,7 +75,7 @@ void Job::add(const std::shared_ptr<Comm>& c) {
     std::lock_guard<std::mutex> lock(mu_);
     comms_.push_back(c);
     auto it = early_errors_.find(c->uid());
-    if (it != early_errors_.end()) early = it->second;
+    if (it != early_errors_.end()) early = it->second.second;
     dead = dead_;
   }
   if (!early.empty()) c->on_remote_error(early);
@@ -59,20 +95,68 @@ std::vector<std::shared_ptr<Comm>> Job::live_comms() {
   return out;
 }
 
+// Which rank hosted the store: rank 0 under every launcher; with a unique id, whichever rank
+// runs in the process that the store's handshake named (pid and host).
+int Job::store_host_rank() {
+  if (store_host_rank_ >= 0) return store_host_rank_;
+  const auto& info = store_->server_info();
+  for (auto& c : live_comms()) {
+    int r = c->job_rank_of(info.pid, info.host);
+    if (r >= 0) return r;
+  }
+  return -1;
+}
+
+Status Job::creation_news(uint64_t comm_uid, const std::vector<int>& members) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = early_errors_.find(comm_uid);
+  if (it != early_errors_.end()) {
+    const std::string& text = it->second.second;
+    auto bar = text.find('|');
+    return Status(Code::kRemoteError, bar == std::string::npos ? text : text.substr(bar + 1));
+  }
+  for (int r : members)
+    if (auto d = dead_.find(r); d != dead_.end()) return Status(Code::kRemoteError, d->second);
+  if (watch_ && watch_->store_gone() && store_host_rank_ == 0 && rank_ != 0)
+    return make_error(Code::kRemoteError,
+                      "the bootstrap store closed: rank 0, which hosted it, has ended");
+  return Status::ok();
+}
+
+void Job::publish_creation_failure(uint64_t comm_uid, const Status& why) {
+  if (!watch_ || why.code() == Code::kRemoteError)
+    return;  // news from elsewhere: the others have it
+  watch_->broadcast_error(comm_uid,
+                          fmt::format("{}|rank {} failed while creating the communicator: {}",
+                                      static_cast<int>(why.code()), rank_, why.message()));
+}
+
 void Job::on_event(const transport::WatchEvent& e) {
-  const int dead_rank = e.rank < 0 ? 0 : e.rank;  // -1: the store's host went away (rank 0)
+  int dead_rank = e.rank;
+  std::string text = e.text;
+  if (e.type == transport::WatchType::kDead && e.rank < 0) {  // the store's host went away
+    dead_rank = store_host_rank();
+    const auto& info = store_->server_info();
+    text = dead_rank >= 0
+               ? fmt::format("rank {} (pid {}) died: {}", dead_rank, info.pid, e.text)
+               : fmt::format(
+                     "the process hosting the bootstrap store (pid {}, not a rank of this "
+                     "communicator) died: the store closed the connection without a goodbye",
+                     info.pid);
+  }
   bool delivered = false;
   for (auto& c : live_comms()) {
     if (e.type == transport::WatchType::kDead) {
-      c->on_peer_dead(dead_rank, e.text);
+      c->on_peer_dead(dead_rank, text);
     } else if (e.type == transport::WatchType::kError && e.comm_uid == c->uid()) {
       c->on_remote_error(e.text);
       delivered = true;
     }
   }
   std::lock_guard<std::mutex> lock(mu_);
-  if (e.type == transport::WatchType::kDead) dead_[dead_rank] = e.text;
-  if (e.type == transport::WatchType::kError && !delivered) early_errors_.emplace(e.comm_uid, e.text);
+  if (e.type == transport::WatchType::kDead) dead_[dead_rank] = text;
+  if (e.type == transport::WatchType::kError && !delivered)
+    early_errors_.emplace(e.comm_uid, std::make_pair(e.rank, e.text));
 }
 
 std::string Job::answer(uint64_t comm_uid) {

@@ -30,24 +30,34 @@ class Job : public std::enable_shared_from_this<Job> {
 
   void add(const std::shared_ptr<Comm>& c);
   void remove(const Comm* c);
+  // While a communicator is being created: an error once one of its ranks (job ranks
+  // `members`) died or reported that its own creation failed, naming that rank.
+  Status creation_news(uint64_t comm_uid, const std::vector<int>& members);
+  // Tells the others that creating communicator comm_uid failed here.
+  void publish_creation_failure(uint64_t comm_uid, const Status& why);
 
  private:
   Job() = default;
+  // The last reference may drop on the watch thread (news delivered while the last
+  // communicator is destroyed); the destructor joins that thread, so it runs elsewhere then.
+  static void release(Job* job);
   void on_event(const transport::WatchEvent& e);
   std::string answer(uint64_t comm_uid);
   std::vector<std::shared_ptr<Comm>> live_comms();
+  int store_host_rank();
 
   int rank_ = 0, size_ = 1;
   transport::Secret secret_{};
   std::string method_;
-  std::unique_ptr<transport::StoreServer> server_;
+  int store_host_rank_ = 0;  // -1: not known yet (unique id), see store_host_rank()
+  std::shared_ptr<transport::StoreServer> server_;
   std::unique_ptr<transport::StoreClient> store_;
   std::unique_ptr<transport::WatchClient> watch_;
   std::mutex mu_;
   std::vector<std::weak_ptr<Comm>> comms_;
   // News that came before its communicator was registered (a fast peer failed while this rank
   // was still connecting): applied when that communicator is added.
-  std::map<uint64_t, std::string> early_errors_;
+  std::map<uint64_t, std::pair<int, std::string>> early_errors_;  // uid -> (rank, "code|text")
   std::map<int, std::string> dead_;
 };
 

@@ -102,6 +102,32 @@ Result<std::string> local_address() {
   return best;
 }
 
+Result<std::string> resolve_host(const std::string& host) {
+  socklen_t len = 0;
+  CHORUS_ASSIGN_OR_RETURN(sockaddr_storage ss, resolve(host, 0, &len));
+  return addr_string(reinterpret_cast<sockaddr*>(&ss));
+}
+
+bool is_loopback_address(const std::string& numeric) {
+  in_addr a4{};
+  if (inet_pton(AF_INET, numeric.c_str(), &a4) == 1) return (ntohl(a4.s_addr) >> 24) == 127;
+  in6_addr a6{};
+  if (inet_pton(AF_INET6, numeric.c_str(), &a6) == 1) return IN6_IS_ADDR_LOOPBACK(&a6);
+  return false;
+}
+
+bool is_local_address(const std::string& numeric) {
+  if (is_loopback_address(numeric)) return true;
+  ifaddrs* ifa = nullptr;
+  if (getifaddrs(&ifa) != 0) return false;
+  bool found = false;
+  for (ifaddrs* p = ifa; p && !found; p = p->ifa_next)
+    if (p->ifa_addr && (p->ifa_addr->sa_family == AF_INET || p->ifa_addr->sa_family == AF_INET6))
+      found = addr_string(p->ifa_addr) == numeric;
+  freeifaddrs(ifa);
+  return found;
+}
+
 Status set_nonblocking(int fd) {
   int flags = fcntl(fd, F_GETFL, 0);
   if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0)
@@ -191,6 +217,21 @@ Result<Fd> tcp_accept(int listen_fd, Deadline deadline, SockAddr* peer) {
     if (deadline.expired()) return make_error(Code::kTimeout, "accept: no connection within {:.0f} s", deadline.total());
     CHORUS_TRY(poll_fd(listen_fd, POLLIN, deadline.slice_ms(100)));
   }
+}
+
+Result<Fd> tcp_accept_now(int listen_fd, SockAddr* peer, int* error_number) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  int fd = accept4(listen_fd, reinterpret_cast<sockaddr*>(&ss), &len, SOCK_CLOEXEC | SOCK_NONBLOCK);
+  *error_number = fd < 0 ? errno : 0;
+  if (fd < 0) return make_error(Code::kSystemError, "accept: {}", errno_str(*error_number));
+  Fd owned(fd);
+  (void)set_nodelay(fd);
+  if (peer) {
+    peer->host = addr_string(reinterpret_cast<sockaddr*>(&ss));
+    peer->port = addr_port(reinterpret_cast<sockaddr*>(&ss));
+  }
+  return owned;
 }
 
 Result<bool> poll_fd(int fd, short events, int ms) {

@@ -42,12 +42,21 @@ Result<std::string> local_address();
 // Address of a named interface ("eth0", "lo"); IPv4 first, then IPv6.
 Result<std::string> interface_address(const std::string& ifname);
 
+// The numeric address a host name resolves to first ("localhost" -> "127.0.0.1").
+Result<std::string> resolve_host(const std::string& host);
+// Loopback (127.0.0.0/8, ::1), and addresses of this host's interfaces (loopback included).
+bool is_loopback_address(const std::string& numeric);
+bool is_local_address(const std::string& numeric);
+
 // Listens on host:port (port 0 = any free port); returns the fd and the bound address.
 Result<Fd> tcp_listen(const std::string& host, int port, SockAddr* bound);
 // Connects, retrying refused connections until the deadline (the peer may not listen yet).
 Result<Fd> tcp_connect(const SockAddr& to, Deadline deadline);
 // Accepts one connection, waiting until the deadline; sets TCP_NODELAY and O_NONBLOCK.
 Result<Fd> tcp_accept(int listen_fd, Deadline deadline, SockAddr* peer);
+// Accepts one waiting connection without waiting; on failure *error_number is accept's errno
+// (EAGAIN: nobody is waiting; EMFILE/ENFILE: out of descriptors).
+Result<Fd> tcp_accept_now(int listen_fd, SockAddr* peer, int* error_number);
 
 Status set_nonblocking(int fd);
 Status set_nodelay(int fd);

@@ -2,6 +2,7 @@
 // same host -> shm, else tcp; CHORUS_TRANSPORT=tcp forces tcp (shm: requires one host).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -34,7 +35,12 @@ struct LinkSet {
 
 // Collective over the communicator's ranks: every rank must call it with the same prefix.
 // `prefix` is unique per communicator (keys in the store), `uid` goes into every link hello.
-Result<LinkSet> connect_links(StoreClient& store, const std::string& prefix, uint64_t uid, const Secret& secret,
-                              int rank, int size, const LinkOptions& opt, Deadline deadline);
+// `interrupt` is polled while waiting for peers: an error from it (a peer failed or died)
+// ends the set-up at once. On failure, the shm segments of local peers that died are unlinked.
+Result<LinkSet> connect_links(StoreClient& store, const std::string& prefix, uint64_t uid,
+                              const Secret& secret, int rank, int size, const LinkOptions& opt,
+                              Deadline deadline, const std::function<Status()>& interrupt = {});
+// The /dev/shm name of a rank's segment.
+std::string shm_segment_name(int pid, const std::string& prefix, int rank);
 
 }  // namespace chorus::transport

@@ -1,15 +1,17 @@
 // Rendezvous from launcher environments and unique ids.
 #include "transport/rendezvous.h"
 
+#include <netinet/in.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cstring>
-#include <fstream>
 #include <mutex>
 #include <vector>
 
 #include "common/env.h"
 #include "common/log.h"
+#include "transport/rendezvous_file.h"
 
 namespace chorus::transport {
 namespace {
@@ -24,16 +26,33 @@ Result<int> env_rank_var(const char* name) {
   return static_cast<int>(x);
 }
 
-Secret job_secret(const std::string& fallback_text) {
-  Secret s{};
+// The job's secret and where it came from; `fallback_text` is the last resort (public).
+void job_secret(Rendezvous& r, const std::string& fallback_text) {
+  r.secret_is_public = true;
   if (auto hex = env_get("CHORUS_JOB_SECRET")) {
-    if (parse_secret_hex(*hex, &s)) return s;
-    return secret_from_string(*hex);
+    r.secret_is_public = false;
+    if (parse_secret_hex(*hex, &r.secret)) {
+      r.secret_origin = "CHORUS_JOB_SECRET";
+    } else {
+      r.secret = secret_from_string(*hex);
+      r.secret_origin = "CHORUS_JOB_SECRET (not 32 hex digits: hashed as a passphrase)";
+    }
+    return;
   }
   for (const char* v : {"TORCHELASTIC_RUN_ID", "PMIX_NAMESPACE", "OMPI_MCA_orte_ess_jobid"})
-    if (auto id = env_get(v)) return secret_from_string(std::string(v) + "=" + *id);
-  if (auto job = env_get("SLURM_JOB_ID")) return secret_from_string("slurm=" + *job + "." + env_str("SLURM_STEP_ID", "0"));
-  return secret_from_string("addr=" + fallback_text);
+    if (auto id = env_get(v)) {
+      r.secret = secret_from_string(std::string(v) + "=" + *id);
+      r.secret_origin = fmt::format("{}={}", v, *id);
+      return;
+    }
+  if (auto job = env_get("SLURM_JOB_ID")) {
+    std::string step = env_str("SLURM_STEP_ID", "0");
+    r.secret = secret_from_string("slurm=" + *job + "." + step);
+    r.secret_origin = fmt::format("SLURM_JOB_ID={}, SLURM_STEP_ID={}", *job, step);
+    return;
+  }
+  r.secret = secret_from_string("addr=" + fallback_text);
+  r.secret_origin = "the master address, port and world size (" + fallback_text + ")";
 }
 
 Status check_rank(Rendezvous& r, const char* rank_var, const char* size_var) {
@@ -60,53 +79,111 @@ Result<int> master_port() {
   return static_cast<int>(port);
 }
 
-// Rank 0 hosts the store on MASTER_PORT (all interfaces), everyone connects to MASTER_ADDR.
+// True when the launcher says every rank runs on this host.
+bool single_node(int world) {
+  for (const char* v : {"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE"}) {
+    auto n = env_rank_var(v);
+    if (n.is_ok()) return *n == world;
+  }
+  return env_str("SLURM_NNODES", env_str("SLURM_JOB_NUM_NODES", "")) == "1";
+}
+
+// Rank 0 hosts the store on MASTER_PORT, at the address MASTER_ADDR names; everyone connects there.
 Status with_master(Rendezvous& r, const std::string& addr, int port) {
   r.store = {addr, port};
-  if (r.rank == 0) {
-    auto server = StoreServer::start("0.0.0.0", port, r.secret, r.size);
-    if (!server.is_ok())
-      return server.status().wrap(fmt::format("bootstrap: rank 0 cannot host the store on port {} (in use by another job?)", port));
-    r.server = std::move(server.value());
+  if (r.rank != 0) return Status::ok();
+  std::string bind = store_bind_address(addr, single_node(r.size));
+  auto server = StoreServer::start(bind, port, r.secret, r.size);
+  if (!server.is_ok() && bind != "0.0.0.0" && bind != "::" && !env_get("CHORUS_STORE_BIND")) {
+    // MASTER_ADDR names this host by an address it cannot bind (NAT, a floating address).
+    log_warn(
+        "bootstrap: cannot listen on {}:{} (MASTER_ADDR={}): {}; listening on every interface "
+        "instead "
+        "(CHORUS_STORE_BIND chooses)",
+        bind, port, addr, server.status().message());
+    bind = bind.find(':') != std::string::npos ? "::" : "0.0.0.0";
+    server = StoreServer::start(bind, port, r.secret, r.size);
   }
+  if (!server.is_ok())
+    return server.status().wrap(fmt::format(
+        "bootstrap: rank 0 cannot host the store on {} port {} (in use by another job?)", bind,
+        port));
+  r.server = std::move(server.value());
   return Status::ok();
 }
 
-// mpirun without MASTER_ADDR: rank 0 publishes its store's address in a file on this host.
-Status with_file(Rendezvous& r, Deadline deadline) {
-  std::string path = "/tmp/chorus-rdzv-" + secret_hex(r.secret).substr(0, 16);
-  if (r.rank == 0) {
-    CHORUS_ASSIGN_OR_RETURN(std::string host, local_address());
-    auto server = StoreServer::start(host, 0, r.secret, r.size);
-    CHORUS_TRY(server);
-    r.store = server.value()->address();
-    r.server = std::move(server.value());
-    std::string tmp = path + ".tmp" + std::to_string(getpid());
-    {
-      std::ofstream f(tmp);
-      f << r.store.host << "\n" << r.store.port << "\n";
-      if (!f) return make_error(Code::kSystemError, "bootstrap: cannot write {}", tmp);
-    }
-    if (rename(tmp.c_str(), path.c_str()) != 0)
-      return make_error(Code::kSystemError, "bootstrap: cannot publish {}: {}", path, strerror(errno));
-    return Status::ok();
-  }
+// Rank 0's side of the file rendezvous: a loopback store (one host), published.
+Status publish_store(Rendezvous& r) {
+  CHORUS_ASSIGN_OR_RETURN(std::unique_ptr<StoreServer> server,
+                          StoreServer::start("127.0.0.1", 0, r.secret, r.size));
+  r.store = server->address();
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  RendezvousRecord rec{
+      r.store.host, r.store.port, static_cast<int>(getpid()), launcher_job_id(),
+      static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec)};
+  CHORUS_ASSIGN_OR_RETURN(auto remove, publish_rendezvous(r.secret, rec));
+  server->on_stop(std::move(remove));
+  r.server = std::move(server);
+  return Status::ok();
+}
+
+// The others: read the file until its store proves it knows the secret; then keep the connection.
+Status find_store(Rendezvous& r, Deadline deadline) {
+  const std::string job = launcher_job_id();
+  std::string last_reason, logged;
   while (true) {
-    std::ifstream f(path);
-    std::string host, port;
-    if (f && std::getline(f, host) && std::getline(f, port)) {
-      r.store = {host, std::atoi(port.c_str())};
-      return Status::ok();
+    auto rec = read_rendezvous(r.secret, job);
+    if (!rec.is_ok() && rec.status().code() != Code::kTimeout) return rec.status();
+    if (rec.is_ok()) {
+      SockAddr at{rec->host, rec->port};
+      auto c = StoreClient::connect(at, r.secret, r.rank, r.size,
+                                    Deadline::after_seconds(std::min(2.0, deadline.remaining())));
+      if (c.is_ok()) {
+        r.store = at;
+        r.client = std::move(c.value());
+        return Status::ok();
+      }
+      last_reason = fmt::format("the store named there ({}) failed: {}", at.to_string(),
+                                c.status().message());
+    } else {
+      last_reason = rec.status().message();
     }
-    if (deadline.expired())
-      return make_error(Code::kTimeout, "bootstrap: rank {} found no {} after {:.0f} s: is rank 0 running on this host? "
-                        "(across hosts, export MASTER_ADDR and MASTER_PORT: mpirun -x MASTER_ADDR=host -x MASTER_PORT=port)",
-                        r.rank, path, deadline.total());
+    if (last_reason != logged && last_reason.find("no file") == std::string::npos) {
+      log_info("bootstrap: rank {}: {}; reading the rendezvous file again", r.rank, last_reason);
+      logged = last_reason;
+    }
+    if (deadline.expired()) {
+      auto path = rendezvous_path(r.secret);
+      return make_error(
+          Code::kTimeout,
+          "bootstrap: rank {} found no usable {} after {:.0f} s ({}): is rank 0 running "
+          "on this host? (across hosts, export MASTER_ADDR and MASTER_PORT: mpirun -x "
+          "MASTER_ADDR=host "
+          "-x MASTER_PORT=port)",
+          r.rank, path.is_ok() ? *path : "rendezvous file", deadline.total(), last_reason);
+    }
     usleep(20000);
   }
 }
 
 }  // namespace
+
+std::string store_bind_address(const std::string& master_addr, bool single) {
+  if (auto b = env_get("CHORUS_STORE_BIND")) return *b;
+  auto numeric = resolve_host(master_addr);
+  if (!numeric.is_ok()) return "0.0.0.0";  // the ranks' connects will say what is wrong
+  const bool v6 = numeric->find(':') != std::string::npos;
+  const std::string any = v6 ? "::" : "0.0.0.0";
+  const bool literal = *numeric == master_addr;
+  if (is_loopback_address(*numeric)) {
+    // A name that resolves to loopback here (Debian maps the host name to 127.0.1.1) may name
+    // a real address on other hosts: trust it only when it is literal, localhost, or one host.
+    if (literal || master_addr == "localhost" || single) return *numeric;
+    return any;
+  }
+  return is_local_address(*numeric) || literal ? *numeric : any;
+}
 
 std::string slurm_first_host(const std::string& nodelist) {
   std::string first;
@@ -136,7 +213,7 @@ Result<Rendezvous> rendezvous_from_env(Deadline deadline) {
     auto addr = env_get("MASTER_ADDR");
     if (!addr) return make_error(Code::kInvalidArgument, "RANK/WORLD_SIZE are set but MASTER_ADDR is not (launch with chorus-run or torchrun, or export MASTER_ADDR and MASTER_PORT)");
     CHORUS_ASSIGN_OR_RETURN(int port, master_port());
-    r.secret = job_secret(fmt::format("{}:{}/{}", *addr, port, r.size));
+    job_secret(r, fmt::format("{}:{}/{}", *addr, port, r.size));
     CHORUS_TRY(with_master(r, *addr, port));
     return r;
   }
@@ -144,12 +221,13 @@ Result<Rendezvous> rendezvous_from_env(Deadline deadline) {
     r.method = "mpirun";
     CHORUS_TRY(read_ranks(r, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", true));
     auto addr = env_get("MASTER_ADDR");
-    r.secret = job_secret(fmt::format("{}:{}/{}", addr.value_or("mpirun"), env_str("MASTER_PORT", "-"), r.size));
+    job_secret(
+        r, fmt::format("{}:{}/{}", addr.value_or("mpirun"), env_str("MASTER_PORT", "-"), r.size));
     if (addr) {
       CHORUS_ASSIGN_OR_RETURN(int port, master_port());
       CHORUS_TRY(with_master(r, *addr, port));
     } else {
-      CHORUS_TRY(with_file(r, deadline));
+      CHORUS_TRY(r.rank == 0 ? publish_store(r) : find_store(r, deadline));
     }
     return r;
   }
@@ -163,12 +241,13 @@ Result<Rendezvous> rendezvous_from_env(Deadline deadline) {
     } else {
       port = 20000 + static_cast<int>(std::atoll(env_str("SLURM_JOB_ID", "0").c_str()) % 20000);
     }
-    r.secret = job_secret(fmt::format("{}:{}/{}", addr, port, r.size));
+    job_secret(r, fmt::format("{}:{}/{}", addr, port, r.size));
     CHORUS_TRY(with_master(r, addr, port));
     return r;
   }
   r.method = "single";
-  r.secret = job_secret(fmt::format("single/{}", getpid()));
+  CHORUS_TRY(random_bytes(r.secret.data(), r.secret.size()));
+  r.secret_origin = "random (a world of one)";
   auto server = StoreServer::start("127.0.0.1", 0, r.secret, 1);
   CHORUS_TRY(server);
   r.store = server.value()->address();
@@ -176,27 +255,57 @@ Result<Rendezvous> rendezvous_from_env(Deadline deadline) {
   return r;
 }
 
+// ---- unique ids ----
+
 namespace {
 std::mutex g_id_mu;
+// Stores made by make_unique_id; each stops by itself when its job ends and is reaped here.
 std::vector<std::unique_ptr<StoreServer>>& id_servers() {
-  static auto* v = new std::vector<std::unique_ptr<StoreServer>>();  // live until exit
+  static auto* v =
+      new std::vector<std::unique_ptr<StoreServer>>();  // never destroyed: live until exit
   return *v;
+}
+void reap_id_servers_locked() {
+  auto& v = id_servers();
+  std::erase_if(v, [](const std::unique_ptr<StoreServer>& s) { return s->finished(); });
 }
 }  // namespace
 
-Result<UniqueIdData> make_unique_id() {
+int live_unique_id_stores() {
+  std::lock_guard<std::mutex> lock(g_id_mu);
+  reap_id_servers_locked();
+  return static_cast<int>(id_servers().size());
+}
+
+Result<UniqueIdData> make_unique_id(bool in_process) {
+  {
+    std::lock_guard<std::mutex> lock(g_id_mu);
+    reap_id_servers_locked();
+  }
   Secret secret{};
-  std::ifstream urandom("/dev/urandom", std::ios::binary);
-  urandom.read(reinterpret_cast<char*>(secret.data()), secret.size());
-  if (!urandom) return make_error(Code::kSystemError, "cannot read /dev/urandom for the job secret");
-  CHORUS_ASSIGN_OR_RETURN(std::string host, local_address());
-  CHORUS_ASSIGN_OR_RETURN(std::unique_ptr<StoreServer> server, StoreServer::start(host, 0, secret, 0));
+  CHORUS_TRY(random_bytes(secret.data(), secret.size()));
+  std::string host = "127.0.0.1";
+  if (!in_process) {
+    if (auto b = env_get("CHORUS_STORE_BIND")) {
+      host = *b;
+    } else {
+      CHORUS_ASSIGN_OR_RETURN(host, local_address());
+    }
+  }
+  StoreOptions opt;
+  opt.stop_when_job_ends = true;
+  CHORUS_ASSIGN_OR_RETURN(std::unique_ptr<StoreServer> server,
+                          StoreServer::start(host, 0, secret, opt));
   UniqueIdData id{};
   id.magic = kMagic;
   id.version = kProtocolVersion;
   id.port = static_cast<uint16_t>(server->address().port);
   id.secret = secret;
-  std::snprintf(id.host, sizeof id.host, "%s", server->address().host.c_str());
+  std::string advertised = server->address().host;
+  if (advertised == "0.0.0.0" || advertised == "::") {
+    CHORUS_ASSIGN_OR_RETURN(advertised, local_address());
+  }
+  std::snprintf(id.host, sizeof id.host, "%s", advertised.c_str());
   std::lock_guard<std::mutex> lock(g_id_mu);
   id_servers().push_back(std::move(server));
   return id;
@@ -213,6 +322,8 @@ Result<Rendezvous> rendezvous_from_id(const UniqueIdData& id, int rank, int size
   r.size = size;
   r.local_rank = rank;
   r.secret = id.secret;
+  r.secret_origin = "the unique id (random)";
+  r.store_host_rank = -1;  // whoever called chorusGetUniqueId
   r.store = {std::string(id.host, strnlen(id.host, sizeof id.host)), id.port};
   return r;
 }

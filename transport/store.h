@@ -6,11 +6,18 @@
 // Watch connections stay open for the job's lifetime: when one drops without a goodbye, the
 // server tells every other rank that this rank died; ranks also broadcast errors (a mismatch,
 // an abort) and ask each other "what are you doing?" when a wait times out.
+//
+// What strangers and peers can cost the server (see acceptor.h for connections that fail their
+// handshake): an authenticated connection costs a thread until it closes, and at most
+// max_conns exist at once; keys and values together are capped at max_bytes.
+// Frames: store_proto.h. Threading: every StoreClient/WatchClient method is thread-safe.
 #pragma once
 
 #include <atomic>
 #include <condition_variable>
+#include <deque>
 #include <functional>
+#include <list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -20,41 +27,80 @@
 #include <vector>
 
 #include "common/socket.h"
+#include "transport/acceptor.h"
+#include "transport/store_proto.h"
 #include "transport/wire.h"
 
 namespace chorus::transport {
 
+struct StoreOptions {
+  int world = 0;                         // 0 when unknown (unique-id init): the first join fixes it
+  size_t max_bytes = size_t{256} << 20;  // keys and values held, in all
+  int max_conns = 0;                     // authenticated connections at once; 0: 4 * world + 64
+  bool stop_when_job_ends = false;  // stop once every rank has joined and every connection closed
+};
+
 class StoreServer {
  public:
-  // world may be 0 when unknown (unique-id init): the first join fixes it.
   static Result<std::unique_ptr<StoreServer>> start(const std::string& host, int port,
-                                                    const Secret& secret, int world);
+                                                    const Secret& secret, StoreOptions opt);
+  static Result<std::unique_ptr<StoreServer>> start(const std::string& host, int port,
+                                                    const Secret& secret, int world) {
+    StoreOptions o;
+    o.world = world;
+    return start(host, port, secret, o);
+  }
   ~StoreServer();
   const SockAddr& address() const { return addr_; }
+  // True once a stop_when_job_ends store has stopped by itself (its port is closed).
+  bool finished() const { return finished_.load(); }
+  // Runs when the store stops (first thing in the destructor): removes what advertises it.
+  void on_stop(std::function<void()> fn) { on_stop_ = std::move(fn); }
+  // For tests: serving threads alive, bytes held.
+  size_t serving_threads() const;
+  size_t stored_bytes() const;
 
  private:
   struct Conn;
+  struct Worker {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> done;
+  };
   StoreServer() = default;
   void accept_loop();
-  void serve(std::shared_ptr<Conn> c);
+  void admit(Accepted a);
+  void run_conn(const std::shared_ptr<Conn>& c);
   void serve_store(Conn& c);
-  void serve_watch(std::shared_ptr<Conn> c);
+  void serve_watch(const std::shared_ptr<Conn>& c);
+  bool handle_set(Conn& c, std::string key, std::string val,
+                  const std::function<bool(Code, const std::string&)>& reply);
   Status handle_join(Conn& c, uint32_t timeout_ms);
-  void broadcast(uint32_t type, int32_t rank, uint64_t comm_uid, uint64_t qid, int32_t target,
+  void broadcast(WatchType type, int32_t rank, uint64_t comm_uid, uint64_t qid, int32_t target,
                  const std::string& text, const Conn* except);
+  void reap_workers(bool all);
+  bool job_over();
 
   SockAddr addr_;
   Secret secret_{};
+  StoreOptions opt_;
+  std::string host_;
   Fd listen_;
   std::atomic<bool> stop_{false};
+  std::atomic<bool> finished_{false};
+  std::function<void()> on_stop_;
   std::thread acceptor_;
-  std::mutex mu_;
+  std::list<Worker> workers_;  // the acceptor thread's (and the destructor's, after it)
+  mutable std::mutex mu_;
   std::condition_variable cv_;
   int world_ = 0;
+  bool all_joined_once_ = false;
+  size_t stored_bytes_ = 0;
   std::map<std::string, std::string> kv_;
-  std::map<int, std::string> joined_;  // rank -> "pid P on host H"
-  std::vector<std::shared_ptr<Conn>> conns_;
-  std::vector<std::thread> threads_;
+  std::map<int, std::string> joined_;         // rank -> "pid P on host H"
+  std::vector<std::shared_ptr<Conn>> conns_;  // authenticated, verdict sent
+  // Deaths and errors broadcast so far (the last kMaxNews), replayed to each new watch
+  // connection: a rank that connects late still hears that a peer died or failed.
+  std::deque<std::string> news_;
 };
 
 class StoreClient {
@@ -63,10 +109,14 @@ class StoreClient {
   static Result<std::unique_ptr<StoreClient>> connect(const SockAddr& server, const Secret& secret,
                                                       int rank, int world, Deadline deadline);
   Status set(const std::string& key, const std::string& value);
-  Result<std::string> get(const std::string& key, Deadline deadline);
+  // Waits for the key until the deadline. With `interrupt`, waits in short slices and gives up
+  // as soon as interrupt() returns an error (a peer failed or died meanwhile).
+  Result<std::string> get(const std::string& key, Deadline deadline,
+                          const std::function<Status()>& interrupt = {});
   // Returns once all ranks have joined; on timeout, the error lists the ranks that never came.
   Status join(Deadline deadline);
   const SockAddr& server() const { return server_; }
+  const ServerInfo& server_info() const { return info_; }
 
  private:
   Result<std::string> request(uint32_t op, const std::string& key, const std::string& value,
@@ -74,15 +124,13 @@ class StoreClient {
   std::mutex mu_;
   Fd fd_;
   SockAddr server_;
+  ServerInfo info_;
   std::string what_;
 };
 
-// Messages on a watch connection.
-enum class WatchType : uint32_t { kBye = 1, kDead, kError, kQuery, kState, kShutdown };
-
 struct WatchEvent {
   WatchType type;
-  int32_t rank;        // whom it is about (dead rank, erring rank, answering rank)
+  int32_t rank;  // whom it is about (dead rank, erring rank, answering rank); -1: the store
   uint64_t comm_uid;
   uint64_t qid;
   std::string text;
@@ -101,18 +149,24 @@ class WatchClient {
   // Asks every other rank what it is doing in comm_uid; collects answers for up to `seconds`.
   std::map<int, std::string> query(uint64_t comm_uid, int expect, double seconds);
   bool store_gone() const { return store_gone_.load(); }
+  const ServerInfo& server_info() const { return info_; }
+  size_t pending_answers() const;  // answers held for queries still waiting (tests)
+  // True on the thread that delivers events (the destructor must not run there: it joins it).
+  bool on_reader_thread() const { return std::this_thread::get_id() == thread_.get_id(); }
 
  private:
   void reader();
-  Status send(WatchType t, uint64_t comm_uid, uint64_t qid, int32_t target, const std::string& text);
+  Status send(WatchType t, uint64_t comm_uid, uint64_t qid, int32_t target,
+              const std::string& text);
   Fd fd_;
   int rank_ = -1;
+  ServerInfo info_;
   EventFn on_event_;
   AnswerFn answer_;
   std::mutex write_mu_;
-  std::mutex query_mu_;
+  mutable std::mutex query_mu_;
   std::condition_variable query_cv_;
-  std::map<uint64_t, std::map<int, std::string>> answers_;
+  std::map<uint64_t, std::map<int, std::string>> answers_;  // only for queries still waiting
   std::atomic<uint64_t> next_qid_{1};
   std::atomic<bool> stop_{false};
   std::atomic<bool> store_gone_{false};

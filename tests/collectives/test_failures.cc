@@ -109,6 +109,32 @@ TEST_CASE("a peer killed with SIGKILL fails every survivor within 5 s, naming it
   require_codes(res, {0, 0, -SIGKILL});
 }
 
+TEST_CASE("rank 0, which hosts the bootstrap store, killed: survivors name rank 0 and their call within 5 s",
+          "[failure][dead]") {
+  auto transport = GENERATE(std::string("shm"), std::string("tcp"));
+  auto res = run_ranks(3, [&](int rank) {
+    auto comm = chorus::Communicator::from_env();
+    comm.barrier();
+    if (rank == 0) {
+      usleep(300000);
+      kill(getpid(), SIGKILL);
+    }
+    // Before: "the bootstrap store closed the connection (the process hosting it died)".
+    double t0 = now();
+    try {
+      comm.barrier();
+    } catch (const chorus::Error& e) {
+      std::fprintf(stderr, "caught after %.2f s: %s\n", now() - t0, e.what());
+      if (e.code() != chorusRemoteError) return 2;
+      if (!contains(e.what(), "rank 0 (pid ") || !contains(e.what(), "died")) return 3;
+      if (!contains(e.what(), "barrier #2 on rank " + std::to_string(rank))) return 4;
+      return now() - t0 <= 5 ? 0 : 5;
+    }
+    return 6;
+  }, on(transport));
+  require_codes(res, {-SIGKILL, 0, 0});
+}
+
 TEST_CASE("a barrier reached by rank 0 alone ends in an error, not a hang (the forum's trap)", "[failure][forum]") {
   auto transport = GENERATE(std::string("shm"), std::string("tcp"));
   auto res = run_ranks(2, [](int rank) {

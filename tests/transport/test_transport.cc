@@ -1,11 +1,16 @@
-// Transport units: knob parsing, secrets, Slurm host lists, the bootstrap store's bounds.
+// Transport units: knob parsing, secrets, MACs and the handshake, Slurm host lists, rendezvous
+// records, the bootstrap store's bounds.
 #include <catch2/catch.hpp>
 
 #include <unistd.h>
 
+#include <cstring>
+
 #include "common/env.h"
 #include "common/socket.h"
+#include "transport/auth.h"
 #include "transport/rendezvous.h"
+#include "transport/rendezvous_file.h"
 #include "transport/shm.h"
 #include "transport/store.h"
 #include "transport/wire.h"
@@ -57,22 +62,28 @@ TEST_CASE("the store serves set/get, times out gets, and refuses oversized reque
   // A client that passed the handshake but asks for a 1 GiB value is answered and cut off.
   auto raw = tcp_connect(addr, Deadline::after_seconds(2));
   REQUIRE(raw.is_ok());
-  Hello h;
-  h.kind = static_cast<uint16_t>(ConnKind::kStore);
-  h.secret = secret;
-  h.rank = 0;
-  h.world = 1;
-  REQUIRE(client_handshake(raw->get(), h, "store", Deadline::after_seconds(2)).is_ok());
-  struct { uint32_t op, key_len; uint64_t val_len; uint32_t timeout_ms, reserved; } req{1, 1, uint64_t{1} << 30, 0, 0};
+  Hello h = make_hello(ConnKind::kStore, 0, 1);
+  REQUIRE(client_handshake(raw->get(), secret, h, "store", Deadline::after_seconds(2)).is_ok());
+  struct {
+    uint32_t op, key_len;
+    uint64_t val_len;
+    uint32_t timeout_ms, reserved;
+  } req{1, 1, uint64_t{1} << 30, 0, 0};
   REQUIRE(send_all(raw->get(), &req, sizeof req, Deadline::after_seconds(2), "store").is_ok());
-  struct { int32_t code; uint32_t reserved; uint64_t len; } resp{};
+  struct {
+    int32_t code;
+    uint32_t reserved;
+    uint64_t len;
+  } resp{};
   REQUIRE(recv_all(raw->get(), &resp, sizeof resp, Deadline::after_seconds(2), "store").is_ok());
   REQUIRE(resp.code == static_cast<int32_t>(Code::kInvalidArgument));
   std::string text(resp.len, '\0');
-  REQUIRE(recv_all(raw->get(), text.data(), text.size(), Deadline::after_seconds(2), "store").is_ok());
+  REQUIRE(
+      recv_all(raw->get(), text.data(), text.size(), Deadline::after_seconds(2), "store").is_ok());
   REQUIRE(text.find("exceeds the limits") != std::string::npos);
   char byte;
-  REQUIRE_FALSE(recv_all(raw->get(), &byte, 1, Deadline::after_seconds(2), "store").is_ok());  // closed
+  REQUIRE_FALSE(
+      recv_all(raw->get(), &byte, 1, Deadline::after_seconds(2), "store").is_ok());  // closed
   // The good client is unaffected.
   REQUIRE(client.value()->get("k", Deadline::after_seconds(1)).is_ok());
 }
@@ -80,7 +91,8 @@ TEST_CASE("the store serves set/get, times out gets, and refuses oversized reque
 TEST_CASE("a wrong secret is refused with a reason", "[store][wire]") {
   auto server = StoreServer::start("127.0.0.1", 0, secret_from_string("a"), 1);
   REQUIRE(server.is_ok());
-  auto c = StoreClient::connect(server.value()->address(), secret_from_string("b"), 0, 1, Deadline::after_seconds(3));
+  auto c = StoreClient::connect(server.value()->address(), secret_from_string("b"), 0, 1,
+                                Deadline::after_seconds(3));
   REQUIRE_FALSE(c.is_ok());
   REQUIRE(c.status().message().find("wrong job secret") != std::string::npos);
 }
@@ -93,4 +105,108 @@ TEST_CASE("a /dev/shm too small for the rings is a clear error", "[shm]") {
   REQUIRE_FALSE(seg.is_ok());
   INFO(seg.status().message());
   REQUIRE(seg.status().message().find("/dev/shm is too small") != std::string::npos);
+}
+
+TEST_CASE("SipHash-2-4-128 matches the reference vectors", "[auth]") {
+  // vectors_sip128 of github.com/veorq/SipHash (key 00..0f, message 00..len-1)
+  const std::pair<size_t, const char*> vectors[] = {
+      {0, "a3817f04ba25a8e66df67214c7550293"},  {1, "da87c1d86b99af44347659119b22fc45"},
+      {7, "a1f1ebbed8dbc153c0b84aa61ff08239"},  {8, "3b62a9ba6258f5610f83e264f31497b4"},
+      {15, "5493e99933b0a8117e08ec0f97cfc3d9"}, {16, "6ee2a4ca67b054bbfd3315bf85230577"},
+      {63, "5150d1772f50834a503e069a973fbd7c"},
+  };
+  Secret key{};
+  uint8_t msg[64];
+  for (int i = 0; i < 16; ++i) key[i] = static_cast<uint8_t>(i);
+  for (int i = 0; i < 64; ++i) msg[i] = static_cast<uint8_t>(i);
+  for (auto [len, hex] : vectors) {
+    Tag t = siphash128(key, msg, len);
+    INFO("length " << len);
+    REQUIRE(secret_hex(t) == hex);
+  }
+  REQUIRE(equal_constant_time(msg, msg, 64));
+  uint8_t other[64];
+  std::memcpy(other, msg, 64);
+  other[63] ^= 1;
+  REQUIRE_FALSE(equal_constant_time(msg, other, 64));
+}
+
+namespace {
+// Runs both handshake state machines against each other in memory.
+void converse(ServerHandshake& s, ClientHandshake& c) {
+  for (int step = 0; step < 10; ++step) {
+    std::string to_server = c.take_output();
+    s.feed(to_server.data(), to_server.size());
+    std::string to_client = s.take_output();
+    if (s.state() == ServerHandshake::State::kAuthenticated) {
+      std::string verdict = std::string("\x53\x52\x48\x43", 4) + std::string(4, '\0');
+      uint32_t len = 10;
+      verdict.append(reinterpret_cast<const char*>(&len), 4);
+      to_client += verdict + "4242\nhost1";
+    }
+    c.feed(to_client.data(), to_client.size());
+    if (c.state() == ClientHandshake::State::kDone ||
+        c.state() == ClientHandshake::State::kFailed) {
+      std::string last = c.take_output();
+      s.feed(last.data(), last.size());
+      return;
+    }
+  }
+}
+}  // namespace
+
+TEST_CASE("the handshake proves the secret both ways and never sends it", "[wire]") {
+  Secret secret = secret_from_string("job"), other = secret_from_string("another job");
+  Nonce nonce{};
+  nonce[0] = 9;
+  Hello hello = make_hello(ConnKind::kStore, 1, 2);
+  {
+    ServerHandshake s(secret, kind_bit(ConnKind::kStore), nonce);
+    ClientHandshake c(secret, hello, "store");
+    std::string first = c.take_output();
+    REQUIRE(first.find(std::string(reinterpret_cast<const char*>(secret.data()), secret.size())) ==
+            std::string::npos);
+    s.feed(first.data(), first.size());
+    converse(s, c);
+    REQUIRE(s.state() == ServerHandshake::State::kAuthenticated);
+    REQUIRE(s.hello().rank == 1);
+    REQUIRE(c.state() == ClientHandshake::State::kDone);
+    REQUIRE(c.server().pid == 4242);
+    REQUIRE(c.server().host == "host1");
+  }
+  {
+    ServerHandshake s(secret, kind_bit(ConnKind::kStore), nonce);
+    ClientHandshake c(other, hello, "store");
+    converse(s, c);
+    REQUIRE(c.state() == ClientHandshake::State::kFailed);
+    REQUIRE(c.error().message().find("wrong job secret") != std::string::npos);
+    REQUIRE(s.state() == ServerHandshake::State::kFailed);
+    REQUIRE(s.error().message().find("wrong job secret") != std::string::npos);
+  }
+  {
+    ServerHandshake s(secret, kind_bit(ConnKind::kLink), nonce);  // a store hello on a link port
+    ClientHandshake c(secret, hello, "link");
+    converse(s, c);
+    REQUIRE(c.state() == ClientHandshake::State::kFailed);
+    REQUIRE(c.error().message().find("unexpected connection kind 1") != std::string::npos);
+  }
+}
+
+TEST_CASE("rendezvous records are parsed field by field", "[rendezvous]") {
+  auto ok = parse_rendezvous_record(
+      "chorus-rdzv 1\nhost 127.0.0.1\nport 29500\npid 42\njob 7\nstart 9\nfuture x\n");
+  REQUIRE(ok.is_ok());
+  REQUIRE(ok->host == "127.0.0.1");
+  REQUIRE(ok->port == 29500);
+  REQUIRE(ok->pid == 42);
+  REQUIRE(ok->job == "7");
+  REQUIRE(ok->start_ns == 9);
+  REQUIRE(parse_rendezvous_record(format_rendezvous_record(*ok))->host == "127.0.0.1");
+  for (const char* bad :
+       {"127.0.0.1\n29500\n", "chorus-rdzv 1\nhost h\nport 0\npid 1\n",
+        "chorus-rdzv 1\nhost h\nport +80\npid 1\n", "chorus-rdzv 1\nhost h\nport 80\n",
+        "chorus-rdzv 1\nhost a b\nport 80\npid 1\n", "chorus-rdzv 1\nhost h\nport 80\npid -1\n"}) {
+    INFO(bad);
+    REQUIRE_FALSE(parse_rendezvous_record(bad).is_ok());
+  }
 }
