@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cstring>
 #include <limits>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -80,6 +81,14 @@ chorus::Result<Comm*> live(chorusComm_t h, const char* call) {
   if (c) return c;
   return chorus::make_error(Code::kInvalidUsage, "{}: communicator was {}", call,
                             h->state.load() == 1 ? "aborted (chorusCommAbort)" : "destroyed (chorusCommDestroy)");
+}
+
+// Destroyed handles, kept (see chorusComm above) and reachable: retained on purpose, not leaked.
+void retire_handle(chorusComm_t h) {
+  static std::mutex mu;
+  static auto* retired = new std::vector<chorusComm_t>();
+  std::lock_guard<std::mutex> lock(mu);
+  retired->push_back(h);
 }
 
 chorusComm_t new_handle(std::shared_ptr<Comm> c) {
@@ -193,6 +202,7 @@ CHORUS_API chorusResult_t chorusCommDestroy(chorusComm_t h) {
     h->live.store(nullptr);
     h->state.store(2);
   }
+  retire_handle(h);
   return report(c->destroy());  // frees when c goes out of scope
 }
 
