@@ -79,9 +79,14 @@ Status client_handshake(int fd, const Hello& hello, const std::string& peer, Dea
     return make_error(Code::kRemoteError, "handshake: {} sent a {} byte reason (limit {})", peer, v.text_len, kMaxTextBytes);
   std::string text(v.text_len, '\0');
   CHORUS_TRY(recv_all(fd, text.data(), v.text_len, deadline, peer));
-  if (v.code != 0)
-    return make_error(static_cast<Code>(v.code), "refused by {}: {}", peer, text);
-  return Status::ok();
+  if (v.code == 0) return Status::ok();
+  // The code comes from the peer: only an error code of ours passes through (a stranger must
+  // not make a caller see "in progress" or a code outside the C API's enum).
+  bool known = v.code >= static_cast<int32_t>(Code::kSystemError) &&
+               v.code <= static_cast<int32_t>(Code::kMismatch);
+  if (!known)
+    return make_error(Code::kRemoteError, "refused by {} with unknown code {}: {}", peer, v.code, text);
+  return make_error(static_cast<Code>(v.code), "refused by {}: {}", peer, text);
 }
 
 namespace {

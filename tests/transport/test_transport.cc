@@ -1,6 +1,7 @@
 // Transport units: knob parsing, secrets, Slurm host lists, the bootstrap store's bounds.
 #include <catch2/catch.hpp>
 
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "common/env.h"
@@ -93,4 +94,24 @@ TEST_CASE("a /dev/shm too small for the rings is a clear error", "[shm]") {
   REQUIRE_FALSE(seg.is_ok());
   INFO(seg.status().message());
   REQUIRE(seg.status().message().find("/dev/shm is too small") != std::string::npos);
+}
+
+// Found by fuzz/handshake: the verdict's code came from the peer unchecked.
+TEST_CASE("a refusal with a code chorus does not define is a remote error naming the code",
+          "[wire][fuzz]") {
+  for (int32_t code : {10, 1, -3, 999}) {
+    int fds[2];
+    REQUIRE(socketpair(AF_UNIX, SOCK_STREAM, 0, fds) == 0);
+    Verdict v;
+    v.code = code;
+    v.text_len = 2;
+    REQUIRE(send_all(fds[1], &v, sizeof v, Deadline::after_seconds(2), "test").is_ok());
+    REQUIRE(send_all(fds[1], "no", 2, Deadline::after_seconds(2), "test").is_ok());
+    Hello h = make_hello(ConnKind::kStore, secret_from_string("x"), 0, 1);
+    Status s = client_handshake(fds[0], h, "the server", Deadline::after_seconds(2));
+    CHECK(s.code() == Code::kRemoteError);
+    CHECK(s.message() == fmt::format("refused by the server with unknown code {}: no", code));
+    close(fds[0]);
+    close(fds[1]);
+  }
 }
