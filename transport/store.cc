@@ -89,16 +89,33 @@ StoreServer::~StoreServer() {
     for (auto& c : conns_) ::shutdown(c->fd.get(), SHUT_RDWR);
   }
   if (acceptor_.joinable()) acceptor_.join();
-  std::vector<std::thread> threads;
+  std::vector<Worker> threads;
   {
     std::lock_guard<std::mutex> lock(mu_);
     threads.swap(threads_);
   }
-  for (auto& t : threads) t.join();
+  for (auto& t : threads) t.thread.join();
+}
+
+// Threads of closed connections are joined as they end, not kept until the store stops.
+void StoreServer::join_finished() {
+  for (size_t i = 0; i < threads_.size();) {
+    if (!threads_[i].done->load()) {
+      ++i;
+      continue;
+    }
+    threads_[i].thread.join();
+    threads_[i] = std::move(threads_.back());
+    threads_.pop_back();
+  }
 }
 
 void StoreServer::accept_loop() {
   while (!stop_.load()) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      join_finished();
+    }
     SockAddr peer;
     auto fd = tcp_accept(listen_.get(), Deadline::after_seconds(0.1), &peer);
     if (!fd.is_ok()) continue;
@@ -108,7 +125,12 @@ void StoreServer::accept_loop() {
     std::lock_guard<std::mutex> lock(mu_);
     if (stop_.load()) break;
     conns_.push_back(c);
-    threads_.emplace_back([this, c] { serve(c); });
+    auto done = std::make_shared<std::atomic<bool>>(false);
+    threads_.push_back({std::thread([this, c, done] {
+                          serve(c);
+                          done->store(true);
+                        }),
+                        done});
   }
 }
 

@@ -54,7 +54,12 @@ class StoreServer {
   std::map<std::string, std::string> kv_;
   std::map<int, std::string> joined_;  // rank -> "pid P on host H"
   std::vector<std::shared_ptr<Conn>> conns_;
-  std::vector<std::thread> threads_;
+  struct Worker {  // a connection's thread, and whether it has returned (then it can be joined)
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> done;
+  };
+  std::vector<Worker> threads_;
+  void join_finished();  // caller holds mu_
 };
 
 class StoreClient {
