@@ -57,6 +57,10 @@ Result<std::shared_ptr<Comm>> Comm::create(std::shared_ptr<Job> job, std::string
   CHORUS_ASSIGN_OR_RETURN(int64_t spin, env_int("CHORUS_SPIN_US", 50));
   c->spin_us_ = static_cast<int>(spin);
   c->spin_now_us_ = c->spin_us_;
+  CHORUS_ASSIGN_OR_RETURN(int64_t jitter, env_int("CHORUS_TEST_JITTER_US", 0));
+  if (jitter < 0 || jitter > 1000000)
+    return make_error(Code::kInvalidArgument, "CHORUS_TEST_JITTER_US must be 0..1000000 microseconds, got {}", jitter);
+  c->jitter_us_ = static_cast<int>(jitter);
   c->send_seq_.assign(c->size(), 0);
   c->recv_seq_.assign(c->size(), 0);
   CHORUS_ASSIGN_OR_RETURN(auto opt, transport::LinkOptions::from_env());

@@ -155,6 +155,7 @@ class Comm : public std::enable_shared_from_this<Comm> {
   Tuned last_tune_{};
   int spin_us_ = 50;          // CHORUS_SPIN_US: the most a wait spins before it sleeps
   std::atomic<int> spin_now_us_{50};  // adapts: halves when spinning did not pay, regrows when it did
+  int jitter_us_ = 0;         // CHORUS_TEST_JITTER_US: test hook, see OpCtx::jitter()
 
   std::atomic<uint64_t> coll_seq_{0};
   std::mutex seq_mu_;
@@ -225,6 +226,9 @@ class OpCtx {
  private:
   Result<bool> progress_all();
   Status explain_link_failure(const Status& link_error);
+  // Test hook (CHORUS_TEST_JITTER_US=N): before one wait in four, sleep a random 0..N us, so
+  // ranks fall out of step at arbitrary points of an operation and ordering bugs show here.
+  void jitter();
   void sleep_once(uint32_t seen, bool has_tcp, bool has_shm);
   Comm& comm_;
   Channel& ch_;

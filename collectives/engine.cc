@@ -141,6 +141,16 @@ void OpCtx::sleep_once(uint32_t seen, bool has_tcp, bool has_shm) {
   usleep(1000);  // a one-rank communicator has nothing to wait for; not reached in practice
 }
 
+void OpCtx::jitter() {
+  // xorshift64, one stream per thread, seeded by rank and thread so every run differs.
+  thread_local uint64_t x = 0x9e3779b97f4a7c15ull ^ (static_cast<uint64_t>(comm_.rank_) << 32) ^
+                            static_cast<uint64_t>(now_seconds() * 1e9) ^ reinterpret_cast<uintptr_t>(&x);
+  x ^= x << 13;
+  x ^= x >> 7;
+  x ^= x << 17;
+  if (x % 4 == 0) usleep(static_cast<useconds_t>((x >> 8) % static_cast<uint64_t>(comm_.jitter_us_ + 1)));
+}
+
 Deadline& OpCtx::deadline() {
   if (!deadline_set_) {
     deadline_ = Deadline::after_seconds(comm_.timeout_s_);
@@ -152,6 +162,7 @@ Deadline& OpCtx::deadline() {
 // Most waits end within a few polls (the peer is running and already wrote): poll a little
 // without touching the clock before the full spin-then-sleep loop.
 Status OpCtx::wait(FunctionRef<bool()> done, int waiting_for) {
+  if (comm_.jitter_us_ > 0) jitter();
   for (int i = 0; i < 256; ++i) {
     CHORUS_ASSIGN_OR_RETURN(bool moved, progress_all());
     (void)moved;

@@ -1,19 +1,12 @@
-// safetensors reading/writing, atomic files, and snapshots.
+// Snapshots of a model and its optimizer: written, found, read back and applied (checkpoint.h).
 #include "ddp/checkpoint.h"
 
-#include <fcntl.h>
 #include <fmt/format.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <stdexcept>
 
 namespace chorus {
@@ -22,144 +15,7 @@ namespace {
 using json = nlohmann::json;
 namespace fs = std::filesystem;
 
-uint64_t fnv1a64(const std::string& bytes) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : bytes) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw std::runtime_error(fmt::format("checkpoint: cannot open {}: {}", path, std::strerror(errno)));
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-void fsync_dir(const std::string& dir) {
-  const int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);
-  if (fd < 0) return;
-  ::fsync(fd);
-  ::close(fd);
-}
-
-std::string parent_of(const std::string& path) { return fs::path(path).parent_path().string(); }
-
 }  // namespace
-
-void write_file_atomic(const std::string& path, const std::string& bytes) {
-  const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) throw std::runtime_error(fmt::format("checkpoint: cannot create {}: {}", tmp, std::strerror(errno)));
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t w = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) {
-      const int e = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      throw std::runtime_error(fmt::format("checkpoint: write to {} failed after {} of {} bytes: {}", tmp, done,
-                                           bytes.size(), std::strerror(e)));
-    }
-    done += static_cast<size_t>(w);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    ::unlink(tmp.c_str());
-    throw std::runtime_error(fmt::format("checkpoint: fsync of {} failed: {}", tmp, std::strerror(errno)));
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int e = errno;
-    ::unlink(tmp.c_str());
-    throw std::runtime_error(fmt::format("checkpoint: rename {} -> {} failed: {}", tmp, path, std::strerror(e)));
-  }
-  fsync_dir(parent_of(path));
-}
-
-// ---- safetensors --------------------------------------------------------------------------
-
-namespace {
-
-std::string encode_safetensors(const std::vector<NamedTensor>& tensors, const std::map<std::string, std::string>& meta) {
-  json header = json::object();
-  uint64_t off = 0;
-  for (const auto& [name, t] : tensors) {
-    const uint64_t bytes = sizeof(float) * static_cast<uint64_t>(t.numel());
-    header[name] = {{"dtype", "F32"}, {"shape", t.shape().vec()}, {"data_offsets", {off, off + bytes}}};
-    off += bytes;
-  }
-  if (!meta.empty()) header["__metadata__"] = meta;
-  std::string h = header.dump();
-  while (h.size() % 8) h += ' ';  // the spec allows trailing spaces; aligns the data
-  std::string out(8, '\0');
-  const uint64_t n = h.size();
-  for (int i = 0; i < 8; ++i) out[static_cast<size_t>(i)] = static_cast<char>((n >> (8 * i)) & 0xff);
-  out += h;
-  out.reserve(out.size() + off);
-  for (const auto& [name, t] : tensors)
-    out.append(reinterpret_cast<const char*>(t.data()), sizeof(float) * static_cast<size_t>(t.numel()));
-  return out;
-}
-
-std::vector<NamedTensor> decode_safetensors(const std::string& bytes, const std::string& path,
-                                            std::map<std::string, std::string>* metadata) {
-  if (bytes.size() < 8)
-    throw std::runtime_error(fmt::format("checkpoint: {} is truncated: {} bytes, expected at least 8", path, bytes.size()));
-  uint64_t n = 0;
-  for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(static_cast<unsigned char>(bytes[static_cast<size_t>(i)])) << (8 * i);
-  if (n > bytes.size() - 8)
-    throw std::runtime_error(fmt::format("checkpoint: {}: header length {} runs past the file end ({} bytes)", path, n,
-                                         bytes.size()));
-  json header;
-  try {
-    header = json::parse(bytes.substr(8, n));
-  } catch (const std::exception& e) {
-    throw std::runtime_error(fmt::format("checkpoint: {}: the safetensors header is not valid JSON: {}", path, e.what()));
-  }
-  const uint64_t data_size = bytes.size() - 8 - n;
-  const char* data = bytes.data() + 8 + n;
-  std::vector<std::pair<uint64_t, NamedTensor>> out;
-  for (auto& [name, v] : header.items()) {
-    if (name == "__metadata__") {
-      if (metadata)
-        for (auto& [k, s] : v.items()) (*metadata)[k] = s.get<std::string>();
-      continue;
-    }
-    if (v.value("dtype", "") != "F32")
-      throw std::runtime_error(fmt::format("checkpoint: {}: tensor {} has dtype {}, expected F32", path, name,
-                                           v.value("dtype", "?")));
-    const auto dims = v.at("shape").get<std::vector<int64_t>>();
-    const auto offs = v.at("data_offsets").get<std::vector<uint64_t>>();
-    const Shape shape = Shape::of(dims);
-    if (offs.size() != 2 || offs[1] < offs[0] || offs[1] > data_size ||
-        offs[1] - offs[0] != sizeof(float) * static_cast<uint64_t>(shape.numel()))
-      throw std::runtime_error(fmt::format("checkpoint: {}: tensor {} {} has bad data offsets (data is {} bytes)", path,
-                                           name, shape.str(), data_size));
-    Tensor t = Tensor::empty(shape);
-    std::memcpy(t.data(), data + offs[0], offs[1] - offs[0]);
-    out.push_back({offs[0], {name, t}});
-  }
-  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-  std::vector<NamedTensor> result;
-  for (auto& [off, nt] : out) result.push_back(std::move(nt));
-  return result;
-}
-
-}  // namespace
-
-void write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
-                       const std::map<std::string, std::string>& metadata) {
-  write_file_atomic(path, encode_safetensors(tensors, metadata));
-}
-
-std::vector<NamedTensor> read_safetensors(const std::string& path, std::map<std::string, std::string>* metadata) {
-  return decode_safetensors(read_file(path), path, metadata);
-}
-
-// ---- snapshots ----------------------------------------------------------------------------
 
 std::string snapshot_json_path(const std::string& dir, int64_t global_step) {
   return (fs::path(dir) / fmt::format("snapshot-{:09d}.json", global_step)).string();
@@ -227,33 +83,20 @@ std::string save_checkpoint(Communicator* comm, const std::string& dir, const Mo
 Snapshot read_snapshot(const std::string& json_path) {
   Snapshot s;
   s.path = json_path;
-  json j;
-  try {
-    j = json::parse(read_file(json_path));
-    if (j.value("format", "") != "chorus-snapshot-1")
-      throw std::runtime_error(fmt::format("format '{}', expected chorus-snapshot-1", j.value("format", "")));
-    s.state.epoch = j.at("epoch").get<int64_t>();
-    s.state.step_in_epoch = j.at("step_in_epoch").get<int64_t>();
-    s.state.global_step = j.at("global_step").get<int64_t>();
-    s.state.seed = j.at("sampler").at("seed").get<uint64_t>();
-    s.state.shuffle = j.at("sampler").at("shuffle").get<bool>();
-    s.state.world_size = j.at("world_size").get<int>();
-    s.state.batch_size = j.at("batch_size").get<int64_t>();
-    s.state.lr = j.at("lr").get<double>();
-  } catch (const std::exception& e) {
-    throw std::runtime_error(fmt::format("checkpoint: {} is not a valid snapshot record: {}", json_path, e.what()));
-  }
-  const std::string tensor_path = (fs::path(json_path).parent_path() / j.at("tensors").get<std::string>()).string();
-  const std::string bytes = read_file(tensor_path);
-  const auto want_bytes = j.at("tensors_bytes").get<uint64_t>();
-  if (bytes.size() != want_bytes)
-    throw std::runtime_error(fmt::format("checkpoint: {} is {} bytes, its record {} says {} (partial or replaced file)",
-                                         tensor_path, bytes.size(), json_path, want_bytes));
+  const SnapshotRecord r = parse_snapshot_record(read_whole_file(json_path), json_path);
+  s.state = r.state;
+  const std::string tensor_path = (fs::path(json_path).parent_path() / r.tensors).string();
+  const std::string bytes = read_whole_file(tensor_path);
+  if (bytes.size() != r.tensors_bytes)
+    throw std::runtime_error(
+        fmt::format("checkpoint: {} is {} bytes, its record {} says {} (partial or replaced file)",
+                    tensor_path, bytes.size(), json_path, r.tensors_bytes));
   const std::string hash = fmt::format("{:016x}", fnv1a64(bytes));
-  if (hash != j.at("tensors_fnv1a64").get<std::string>())
-    throw std::runtime_error(fmt::format("checkpoint: {} is corrupt: FNV-1a hash {}, its record {} says {}", tensor_path,
-                                         hash, json_path, j.at("tensors_fnv1a64").get<std::string>()));
-  for (auto& [name, t] : decode_safetensors(bytes, tensor_path, nullptr)) {
+  if (hash != r.tensors_fnv1a64)
+    throw std::runtime_error(
+        fmt::format("checkpoint: {} is corrupt: FNV-1a hash {}, its record {} says {}", tensor_path,
+                    hash, json_path, r.tensors_fnv1a64));
+  for (auto& [name, t] : parse_safetensors(bytes, tensor_path, nullptr)) {
     if (name.rfind("model.", 0) == 0)
       s.model.emplace_back(name.substr(6), t);
     else if (name.rfind("optimizer.momentum.", 0) == 0)

@@ -21,31 +21,11 @@
 #include <string>
 #include <vector>
 
+#include "ddp/checkpoint_format.h"
 #include "ddp/nn.h"
 #include "ddp/optim.h"
 
 namespace chorus {
-
-// safetensors (https://github.com/huggingface/safetensors): 8-byte little-endian header length N,
-// N bytes of JSON header ({"name": {"dtype": "F32", "shape": [...], "data_offsets": [b, e]},
-// "__metadata__": {...}}), then the raw little-endian data. F32 only.
-void write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
-                       const std::map<std::string, std::string>& metadata = {});
-std::vector<NamedTensor> read_safetensors(const std::string& path, std::map<std::string, std::string>* metadata = nullptr);
-
-// Writes bytes to path atomically: path.tmp.<pid>, fsync, rename over path, fsync the directory.
-void write_file_atomic(const std::string& path, const std::string& bytes);
-
-struct TrainState {
-  int64_t epoch = 1;          // the epoch in progress (1-based)
-  int64_t step_in_epoch = 0;  // steps of that epoch already done
-  int64_t global_step = 0;    // steps done in all
-  uint64_t seed = 0;          // sampler / loader seed (the only RNG the loop draws from)
-  bool shuffle = true;
-  int world_size = 1;
-  int64_t batch_size = 0;     // per rank
-  double lr = 0;
-};
 
 struct Snapshot {
   std::string path;  // the .json

@@ -20,6 +20,8 @@ TensorDataset::TensorDataset(Tensor images, std::vector<int32_t> labels, int num
 Shape TensorDataset::sample_shape() const { return Shape{images_.dim(1), images_.dim(2), images_.dim(3)}; }
 
 int32_t TensorDataset::get(int64_t i, float* out) const {
+  if (i < 0 || i >= size())
+    throw std::out_of_range(fmt::format("dataset: sample {} is outside 0..{}", i, size() - 1));
   const int64_t per = sample_shape().numel();
   std::memcpy(out, images_.data() + i * per, sizeof(float) * static_cast<size_t>(per));
   return labels_[static_cast<size_t>(i)];

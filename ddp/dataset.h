@@ -21,8 +21,11 @@ class Dataset {
   virtual int64_t size() const = 0;
   virtual Shape sample_shape() const = 0;  // (C, H, W)
   virtual int num_classes() const = 0;
-  // Copies sample i (sample_shape().numel() floats) to out and returns its label.
+  // Copies sample i (sample_shape().numel() floats) to out and returns its label; throws
+  // std::out_of_range for an i outside 0..size()-1.
   virtual int32_t get(int64_t i, float* out) const = 0;
+  // Where the samples came from, for messages: the file(s) read, or "" when not from files.
+  virtual std::string origin() const { return {}; }
 };
 
 // Samples held in memory as normalised f32, (N, C, H, W), with int32 labels.
@@ -33,6 +36,8 @@ class TensorDataset : public Dataset {
   Shape sample_shape() const override;
   int num_classes() const override { return num_classes_; }
   int32_t get(int64_t i, float* out) const override;
+  std::string origin() const override { return origin_; }
+  void set_origin(std::string origin) { origin_ = std::move(origin); }
   const Tensor& images() const { return images_; }
   const std::vector<int32_t>& labels() const { return labels_; }
 
@@ -40,6 +45,7 @@ class TensorDataset : public Dataset {
   Tensor images_;
   std::vector<int32_t> labels_;
   int num_classes_;
+  std::string origin_;
 };
 
 // x = (byte / 255 - mean[c]) / std[c], per channel, evaluated in f32 like torchvision's
@@ -60,6 +66,13 @@ struct IdxArray {
 };
 // Reads plain or gzip files (detected by content). expected_ndim: 1 for labels, 3 for images.
 IdxArray read_idx_file(const std::string& path, int expected_ndim);
+// The same from bytes in memory; `path` names them in messages. The product of the dims must
+// not overflow and must equal the payload's size.
+IdxArray parse_idx(const uint8_t* data, size_t size, const std::string& path, int expected_ndim);
+// Images (N, rows, columns) and labels (N) -> the data set; every dim >= 1, labels 0..9.
+std::shared_ptr<TensorDataset> mnist_from_idx(const IdxArray& images, const std::string& image_path,
+                                              const IdxArray& labels, const std::string& label_path,
+                                              const Normalize& norm = {});
 
 // Fashion-MNIST / MNIST from dir: {train,t10k}-{images-idx3,labels-idx1}-ubyte, with or without .gz.
 std::shared_ptr<TensorDataset> load_mnist_dir(const std::string& dir, bool train, const Normalize& norm = {});
@@ -70,6 +83,10 @@ constexpr const char* kFashionMnistDir = "/usr/share/datasets/fashion-mnist";
 // 3072 pixel bytes (3x32x32).
 std::shared_ptr<TensorDataset> load_cifar10_dir(const std::string& dir, bool train, const Normalize& norm = {});
 std::shared_ptr<TensorDataset> load_cifar10_files(const std::vector<std::string>& files, const Normalize& norm = {});
+constexpr size_t kCifarRecord = 1 + 3 * 32 * 32;
+// Appends the records of one batch in memory (`path` names it in messages) to pixels and labels.
+void parse_cifar10(const uint8_t* data, size_t size, const std::string& path,
+                   std::vector<uint8_t>* pixels, std::vector<int32_t>* labels);
 
 // A learnable synthetic set: class k has a fixed random template (drawn from seed); a sample is its
 // class template plus unit Gaussian noise (drawn from seed and split, so split 0 = train and

@@ -14,15 +14,44 @@ namespace chorus {
 
 const char* device_name(Device d) { return d == Device::kCpu ? "cpu" : "cuda"; }
 
+namespace {
+
+// "(a, b, c)" for dims not yet in a Shape.
+std::string dims_str(const int64_t* dims, size_t n) {
+  std::string s = "(";
+  for (size_t i = 0; i < n; ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
+  return s + ")";
+}
+
+// Every dimension >= 0, and the product of the non-zero ones at most Shape::kMaxNumel, so that
+// no sub-shape's element count (nor its size in bytes) overflows.
+void check_dims(const int64_t* dims, size_t n) {
+  if (n > static_cast<size_t>(Shape::kMaxDims))
+    throw std::invalid_argument(fmt::format("shape {}: expected at most {} dims, got {}",
+                                            dims_str(dims, n), Shape::kMaxDims, n));
+  int64_t product = 1;
+  for (size_t i = 0; i < n; ++i) {
+    if (dims[i] < 0)
+      throw std::invalid_argument(fmt::format("shape {}: dimension {} is {}, expected >= 0",
+                                              dims_str(dims, n), i, dims[i]));
+    if (dims[i] == 0) continue;
+    if (product > Shape::kMaxNumel / dims[i])
+      throw std::invalid_argument(
+          fmt::format("shape {}: more than {} elements (the most a tensor may hold)",
+                      dims_str(dims, n), Shape::kMaxNumel));
+    product *= dims[i];
+  }
+}
+
+}  // namespace
+
 Shape::Shape(std::initializer_list<int64_t> dims) {
-  if (dims.size() > kMaxDims)
-    throw std::invalid_argument(fmt::format("shape: at most {} dims, got {}", kMaxDims, dims.size()));
+  check_dims(dims.begin(), dims.size());
   for (int64_t d : dims) dims_[static_cast<size_t>(ndim_++)] = d;
 }
 
 Shape Shape::of(const std::vector<int64_t>& dims) {
-  if (dims.size() > kMaxDims)
-    throw std::invalid_argument(fmt::format("shape: at most {} dims, got {}", kMaxDims, dims.size()));
+  check_dims(dims.data(), dims.size());
   Shape s;
   for (int64_t d : dims) s.dims_[static_cast<size_t>(s.ndim_++)] = d;
   return s;

@@ -21,10 +21,15 @@ namespace chorus {
 enum class Device { kCpu, kCuda };
 const char* device_name(Device d);
 
-// Up to six dimensions, stored inline (no heap).
+// Up to six dimensions, stored inline (no heap). Every Shape is valid: construction throws
+// std::invalid_argument, naming the dims, for a negative dimension or for more than kMaxNumel
+// elements (counting the non-zero dimensions, so no sub-shape overflows either).
 class Shape {
  public:
   static constexpr int kMaxDims = 6;
+  // The most elements a tensor may hold: their size in bytes fits in int64 for any element
+  // type of up to 8 bytes.
+  static constexpr int64_t kMaxNumel = INT64_MAX / 8;
   Shape() = default;
   Shape(std::initializer_list<int64_t> dims);
   static Shape of(const std::vector<int64_t>& dims);

@@ -71,8 +71,11 @@ EpochStats Trainer::run_epoch(int epoch) {
   Batch batch;
   for (int64_t i = 0; i < first_step && train_.next(batch); ++i) {
   }
+  // Every rank trains on equally many equally sized batches (DistributedSampler pads), so the
+  // job's image count is this rank's times the world size, with no collective per step.
+  const int ranks = comm ? comm->size() : 1;
   ProgressBar bar(options_.out, fmt::format("epoch {}", epoch), steps,
-                  options_.progress && primary && options_.log_every <= 0);
+                  options_.progress && primary && options_.log_every <= 0, ranks);
   Sums epoch_sums, interval;
   const auto t0 = std::chrono::steady_clock::now();
   auto interval_t0 = t0;
@@ -101,7 +104,7 @@ EpochStats Trainer::run_epoch(int epoch) {
       s->images += n;
     }
     st.images += batch.size();
-    bar.update(step + 1, epoch_sums.loss / epoch_sums.images, st.images);
+    bar.update(step + 1, epoch_sums.loss / epoch_sums.images, st.images * ranks);
     if (options_.log_every > 0 && ((step + 1) % options_.log_every == 0 || step + 1 == steps)) {
       const auto now = std::chrono::steady_clock::now();
       const double secs = std::chrono::duration<double>(now - interval_t0).count();

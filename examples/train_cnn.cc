@@ -136,7 +136,9 @@ int main(int argc, char** argv) {
       data = load_data(data_spec, synthetic_size, synthetic_shape, seed);
     const chorus::Shape s = data.train->sample_shape();
     if (s[1] != s[2] || s[1] < 16)
-      throw std::invalid_argument(fmt::format("train_cnn: expected square images of side >= 16, got {}", s.str()));
+      throw std::invalid_argument(
+          fmt::format("train_cnn: {}: expected square images of side >= 16, got {}",
+                      data.train->origin().empty() ? data.name : data.train->origin(), s.str()));
     chorus::Net model(static_cast<int>(s[0]), static_cast<int>(s[1]), seed);
     std::unique_ptr<chorus::DistributedDataParallel> ddp;
     if (comm) {

@@ -45,6 +45,19 @@ int free_port() {
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
+ShellResult run_shell(const std::string& cmd) {
+  ShellResult r;
+  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
+  if (p == nullptr) {
+    r.output = "popen failed: " + cmd;
+    return r;
+  }
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) r.output.append(buf, n);
+  r.status = ::pclose(p);
+  return r;
+}
+
 std::vector<RankResult> run_ranks(int n, const std::function<int(int)>& fn, const RunOptions& opt) {
   int port = opt.port ? opt.port : free_port();
   std::vector<pid_t> pids(n);
@@ -88,33 +101,30 @@ std::vector<RankResult> run_ranks(int n, const std::function<int(int)>& fn, cons
   }
   std::vector<RankResult> out(n);
   int left = n;
+  bool over = false;
   while (left > 0) {
-    double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    over = el > opt.limit_seconds;
     for (int r = 0; r < n; ++r) {
       if (pids[r] == 0) continue;
       int st = 0;
-      pid_t w = waitpid(pids[r], &st, el > opt.limit_seconds ? 0 : WNOHANG);
-      if (w == 0 && el > opt.limit_seconds) continue;
-      if (w == pids[r]) {
+      if (waitpid(pids[r], &st, WNOHANG) != pids[r]) {
+        if (!over) continue;
+        // Past the limit: a rank still running is hung. SIGKILL ends it; reap it with a bounded wait.
+        kill(pids[r], SIGKILL);
+        for (int i = 0; i < 1000 && waitpid(pids[r], &st, WNOHANG) != pids[r]; ++i) usleep(1000);
+        out[r].exit_code = -SIGKILL;
+        char note[96];
+        std::snprintf(note, sizeof note, "[harness: killed after the time limit of %.0f s: a hang]\n", opt.limit_seconds);
+        out[r].output += note;
+      } else {
         out[r].exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st);
-        out[r].seconds = el;
-        pids[r] = 0;
-        --left;
       }
+      out[r].seconds = el;
+      pids[r] = 0;
+      --left;
     }
-    if (el > opt.limit_seconds) {
-      for (int r = 0; r < n; ++r)
-        if (pids[r]) {
-          kill(pids[r], SIGKILL);
-          waitpid(pids[r], nullptr, 0);
-          out[r].exit_code = -SIGKILL;
-          out[r].seconds = el;
-          out[r].output += "[harness: killed after the time limit: a hang]\n";
-          pids[r] = 0;
-          --left;
-        }
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    if (left > 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   for (int r = 0; r < n; ++r) {
     std::ifstream f(logs[r]);

@@ -25,6 +25,13 @@ struct RunOptions {
 // Runs fn(rank) in n forked processes; fn's return value is the exit code (exceptions -> 1).
 std::vector<RankResult> run_ranks(int n, const std::function<int(int rank)>& fn, const RunOptions& opt = {});
 int free_port();
+
+// Runs `cmd` through /bin/sh with stderr joined to stdout; status as pclose() returns it.
+struct ShellResult {
+  int status = -1;
+  std::string output;
+};
+ShellResult run_shell(const std::string& cmd);
 bool contains(const std::string& text, const std::string& part);
 
 }  // namespace chorus::test

@@ -26,6 +26,25 @@
  * - In place: sendbuff == recvbuff is allowed wherever both appear.
  * - A destroyed or aborted communicator answers every later call with an error, never a crash.
  *   chorusCommAbort may be called from any thread.
+ * - No C++ exception leaves any chorus* function. When chorus cannot get memory or a thread,
+ *   the call fails with chorusSystemError; if that happens inside an operation call, the
+ *   communicator is aborted (its peers fail at once rather than wait for an operation that
+ *   will not come).
+ *
+ * Argument limits (each refusal is chorusInvalidArgument or chorusInvalidUsage, with a message
+ * naming the call, the rank, the argument and its value; a refused call has no effect):
+ * - datatype is a chorusDataType_t (0 .. chorusNumTypes-1); reductions take only the types
+ *   their message lists. op is a chorusRedOp_t (0..4).
+ * - count * element size must fit in one buffer: at most PTRDIFF_MAX bytes; for all-gather's
+ *   recvbuff and reduce-scatter's sendbuff, count * element size * nranks.
+ * - sendbuff/recvbuff may be NULL only when count is 0 (or where the call ignores them: sendbuff
+ *   off the root of a broadcast, recvbuff off the root of a reduce).
+ * - root and peer are ranks of the communicator (a peer is never this rank).
+ * - nranks (chorusCommInitRank), ndev (chorusCommInitAll) and launcher world sizes are
+ *   1..CHORUS_MAX_RANKS; rank is 0..nranks-1.
+ * - stream must be NULL (CPU buffers); request must not be NULL.
+ * - chorusWait: timeout_seconds NaN is refused; a negative value, INFINITY, or anything above
+ *   1e9 waits until the operation ends.
  */
 #ifndef CHORUS_CHORUS_H_
 #define CHORUS_CHORUS_H_
@@ -39,6 +58,8 @@ extern "C" {
 #define CHORUS_VERSION_CODE 100 /* 0.1.0 */
 #define CHORUS_UNIQUE_ID_BYTES 128
 #define CHORUS_SPLIT_NOCOLOR (-1)
+/* The most ranks a communicator may have; larger nranks, ndev or world sizes are refused. */
+#define CHORUS_MAX_RANKS 65536
 
 typedef struct chorusComm* chorusComm_t;
 typedef struct chorusRequest* chorusRequest_t;
@@ -156,8 +177,9 @@ chorusResult_t chorusIallGather(const void* sendbuff, void* recvbuff, size_t sen
 chorusResult_t chorusIreduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
                                     chorusDataType_t datatype, chorusRedOp_t op,
                                     chorusComm_t comm, chorusRequest_t* request);
-/* Waits up to timeout_seconds (< 0: until the operation ends, itself bounded by CHORUS_TIMEOUT).
- * chorusInProgress when the time ran out first; the operation's own error otherwise. */
+/* Waits up to timeout_seconds (< 0, INFINITY or > 1e9: until the operation ends, itself bounded
+ * by CHORUS_TIMEOUT; NaN: chorusInvalidArgument). chorusInProgress when the time ran out first;
+ * the operation's own error otherwise. */
 chorusResult_t chorusWait(chorusRequest_t request, double timeout_seconds);
 /* *done = 1 when finished; returns the operation's error once finished. */
 chorusResult_t chorusTest(chorusRequest_t request, int* done);

@@ -3,6 +3,8 @@
 
 #include <unistd.h>
 
+#include <fmt/format.h>
+
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -148,5 +150,59 @@ TEST_CASE("only the newest snapshots are kept; temp files never count", "[checkp
   for (auto& e : fs::directory_iterator(dir)) json += e.path().extension() == ".json";
   CHECK(json == 2);
   CHECK(load_latest_snapshot(dir)->state.global_step == 5);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("snapshot records parse field by field; the tensor file is a bare name", "[checkpoint]") {
+  const std::string dir = temp_dir();
+  Net a(1, 16, 1);
+  Sgd oa(a.parameters(), {.lr = 0.25f});
+  TrainState st;
+  st.epoch = 3;
+  st.global_step = 42;
+  st.batch_size = 8;
+  st.lr = 0.25;
+  const std::string record = write_snapshot(dir, a, oa, st);
+  const SnapshotRecord r = parse_snapshot_record(slurp(record), record);
+  CHECK(r.state.epoch == 3);
+  CHECK(r.state.global_step == 42);
+  CHECK(r.state.batch_size == 8);
+  CHECK(r.tensors == "snapshot-000000042.safetensors");
+  CHECK(r.tensors_bytes == fs::file_size(dir + "/" + r.tensors));
+  auto j = nlohmann::json::parse(slurp(record));
+  j["tensors"] = "../snapshot-000000042.safetensors";
+  CHECK_THROWS_WITH(parse_snapshot_record(j.dump(), record),
+                    Catch::StartsWith("checkpoint: " + record +
+                                      ": field tensors: is \"../snapshot-000000042.safetensors\""));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("safetensors: empty tensors and tensors in any header order tile the data",
+          "[checkpoint]") {
+  const std::string dir = temp_dir();
+  const std::string p = dir + "/t.safetensors";
+  write_safetensors(p, {{"e", Tensor::zeros(Shape{0, 3})},
+                        {"a", Tensor::from(Shape{2}, {1, 2})},
+                        {"z", Tensor::zeros(Shape{0})}});
+  auto back = read_safetensors(p);
+  REQUIRE(back.size() == 3);
+  for (const auto& [name, t] : back)
+    CHECK(t.to_vector() == (name == "a" ? std::vector<float>{1, 2} : std::vector<float>{}));
+  CHECK(parse_safetensors(slurp(p), p).size() == 3);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("atomic writes leave no temp file and use no predictable name", "[checkpoint]") {
+  const std::string dir = temp_dir();
+  const std::string p = dir + "/f";
+  for (int i = 0; i < 3; ++i) write_file_atomic(p, fmt::format("v{}", i));
+  CHECK(slurp(p) == "v2");
+  CHECK(std::distance(fs::directory_iterator(dir), fs::directory_iterator{}) == 1);
+  // The old name <path>.tmp.<pid> held by someone else does not stop or redirect the write.
+  const std::string old_temp = fmt::format("{}.tmp.{}", p, ::getpid());
+  std::ofstream(old_temp) << "theirs";
+  write_file_atomic(p, "mine");
+  CHECK(slurp(p) == "mine");
+  CHECK(slurp(old_temp) == "theirs");
   fs::remove_all(dir);
 }

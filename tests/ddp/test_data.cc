@@ -100,8 +100,10 @@ TEST_CASE("idx: missing, truncated, trailing, wrong magic, corrupt gzip and bad 
   auto truncated = good;
   truncated.resize(good.size() - 7);
   write_file(img, truncated);
-  CHECK_THROWS_WITH(read_idx_file(img, 3),
-                    "idx: " + img + ": expected 76 bytes (16-byte header + 60 data), got 69 (truncated)");
+  CHECK_THROWS_WITH(
+      read_idx_file(img, 3),
+      "idx: " + img +
+          ": expected 76 bytes (16-byte header + 60 data for dims 5 x 4 x 3), got 69 (truncated)");
   auto trailing = good;
   trailing.push_back(0);
   write_file(img, trailing);
@@ -206,4 +208,32 @@ TEST_CASE("data loader: every sample once per epoch, seeded order, drop_last, pr
   Batch b;
   CHECK(dl.next(b));
   dl.end_epoch();
+}
+
+TEST_CASE("idx from memory: overflowing and empty dimensions name the file and the field",
+          "[data]") {
+  std::vector<uint8_t> wrap;
+  put_be32(wrap, 0x803);
+  for (uint32_t d : {8u, 1u << 30, 1u << 31}) put_be32(wrap, d);
+  CHECK_THROWS_WITH(parse_idx(wrap.data(), wrap.size(), "crafted", 3),
+                    "idx: crafted: dimensions 8 x 1073741824 x 2147483648 multiply past 2^64 bytes "
+                    "(the file has 16)");
+  auto images = parse_idx(idx_images(2, 0, 3).data(), 16, "imgs", 3);
+  auto labels = idx_labels(2);
+  CHECK_THROWS_WITH(
+      mnist_from_idx(images, "imgs", parse_idx(labels.data(), labels.size(), "lbls", 1), "lbls"),
+      "idx: imgs: dimension 1 (rows) is 0, expected >= 1");
+  auto good = idx_images(2, 4, 3);
+  auto ds = mnist_from_idx(parse_idx(good.data(), good.size(), "imgs", 3), "imgs",
+                           parse_idx(labels.data(), labels.size(), "lbls", 1), "lbls");
+  CHECK(ds->size() == 2);
+  CHECK(ds->origin() == "imgs");
+}
+
+TEST_CASE("dataset: a sample outside 0..size-1 is an error, not a read past the end", "[data]") {
+  auto ds = make_synthetic(3, Shape{1, 2, 2}, 2, 7);
+  std::vector<float> x(4);
+  CHECK_NOTHROW(ds->get(2, x.data()));
+  CHECK_THROWS_WITH(ds->get(3, x.data()), "dataset: sample 3 is outside 0..2");
+  CHECK_THROWS_AS(ds->get(-1, x.data()), std::out_of_range);
 }

@@ -1,5 +1,5 @@
-// DDP across real processes: equivalence with one process at batch W*B, overlap of the bucket
-// all-reduces with backward, and the forum's mistakes ending in clear errors.
+// DDP across real processes: bucket layout, overlap of the bucket all-reduces with backward, and
+// the forum's mistakes ending in clear errors. (Equivalence with one process: test_equivalence.)
 #include <catch2/catch.hpp>
 
 #include <chrono>
@@ -28,82 +28,6 @@ using chorus::test::RunOptions;
 
 namespace {
 
-constexpr int64_t kSamples = 240;  // divisible by W*B for W = 2, 3, 4 and B = 4
-constexpr int64_t kB = 4;
-constexpr int kSteps = 50;
-
-std::shared_ptr<TensorDataset> data() { return make_synthetic(kSamples, Shape{1, 16, 16}, 10, 3); }
-
-// One optimiser step = `accum` micro-batches (the first accum-1 under no_sync for DDP).
-// Returns the parameters after kSteps steps. comm null: one process with batch `batch`.
-std::vector<float> train(Communicator* comm, int64_t batch, int accum, const ReducerOptions& ro) {
-  Net net(1, 16, comm ? 100 + comm->rank() : 100);  // rank 0's seed 100 wins the broadcast
-  std::unique_ptr<DistributedDataParallel> ddp;
-  if (comm) {
-    DdpOptions o;
-    o.reducer = ro;
-    ddp = std::make_unique<DistributedDataParallel>(net, *comm, o);
-  }
-  Sgd opt(net.parameters(), {.lr = 0.05f / static_cast<float>(accum), .momentum = 0.9f});
-  auto ds = data();
-  DistributedSampler sampler(ds->size(), comm ? comm->size() : 1, comm ? comm->rank() : 0, true, 11);
-  LoaderOptions lo;
-  lo.batch_size = batch;
-  lo.prefetch = 0;
-  DataLoader loader(ds, lo, [&](int64_t e) {
-    sampler.set_epoch(e);
-    return sampler.indices();
-  });
-  int64_t epoch = 0;
-  loader.begin_epoch(epoch);
-  Batch b;
-  auto next = [&] {
-    while (!loader.next(b)) loader.begin_epoch(++epoch);
-  };
-  for (int step = 0; step < kSteps; ++step) {
-    opt.zero_grad();
-    for (int k = 0; k < accum; ++k) {
-      next();
-      if (ddp && k + 1 < accum) {
-        auto guard = ddp->no_sync();
-        cross_entropy(ddp->forward(b.images), b.labels).backward();
-        continue;
-      }
-      cross_entropy(ddp ? ddp->forward(b.images) : net.forward(b.images), b.labels).backward();
-    }
-    if (ddp) ddp->finish_gradient_sync();
-    opt.step();
-  }
-  std::vector<float> out;
-  for (auto& t : net.parameters())
-    for (float v : t.to_vector()) out.push_back(v);
-  return out;
-}
-
-int equivalence_rank(int rank, int world, int accum, const ReducerOptions& ro) {
-  auto comm = Communicator::from_env();
-  const auto dist = train(&comm, kB, accum, ro);
-  // Every rank holds the same parameters.
-  std::vector<float> r0 = dist;
-  comm.broadcast(r0.data(), r0.size(), chorusFloat32, 0);
-  if (r0 != dist) {
-    std::fprintf(stderr, "rank %d: parameters differ from rank 0's\n", rank);
-    return 5;
-  }
-  if (rank != 0) return 0;
-  const auto single = train(nullptr, kB * world, accum, ro);
-  double max_diff = 0;
-  for (size_t i = 0; i < single.size(); ++i) max_diff = std::max(max_diff, double(std::fabs(single[i] - dist[i])));
-  double max_move = 0;
-  Net init(1, 16, 100);
-  size_t i = 0;
-  for (auto& t : init.parameters())
-    for (float v : t.to_vector()) max_move = std::max(max_move, double(std::fabs(v - dist[i++])));
-  std::printf("W=%d accum=%d: max |single - ddp| = %.3g (parameters moved up to %.3g)\n", world, accum, max_diff, max_move);
-  if (max_move < 1e-3) return 6;  // training must have done something
-  return max_diff <= 1e-5 ? 0 : 7;
-}
-
 void check_all(const std::vector<chorus::test::RankResult>& res) {
   for (size_t r = 0; r < res.size(); ++r) {
     INFO("rank " << r << " output:\n" << res[r].output);
@@ -113,20 +37,6 @@ void check_all(const std::vector<chorus::test::RankResult>& res) {
 }
 
 }  // namespace
-
-TEST_CASE("W ranks at batch B reach the parameters of one process at batch W*B", "[ddp][equivalence]") {
-  ReducerOptions defaults;
-  ReducerOptions tiny;
-  tiny.first_bucket_bytes = 512;
-  tiny.bucket_cap_bytes = 2048;  // ~25 buckets for this 9k-parameter net
-  for (int w : {2, 3, 4}) {
-    SECTION("W=" + std::to_string(w)) {
-      check_all(run_ranks(w, [&](int r) { return equivalence_rank(r, w, 1, defaults); }));
-      check_all(run_ranks(w, [&](int r) { return equivalence_rank(r, w, 1, tiny); }));
-      check_all(run_ranks(w, [&](int r) { return equivalence_rank(r, w, 2, tiny); }));  // no_sync accumulation
-    }
-  }
-}
 
 TEST_CASE("buckets follow reverse parameter order and the size caps", "[ddp][buckets]") {
   check_all(run_ranks(2, [](int) {
@@ -172,7 +82,9 @@ TEST_CASE("a bucket's all-reduce starts (and finishes) before backward ends", "[
     ddp.finish_gradient_sync();
     std::printf("rank %d: %d buckets, %d launched when conv1.weight became ready, bucket 0 done inside backward: %d\n",
                 rank, nb, launched_at_conv1, int(first_done_in_backward));
-    return nb > 3 && launched_at_conv1 >= 1 && launched_at_conv1 < nb + 1 && first_done_in_backward ? 0 : 2;
+    // Every bucket but the last was launched before conv1.weight's gradient was ready; the last
+    // one still waits for conv1.bias, which backward produces right after it.
+    return nb > 3 && launched_at_conv1 == nb - 1 && first_done_in_backward ? 0 : 2;
   }));
 }
 

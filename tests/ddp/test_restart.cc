@@ -18,20 +18,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct Run {
-  int status = -1;
-  std::string output;
-};
-
-Run sh(const std::string& cmd) {
-  Run r;
-  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
-  REQUIRE(p != nullptr);
-  char buf[4096];
-  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) r.output.append(buf, n);
-  r.status = ::pclose(p);
-  return r;
-}
+using Run = chorus::test::ShellResult;
+Run sh(const std::string& cmd) { return chorus::test::run_shell(cmd); }
 
 std::string train_cmd(const std::string& dir, const std::string& extra) {
   const char* run = std::getenv("CHORUS_RUN");

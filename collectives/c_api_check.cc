@@ -1,0 +1,196 @@
+// The C API's argument table and check, and the exception boundary (see c_api_check.h).
+#include "collectives/c_api_check.h"
+
+#include <cmath>
+#include <exception>
+#include <new>
+#include <string>
+#include <system_error>
+
+namespace chorus::capi {
+namespace {
+
+// "chorusAllReduce on rank 3", formatted only into messages (the passing path never allocates).
+struct At {
+  const char* call;
+  int rank;
+};
+
+}  // namespace
+}  // namespace chorus::capi
+
+template <>
+struct fmt::formatter<chorus::capi::At> : fmt::formatter<std::string_view> {
+  auto format(const chorus::capi::At& at, fmt::format_context& ctx) const {
+    return fmt::format_to(ctx.out(), "{} on rank {}", at.call, at.rank);
+  }
+};
+
+namespace chorus::capi {
+namespace {
+
+// One row per operation kind.
+// clang-format off
+constexpr OpRule kRules[] = {
+  // kind                  sendbuff       recvbuff       send*n recv*n root   peer   reduce count
+  {OpKind::kSend,          Need::kAlways, Need::kNo,     false, false, false, true,  false, "count"},
+  {OpKind::kRecv,          Need::kNo,     Need::kAlways, false, false, false, true,  false, "count"},
+  {OpKind::kBarrier,       Need::kNo,     Need::kNo,     false, false, false, false, false, "count"},
+  {OpKind::kBroadcast,     Need::kAtRoot, Need::kAlways, false, false, true,  false, false, "count"},
+  {OpKind::kAllReduce,     Need::kAlways, Need::kAlways, false, false, false, false, true,  "count"},
+  {OpKind::kReduce,        Need::kAlways, Need::kAtRoot, false, false, true,  false, true,  "count"},
+  {OpKind::kAllGather,     Need::kAlways, Need::kAlways, false, true,  false, false, false, "sendcount"},
+  {OpKind::kReduceScatter, Need::kAlways, Need::kAlways, true,  false, false, false, true,  "recvcount"},
+};
+// clang-format on
+
+// "u8, i32, f32, ..." for every datatype the reduction kernels take (op.cc's table decides).
+std::string reducible_types() {
+  std::string out;
+  for (int t = 0; t < chorusNumTypes; ++t)
+    if (kernel_dtype(t)) out += fmt::format("{}{}", out.empty() ? "" : ", ", dtype_name(t));
+  return out;
+}
+
+// "sum 0, prod 1, ..." for every op the reduction kernels take.
+std::string known_ops() {
+  std::string out;
+  for (int op = 0; op < 64; ++op)
+    if (kernel_redop(op))
+      out += fmt::format("{}{} {}", out.empty() ? "" : ", ", redop_name(op), op);
+  return out;
+}
+
+Status check_types(const OpRule& rule, const Args& a, At at) {
+  if (dtype_size(a.datatype) == 0)
+    return make_error(Code::kInvalidArgument, "{}: datatype {} is not a chorusDataType_t (0..{})",
+                      at, a.datatype, chorusNumTypes - 1);
+  if (!rule.reduction) return Status::ok();
+  if (!kernel_dtype(a.datatype))
+    return make_error(Code::kInvalidArgument,
+                      "{}: datatype {} ({}) cannot be reduced (reducible: {})", at,
+                      dtype_name(a.datatype), a.datatype, reducible_types());
+  if (!kernel_redop(a.op))
+    return make_error(Code::kInvalidArgument, "{}: op {} is not a chorusRedOp_t ({})", at, a.op,
+                      known_ops());
+  return Status::ok();
+}
+
+Status check_ranks(const OpRule& rule, const Args& a, int rank, int nranks, At at) {
+  if (rule.root && (a.root < 0 || a.root >= nranks))
+    return make_error(Code::kInvalidArgument, "{}: root {} is outside 0..{}", at, a.root,
+                      nranks - 1);
+  if (rule.peer && (a.peer < 0 || a.peer >= nranks))
+    return make_error(Code::kInvalidArgument, "{}: peer {} is outside 0..{}", at, a.peer,
+                      nranks - 1);
+  if (rule.peer && a.peer == rank)
+    return make_error(Code::kInvalidUsage,
+                      "{}: peer {} is this rank (send/recv to self is not supported)", at, a.peer);
+  return Status::ok();
+}
+
+// count * element size (* nranks for a scaled buffer) must fit in one buffer.
+Result<Checked> check_sizes(const OpRule& rule, const Args& a, int nranks, At at) {
+  Checked c;
+  c.elem_size = dtype_size(a.datatype);
+  if (a.count > kMaxBufferBytes / c.elem_size)
+    return make_error(Code::kInvalidArgument,
+                      "{}: {} {} of {} ({} bytes each) is more than a buffer can hold ({} bytes)",
+                      at, rule.count_name, a.count, dtype_name(a.datatype), c.elem_size,
+                      kMaxBufferBytes);
+  c.block_bytes = a.count * c.elem_size;
+  c.total_bytes = c.block_bytes;
+  if (!rule.send_scaled && !rule.recv_scaled) return c;
+  if (c.block_bytes > kMaxBufferBytes / static_cast<size_t>(nranks))
+    return make_error(Code::kInvalidArgument,
+                      "{}: {} {} of {} times {} ranks is more than {} can hold ({} bytes)", at,
+                      rule.count_name, a.count, dtype_name(a.datatype), nranks,
+                      rule.send_scaled ? "sendbuff" : "recvbuff", kMaxBufferBytes);
+  c.total_bytes = c.block_bytes * static_cast<size_t>(nranks);
+  return c;
+}
+
+Status check_buffers(const OpRule& rule, const Args& a, int rank, At at) {
+  auto needed = [&](Need n) {
+    return n == Need::kAlways || (n == Need::kAtRoot && rank == a.root);
+  };
+  if (a.count > 0 && needed(rule.sendbuff) && a.sendbuff == nullptr)
+    return make_error(Code::kInvalidArgument, "{}: sendbuff is NULL with {} {}", at,
+                      rule.count_name, a.count);
+  if (a.count > 0 && needed(rule.recvbuff) && a.recvbuff == nullptr)
+    return make_error(Code::kInvalidArgument, "{}: recvbuff is NULL with {} {}", at,
+                      rule.count_name, a.count);
+  return Status::ok();
+}
+
+}  // namespace
+
+const OpRule& rule_for(OpKind kind) {
+  for (const OpRule& r : kRules)
+    if (r.kind == kind) return r;
+  CHORUS_ASSERT(false && "an OpKind without a row in kRules");
+  return kRules[0];
+}
+
+Status check_form(const Call& call, const Args& a) {
+  if (call.async && a.request == nullptr)
+    return make_error(Code::kInvalidArgument, "{}: request is NULL", call.name);
+  if (!call.async && a.stream != nullptr)
+    return make_error(Code::kInvalidArgument,
+                      "{}: stream {} is not NULL (this build moves CPU buffers only)", call.name,
+                      a.stream);
+  return Status::ok();
+}
+
+Result<Checked> check_args(const Call& call, const Args& a, int rank, int nranks) {
+  const OpRule& rule = rule_for(call.kind);
+  const At at{call.name, rank};
+  CHORUS_TRY(check_types(rule, a, at));
+  CHORUS_ASSIGN_OR_RETURN(Checked c, check_sizes(rule, a, nranks, at));
+  CHORUS_TRY(check_ranks(rule, a, rank, nranks, at));
+  CHORUS_TRY(check_buffers(rule, a, rank, at));
+  return c;
+}
+
+Status check_world(const char* call, const char* what, int n, std::optional<int> rank) {
+  if (n < 1 || n > CHORUS_MAX_RANKS)
+    return make_error(Code::kInvalidArgument, "{}: {} {} is outside 1..{} (CHORUS_MAX_RANKS)", call,
+                      what, n, CHORUS_MAX_RANKS);
+  if (rank && (*rank < 0 || *rank >= n))
+    return make_error(Code::kInvalidArgument, "{}: rank {} is outside 0..{} ({} {})", call, *rank,
+                      n - 1, what, n);
+  return Status::ok();
+}
+
+Result<double> check_wait_timeout(double seconds) {
+  if (std::isnan(seconds))
+    return make_error(
+        Code::kInvalidArgument,
+        "chorusWait: timeout_seconds {} is not a number (a negative value or INFINITY "
+        "waits until the operation ends)",
+        seconds);
+  return seconds > kWaitForever ? -1.0 : seconds;
+}
+
+Status status_from_exception(const char* call) noexcept {
+  try {
+    try {
+      throw;
+    } catch (const std::bad_alloc& e) {
+      return make_error(Code::kSystemError, "{}: out of memory ({})", call, e.what());
+    } catch (const std::system_error& e) {
+      return make_error(Code::kSystemError, "{}: system error: {} (std::system_error)", call,
+                        e.what());
+    } catch (const std::exception& e) {
+      return make_error(Code::kInternalError, "{}: internal error: unexpected exception: {}", call,
+                        e.what());
+    } catch (...) {
+      return make_error(Code::kInternalError, "{}: internal error: unexpected exception", call);
+    }
+  } catch (...) {
+    // Formatting the message failed too (out of memory): the code alone must do.
+    return Status(Code::kSystemError, std::string());
+  }
+}
+
+}  // namespace chorus::capi

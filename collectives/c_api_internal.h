@@ -1,0 +1,41 @@
+// What the two files of the C ABI share: the export and exception-boundary macros, the last
+// error of the calling thread, and handle lookup. c_api.cc: communicators (create, split,
+// abort, destroy); c_api_ops.cc: operations, requests and groups.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <utility>
+
+#include "chorus/chorus.h"
+#include "collectives/comm.h"
+#include "common/status.h"
+
+#define CHORUS_API extern "C" __attribute__((visibility("default")))
+// Closes the try block of every exported function: no C++ exception reaches a C caller.
+#define CHORUS_CATCH_ALL                     \
+  catch (...) {                              \
+    return ::chorus::capi::caught(__func__); \
+  }
+
+namespace chorus::capi {
+
+chorusResult_t to_result(Code c);
+// Records a failure as this thread's last error (chorusGetLastError) and returns its code.
+chorusResult_t report(const Status& s);
+template <typename... A>
+chorusResult_t fail(Code code, fmt::format_string<A...> f, A&&... args) {
+  return report(Status(code, fmt::format(f, std::forward<A>(args)...)));
+}
+// In the handler of an exported function's try block: the exception as a code and message.
+// Never throws (a message that cannot be built is dropped).
+chorusResult_t caught(const char* call) noexcept;
+// In a catch handler, for a call that may have left `comm` half way (a sequence number taken,
+// peers waiting for an operation that will not come): fails the communicator with the
+// exception's message, so every rank learns at once instead of at its timeout. Never throws.
+void abort_after_exception(Comm& comm, const Status& why) noexcept;
+// The live communicator of a handle, or why there is none (NULL, not a handle, aborted,
+// destroyed), naming `call`.
+Result<Comm*> live(chorusComm_t h, const char* call);
+
+}  // namespace chorus::capi

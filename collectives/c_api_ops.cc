@@ -1,0 +1,494 @@
+// The C ABI (include/chorus/chorus.h), operations: send/recv, the collectives, their chorusI*
+// forms, requests and groups. Every operation goes through run_op: the table-driven argument
+// check (c_api_check.h), then a description and a body handed to the communicator. Nothing
+// here throws (see CHORUS_CATCH_ALL in c_api_internal.h).
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "chorus/chorus.h"
+#include "collectives/c_api_check.h"
+#include "collectives/c_api_internal.h"
+#include "collectives/comm.h"
+#include "collectives/group.h"
+#include "collectives/prims.h"
+#include "collectives/tuner.h"
+
+using chorus::Algo;
+using chorus::Code;
+using chorus::Comm;
+using chorus::OpCtx;
+using chorus::OpDesc;
+using chorus::OpKind;
+using chorus::Status;
+using chorus::capi::Args;
+using chorus::capi::Call;
+using chorus::capi::fail;
+using chorus::capi::live;
+using chorus::capi::report;
+
+namespace {
+constexpr uint64_t kRequestMagic = 0x7265712d6f6b2121ull;
+// chorusGroupStart/End nesting and the calls gathered meanwhile (per thread, as in NCCL).
+thread_local int t_group_depth = 0;
+struct PendingGroupItem {
+  chorusComm_t comm;
+  chorus::GroupItem item;
+};
+thread_local std::vector<PendingGroupItem> t_group;
+}  // namespace
+
+struct chorusRequest {
+  uint64_t magic = kRequestMagic;
+  std::shared_ptr<chorus::Work> work;
+};
+
+namespace {
+
+// request == nullptr: a blocking call -- run inline when the communicator is idle, else queue
+// and wait. Otherwise queue it and hand back a request.
+chorusResult_t submit(Comm& c, const OpDesc& d, chorus::OpFn fn, chorusRequest_t* request) {
+  if (request == nullptr) {
+    Status s;
+    if (c.try_run_inline(d, fn, &s)) return report(s);
+    auto w = c.submit(d, std::move(fn));
+    if (!w.is_ok()) return report(w.status());
+    (*w)->wait(-1);
+    return report((*w)->status());
+  }
+  auto req = std::make_unique<chorusRequest>();  // first: nothing to undo if it cannot be had
+  auto w = c.submit(d, std::move(fn));
+  if (!w.is_ok()) return report(w.status());
+  req->work = std::move(w.value());
+  *request = req.release();
+  return chorusSuccess;
+}
+
+constexpr bool kBlocking = false, kAsync = true;
+
+bool is_p2p(OpKind k) {
+  return k == OpKind::kSend || k == OpKind::kRecv;
+}
+
+// The description every rank checks against its peers': sequence number, then what the call is
+// and how the tuner runs it. Takes a sequence number, so only for calls that will run.
+OpDesc describe_call(Comm& c, OpKind kind, const Args& a, const chorus::capi::Checked& k) {
+  const chorus::capi::OpRule& rule = chorus::capi::rule_for(kind);
+  OpDesc d{.kind = kind, .count = a.count, .dtype = a.datatype};
+  if (rule.root) d.root = a.root;
+  if (rule.reduction) d.redop = a.op;
+  if (rule.peer) {
+    d.peer = a.peer;
+    d.tag = a.tag;
+    d.seq = c.next_p2p_seq(a.peer, kind == OpKind::kSend);
+    return d;
+  }
+  d.seq = c.next_collective_seq();
+  if (kind == OpKind::kBarrier) return d;
+  const chorus::Tuned t = c.tune(kind, k.total_bytes);
+  d.algo = t.algo;
+  d.piece = t.piece;
+  // Gathers and scatters run on channel 0 only; the others are cut into per-channel parts.
+  if (kind != OpKind::kAllGather && kind != OpKind::kReduceScatter) d.nchannels = t.nchannels;
+  return d;
+}
+
+// What runs an operation once it reaches the front of the communicator's queue (on the
+// caller's thread or the progress thread). An exception inside becomes the operation's error.
+struct OpBody {
+  OpKind kind;
+  const char* send;
+  char* recv;
+  size_t es;       // element size
+  size_t bytes;    // send/recv
+  uint32_t piece;  // broadcast
+  const char* call;
+
+  Status operator()(OpCtx& ctx) const {
+    try {
+      return run(ctx);
+    } catch (...) {
+      return chorus::capi::status_from_exception(call);
+    }
+  }
+
+  Status run(OpCtx& ctx) const {
+    const char* s = send;
+    char* r = recv;
+    switch (kind) {
+      case OpKind::kSend:
+        return chorus::run_send(ctx, s, bytes);
+      case OpKind::kRecv:
+        return chorus::run_recv(ctx, r, bytes);
+      case OpKind::kBarrier:
+        return chorus::run_barrier(ctx);
+      case OpKind::kAllGather:
+        return chorus::run_ring_allgather(ctx, s, r);
+      case OpKind::kReduceScatter:
+        return chorus::run_ring_reduce_scatter(ctx, s, r);
+      default:
+        break;
+    }
+    // The rest are cut into per-channel parts; part b starts at element b.
+    return chorus::run_parts(ctx, [&](OpCtx& part, uint64_t b, uint64_t n) {
+      const char* sp = s ? s + b * es : nullptr;
+      char* rp = r ? r + b * es : nullptr;
+      switch (kind) {
+        case OpKind::kBroadcast:
+          return chorus::run_broadcast(part, sp, rp, n * es, piece);
+        case OpKind::kReduce:
+          return chorus::run_chain_reduce(part, sp, rp);
+        default:
+          break;
+      }
+      switch (part.desc().algo) {
+        case Algo::kRing:
+          return chorus::run_ring_allreduce(part, sp, rp);
+        case Algo::kTree:
+          return chorus::run_tree_allreduce(part, sp, rp);
+        default:
+          return chorus::run_rd_allreduce(part, sp, rp);
+      }
+    });
+  }
+};
+
+// An exception inside a fused group operation becomes its error too.
+chorus::OpFn guarded(chorus::OpFn fn, const char* call) {
+  return [fn = std::move(fn), call](OpCtx& ctx) -> Status {
+    try {
+      return fn(ctx);
+    } catch (...) {
+      return chorus::capi::status_from_exception(call);
+    }
+  };
+}
+
+// Checks the arguments (c_api_check.h), then runs, queues or groups the operation.
+chorusResult_t run_op(const Call& call, chorusComm_t h, const Args& a) {
+  if (Status s = chorus::capi::check_form(call, a); !s.is_ok()) return report(s);
+  auto c = live(h, call.name);
+  if (!c.is_ok()) return report(c.status());
+  Comm& comm = **c;
+  auto k = chorus::capi::check_args(call, a, comm.rank(), comm.size());
+  if (!k.is_ok()) return report(k.status());
+  if (t_group_depth > 0 && !is_p2p(call.kind))
+    return fail(Code::kInvalidUsage, "{} on rank {}: only chorusSend and chorusRecv may be grouped",
+                call.name, comm.rank());
+  if (t_group_depth > 0 && call.async)
+    return fail(Code::kInvalidUsage, "{} on rank {}: inside a group use {}", call.name, comm.rank(),
+                call.kind == OpKind::kSend ? "chorusSend" : "chorusRecv");
+  try {
+    OpDesc d = describe_call(comm, call.kind, a, *k);
+    if (t_group_depth > 0) {
+      t_group.push_back({h, {d, a.sendbuff, a.recvbuff, k->block_bytes}});
+      return chorusSuccess;
+    }
+    const OpBody body{call.kind,
+                      static_cast<const char*>(a.sendbuff),
+                      static_cast<char*>(a.recvbuff),
+                      k->elem_size,
+                      k->block_bytes,
+                      d.piece,
+                      call.name};
+    return submit(comm, d, body, call.async ? a.request : nullptr);
+  } catch (...) {
+    // Half set up, perhaps (its sequence number taken): the communicator cannot go on.
+    const Status s = chorus::capi::status_from_exception(call.name);
+    chorus::capi::abort_after_exception(comm, s);
+    return report(s);
+  }
+}
+
+chorus::Result<chorusRequest_t> request_of(chorusRequest_t req, const char* call) {
+  if (req == nullptr)
+    return chorus::make_error(Code::kInvalidArgument, "{}: request is NULL", call);
+  if (req->magic != kRequestMagic)
+    return chorus::make_error(Code::kInvalidArgument,
+                              "{}: request {} is not a chorus request (freed already?)", call,
+                              static_cast<const void*>(req));
+  return req;
+}
+
+}  // namespace
+
+CHORUS_API chorusResult_t chorusSend(const void* sendbuff, size_t count, chorusDataType_t datatype,
+                                     int peer, chorusComm_t comm, chorusStream_t stream) try {
+  return run_op(
+      {"chorusSend", OpKind::kSend, kBlocking}, comm,
+      {.sendbuff = sendbuff, .count = count, .datatype = datatype, .peer = peer, .stream = stream});
+}
+CHORUS_CATCH_ALL
+
+CHORUS_API chorusResult_t chorusRecv(void* recvbuff, size_t count, chorusDataType_t datatype,
+                                     int peer, chorusComm_t comm, chorusStream_t stream) try {
+  return run_op(
+      {"chorusRecv", OpKind::kRecv, kBlocking}, comm,
+      {.recvbuff = recvbuff, .count = count, .datatype = datatype, .peer = peer, .stream = stream});
+}
+CHORUS_CATCH_ALL
+
+CHORUS_API chorusResult_t chorusBroadcast(const void* sendbuff, void* recvbuff, size_t count,
+                                          chorusDataType_t datatype, int root, chorusComm_t comm,
+                                          chorusStream_t stream) try {
+  return run_op({"chorusBroadcast", OpKind::kBroadcast, kBlocking}, comm,
+                {.sendbuff = sendbuff,
+                 .recvbuff = recvbuff,
+                 .count = count,
+                 .datatype = datatype,
+                 .root = root,
+                 .stream = stream});
+}
+CHORUS_CATCH_ALL
+
+CHORUS_API chorusResult_t chorusBarrier(chorusComm_t comm, chorusStream_t stream) try {
+  return run_op({"chorusBarrier", OpKind::kBarrier, kBlocking}, comm, {.stream = stream});
+}
+CHORUS_CATCH_ALL
+
+CHORUS_API chorusResult_t chorusAllReduce(const void* sendbuff, void* recvbuff, size_t count,
+                                          chorusDataType_t datatype, chorusRedOp_t op,
+                                          chorusComm_t comm, chorusStream_t stream) try {
+  return run_op({"chorusAllReduce", OpKind::kAllReduce, kBlocking}, comm,
+                {.sendbuff = sendbuff,
+                 .recvbuff = recvbuff,
+                 .count = count,
+                 .datatype = datatype,
+                 .op = op,
+                 .stream = stream});
+}
+CHORUS_CATCH_ALL
+
+CHORUS_API chorusResult_t chorusReduce(const void* sendbuff, void* recvbuff, size_t count,
+                                       chorusDataType_t datatype, chorusRedOp_t op, int root,
+                                       chorusComm_t comm, chorusStream_t stream) try {
+  return run_op({"chorusReduce", OpKind::kReduce, kBlocking}, comm,
+                {.sendbuff = sendbuff,
+                 .recvbuff = recvbuff,
+                 .count = count,
+                 .datatype = datatype,
+                 .op = op,
+                 .root = root,
+                 .stream = stream});
+}
+CHORUS_CATCH_ALL
+
+CHORUS_API chorusResult_t chorusAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                                          chorusDataType_t datatype, chorusComm_t comm,
+                                          chorusStream_t stream) try {
+  return run_op({"chorusAllGather", OpKind::kAllGather, kBlocking}, comm,
+                {.sendbuff = sendbuff,
+                 .recvbuff = recvbuff,
+                 .count = sendcount,
+                 .datatype = datatype,
+                 .stream = stream});
+}
+CHORUS_CATCH_ALL
+
+CHORUS_API chorusResult_t chorusReduceScatter(const void* sendbuff, void* recvbuff,
+                                              size_t recvcount, chorusDataType_t datatype,
+                                              chorusRedOp_t op, chorusComm_t comm,
+                                              chorusStream_t stream) try {
+  return run_op({"chorusReduceScatter", OpKind::kReduceScatter, kBlocking}, comm,
+                {.sendbuff = sendbuff,
+                 .recvbuff = recvbuff,
+                 .count = recvcount,
+                 .datatype = datatype,
+                 .op = op,
+                 .stream = stream});
+}
+CHORUS_CATCH_ALL
+
+CHORUS_API chorusResult_t chorusIsend(const void* sendbuff, size_t count, chorusDataType_t datatype,
+                                      int peer, int tag, chorusComm_t comm,
+                                      chorusRequest_t* request) try {
+  return run_op({"chorusIsend", OpKind::kSend, kAsync}, comm,
+                {.sendbuff = sendbuff,
+                 .count = count,
+                 .datatype = datatype,
+                 .peer = peer,
+                 .tag = tag,
+                 .request = request});
+}
+CHORUS_CATCH_ALL
+
+CHORUS_API chorusResult_t chorusIrecv(void* recvbuff, size_t count, chorusDataType_t datatype,
+                                      int peer, int tag, chorusComm_t comm,
+                                      chorusRequest_t* request) try {
+  return run_op({"chorusIrecv", OpKind::kRecv, kAsync}, comm,
+                {.recvbuff = recvbuff,
+                 .count = count,
+                 .datatype = datatype,
+                 .peer = peer,
+                 .tag = tag,
+                 .request = request});
+}
+CHORUS_CATCH_ALL
+
+CHORUS_API chorusResult_t chorusIbroadcast(const void* sendbuff, void* recvbuff, size_t count,
+                                           chorusDataType_t datatype, int root, chorusComm_t comm,
+                                           chorusRequest_t* request) try {
+  return run_op({"chorusIbroadcast", OpKind::kBroadcast, kAsync}, comm,
+                {.sendbuff = sendbuff,
+                 .recvbuff = recvbuff,
+                 .count = count,
+                 .datatype = datatype,
+                 .root = root,
+                 .request = request});
+}
+CHORUS_CATCH_ALL
+
+CHORUS_API chorusResult_t chorusIbarrier(chorusComm_t comm, chorusRequest_t* request) try {
+  return run_op({"chorusIbarrier", OpKind::kBarrier, kAsync}, comm, {.request = request});
+}
+CHORUS_CATCH_ALL
+
+CHORUS_API chorusResult_t chorusIallReduce(const void* sendbuff, void* recvbuff, size_t count,
+                                           chorusDataType_t datatype, chorusRedOp_t op,
+                                           chorusComm_t comm, chorusRequest_t* request) try {
+  return run_op({"chorusIallReduce", OpKind::kAllReduce, kAsync}, comm,
+                {.sendbuff = sendbuff,
+                 .recvbuff = recvbuff,
+                 .count = count,
+                 .datatype = datatype,
+                 .op = op,
+                 .request = request});
+}
+CHORUS_CATCH_ALL
+
+CHORUS_API chorusResult_t chorusIreduce(const void* sendbuff, void* recvbuff, size_t count,
+                                        chorusDataType_t datatype, chorusRedOp_t op, int root,
+                                        chorusComm_t comm, chorusRequest_t* request) try {
+  return run_op({"chorusIreduce", OpKind::kReduce, kAsync}, comm,
+                {.sendbuff = sendbuff,
+                 .recvbuff = recvbuff,
+                 .count = count,
+                 .datatype = datatype,
+                 .op = op,
+                 .root = root,
+                 .request = request});
+}
+CHORUS_CATCH_ALL
+
+CHORUS_API chorusResult_t chorusIallGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                                           chorusDataType_t datatype, chorusComm_t comm,
+                                           chorusRequest_t* request) try {
+  return run_op({"chorusIallGather", OpKind::kAllGather, kAsync}, comm,
+                {.sendbuff = sendbuff,
+                 .recvbuff = recvbuff,
+                 .count = sendcount,
+                 .datatype = datatype,
+                 .request = request});
+}
+CHORUS_CATCH_ALL
+
+CHORUS_API chorusResult_t chorusIreduceScatter(const void* sendbuff, void* recvbuff,
+                                               size_t recvcount, chorusDataType_t datatype,
+                                               chorusRedOp_t op, chorusComm_t comm,
+                                               chorusRequest_t* request) try {
+  return run_op({"chorusIreduceScatter", OpKind::kReduceScatter, kAsync}, comm,
+                {.sendbuff = sendbuff,
+                 .recvbuff = recvbuff,
+                 .count = recvcount,
+                 .datatype = datatype,
+                 .op = op,
+                 .request = request});
+}
+CHORUS_CATCH_ALL
+
+// ---- requests ----------------------------------------------------------------------------
+
+CHORUS_API chorusResult_t chorusWait(chorusRequest_t request, double timeout_seconds) try {
+  auto req = request_of(request, "chorusWait");
+  if (!req.is_ok()) return report(req.status());
+  auto seconds = chorus::capi::check_wait_timeout(timeout_seconds);
+  if (!seconds.is_ok()) return report(seconds.status());
+  if (!(*req)->work->wait(*seconds)) return chorusInProgress;
+  return report((*req)->work->status());
+}
+CHORUS_CATCH_ALL
+
+CHORUS_API chorusResult_t chorusTest(chorusRequest_t request, int* done) try {
+  auto req = request_of(request, "chorusTest");
+  if (!req.is_ok()) return report(req.status());
+  if (!done) return fail(Code::kInvalidArgument, "chorusTest: done is NULL");
+  *done = (*req)->work->test() ? 1 : 0;
+  return *done ? report((*req)->work->status()) : chorusSuccess;
+}
+CHORUS_CATCH_ALL
+
+CHORUS_API chorusResult_t chorusRequestFree(chorusRequest_t request) try {
+  auto req = request_of(request, "chorusRequestFree");
+  if (!req.is_ok()) return report(req.status());
+  (*req)->magic = 0;
+  delete *req;
+  return chorusSuccess;
+}
+CHORUS_CATCH_ALL
+
+// ---- groups ------------------------------------------------------------------------------
+
+CHORUS_API chorusResult_t chorusGroupStart(void) try {
+  ++t_group_depth;
+  return chorusSuccess;
+}
+CHORUS_CATCH_ALL
+
+namespace {
+
+// One fused operation per communicator of the gathered calls, then waits for all of them.
+chorusResult_t run_grouped(const std::vector<PendingGroupItem>& items) {
+  std::vector<chorusComm_t> comms;  // distinct, in first-call order
+  for (const auto& p : items)
+    if (std::find(comms.begin(), comms.end(), p.comm) == comms.end()) comms.push_back(p.comm);
+  std::vector<std::shared_ptr<chorus::Work>> works;
+  chorusResult_t first = chorusSuccess;
+  for (chorusComm_t h : comms) {
+    std::vector<chorus::GroupItem> mine;
+    for (const auto& p : items)
+      if (p.comm == h) mine.push_back(p.item);
+    auto c = live(h, "chorusGroupEnd");
+    if (!c.is_ok()) {
+      if (first == chorusSuccess) first = report(c.status());
+      continue;
+    }
+    const uint64_t uid = (*c)->uid();
+    auto w =
+        (*c)->submit(mine.front().desc,
+                     guarded([mine, uid](OpCtx& ctx) { return chorus::run_group(ctx, mine, uid); },
+                             "chorusGroupEnd"));
+    if (!w.is_ok()) {
+      if (first == chorusSuccess) first = report(w.status());
+      continue;
+    }
+    works.push_back(w.value());
+  }
+  for (auto& w : works) {
+    w->wait(-1);
+    if (first == chorusSuccess && !w->status().is_ok()) first = report(w->status());
+  }
+  return first;
+}
+
+}  // namespace
+
+CHORUS_API chorusResult_t chorusGroupEnd(void) try {
+  if (t_group_depth == 0)
+    return fail(Code::kInvalidUsage, "chorusGroupEnd without chorusGroupStart");
+  if (--t_group_depth > 0) return chorusSuccess;
+  std::vector<PendingGroupItem> items;
+  items.swap(t_group);
+  try {
+    return run_grouped(items);
+  } catch (...) {
+    // Some calls may be queued and some not: every communicator of the group is aborted, so
+    // its peers fail at once instead of waiting for the missing calls.
+    const Status s = chorus::capi::status_from_exception("chorusGroupEnd");
+    for (const auto& p : items)
+      if (auto c = live(p.comm, "chorusGroupEnd"); c.is_ok())
+        chorus::capi::abort_after_exception(**c, s);
+    return report(s);
+  }
+}
+CHORUS_CATCH_ALL

@@ -1,0 +1,214 @@
+// The C API's argument table (collectives/c_api_check.h) on its own: every rule, every bound,
+// and the exception boundary's translation, without a communicator.
+#include <catch2/catch.hpp>
+
+#include <climits>
+#include <cmath>
+#include <new>
+#include <stdexcept>
+#include <string>
+#include <system_error>
+
+#include "collectives/c_api_check.h"
+
+using namespace chorus;
+using namespace chorus::capi;
+
+namespace {
+
+const OpKind kAllKinds[] = {OpKind::kSend,      OpKind::kRecv,         OpKind::kBarrier,
+                            OpKind::kBroadcast, OpKind::kAllReduce,    OpKind::kReduce,
+                            OpKind::kAllGather, OpKind::kReduceScatter};
+
+float g_a[8], g_b[8];
+
+// Arguments every kind accepts: two buffers, a reducible type, a known op, ranks 0 and 1.
+Args good() {
+  Args a;
+  a.sendbuff = g_a;
+  a.recvbuff = g_b;
+  a.count = 4;
+  a.datatype = chorusFloat32;
+  a.op = chorusSum;
+  a.root = 0;
+  a.peer = 1;
+  return a;
+}
+
+std::string refusal(OpKind kind, const Args& a, int rank = 0, int nranks = 2) {
+  auto r = check_args({"chorusTest", kind, false}, a, rank, nranks);
+  return r.is_ok() ? std::string("accepted") : r.status().message();
+}
+
+}  // namespace
+
+TEST_CASE("c api table: every kind has a rule and takes good arguments", "[c_api]") {
+  for (OpKind k : kAllKinds) {
+    INFO(op_name(k));
+    CHECK(rule_for(k).kind == k);
+    CHECK(refusal(k, good()) == "accepted");
+  }
+  auto ag = check_args({"chorusAllGather", OpKind::kAllGather, false}, good(), 0, 3);
+  REQUIRE(ag.is_ok());
+  CHECK(ag->block_bytes == 16);
+  CHECK(ag->total_bytes == 48);
+}
+
+TEST_CASE("c api table: op must be a chorusRedOp_t for reductions", "[c_api]") {
+  for (int op : {-1, 5, INT_MIN, INT_MAX}) {
+    Args a = good();
+    a.op = op;
+    for (OpKind k : {OpKind::kAllReduce, OpKind::kReduce, OpKind::kReduceScatter})
+      CHECK_THAT(refusal(k, a), Catch::Contains("chorusTest on rank 0: op " + std::to_string(op) +
+                                                " is not a chorusRedOp_t (sum 0, prod 1"));
+    CHECK(refusal(OpKind::kBroadcast, a) == "accepted");  // no op taken
+  }
+}
+
+TEST_CASE("c api table: datatype range, and reducible types from op.cc's table", "[c_api]") {
+  for (int dt : {-1, int{chorusNumTypes}, 1000, INT_MIN}) {
+    Args a = good();
+    a.datatype = dt;
+    for (OpKind k : kAllKinds) {
+      if (k == OpKind::kBarrier) continue;
+      CHECK_THAT(refusal(k, a), Catch::Contains("datatype " + std::to_string(dt) +
+                                                " is not a chorusDataType_t (0..9)"));
+    }
+  }
+  for (int dt = 0; dt < chorusNumTypes; ++dt) {
+    Args a = good();
+    a.datatype = dt;
+    INFO(dtype_name(dt));
+    CHECK(refusal(OpKind::kAllGather, a) == "accepted");
+    const std::string r = refusal(OpKind::kAllReduce, a);
+    if (kernel_dtype(dt))
+      CHECK(r == "accepted");
+    else
+      CHECK_THAT(r, Catch::Contains(std::string("datatype ") + dtype_name(dt) + " (" +
+                                    std::to_string(dt) + ") cannot be reduced (reducible: "));
+  }
+}
+
+TEST_CASE("c api table: count * element size (* nranks) must fit in a buffer", "[c_api]") {
+  Args a = good();
+  a.count = (size_t{1} << 62) + 1;
+  for (OpKind k : kAllKinds) {
+    if (k == OpKind::kBarrier) continue;
+    CHECK_THAT(refusal(k, a),
+               Catch::Contains("4611686018427387905 of f32 (4 bytes each) is more than a buffer "
+                               "can hold (9223372036854775807 bytes)"));
+  }
+  a.count = kMaxBufferBytes / 4;  // the largest f32 count: fits
+  CHECK(refusal(OpKind::kAllReduce, a) == "accepted");
+  a.count += 1;
+  CHECK(refusal(OpKind::kAllReduce, a) != "accepted");
+
+  // All-gather's recvbuff and reduce-scatter's sendbuff hold nranks blocks.
+  Args b = good();
+  b.datatype = chorusUint8;
+  b.count = kMaxBufferBytes / 2 + 1;
+  CHECK(refusal(OpKind::kBroadcast, b) == "accepted");
+  CHECK_THAT(
+      refusal(OpKind::kAllGather, b),
+      Catch::Contains(
+          "sendcount 4611686018427387904 of u8 times 2 ranks is more than recvbuff can hold"));
+  CHECK_THAT(
+      refusal(OpKind::kReduceScatter, b),
+      Catch::Contains(
+          "recvcount 4611686018427387904 of u8 times 2 ranks is more than sendbuff can hold"));
+  b.count = kMaxBufferBytes / 2;
+  CHECK(refusal(OpKind::kAllGather, b) == "accepted");
+}
+
+TEST_CASE("c api table: NULL buffers only with count 0 or where the root rule ignores them",
+          "[c_api]") {
+  Args a = good();
+  a.sendbuff = nullptr;
+  CHECK(refusal(OpKind::kAllReduce, a) == "chorusTest on rank 0: sendbuff is NULL with count 4");
+  CHECK(refusal(OpKind::kAllGather, a) ==
+        "chorusTest on rank 0: sendbuff is NULL with sendcount 4");
+  CHECK(refusal(OpKind::kBroadcast, a, /*rank=*/0) != "accepted");  // the root sends
+  CHECK(refusal(OpKind::kBroadcast, a, /*rank=*/1) == "accepted");  // the others do not
+  CHECK(refusal(OpKind::kRecv, a) == "accepted");
+  a.count = 0;
+  CHECK(refusal(OpKind::kAllReduce, a) == "accepted");
+  Args b = good();
+  b.recvbuff = nullptr;
+  CHECK(refusal(OpKind::kReduceScatter, b) ==
+        "chorusTest on rank 0: recvbuff is NULL with recvcount 4");
+  CHECK(refusal(OpKind::kReduce, b, /*rank=*/0) != "accepted");  // the root receives
+  CHECK(refusal(OpKind::kReduce, b, /*rank=*/1) == "accepted");
+  CHECK(refusal(OpKind::kSend, b) == "accepted");
+}
+
+TEST_CASE("c api table: root and peer are ranks of the communicator", "[c_api]") {
+  for (int root : {-1, 2, INT_MAX}) {
+    Args a = good();
+    a.root = root;
+    CHECK(refusal(OpKind::kBroadcast, a) ==
+          "chorusTest on rank 0: root " + std::to_string(root) + " is outside 0..1");
+    CHECK(refusal(OpKind::kReduce, a) != "accepted");
+    CHECK(refusal(OpKind::kAllReduce, a) == "accepted");
+  }
+  for (int peer : {-1, 2}) {
+    Args a = good();
+    a.peer = peer;
+    CHECK(refusal(OpKind::kSend, a) ==
+          "chorusTest on rank 0: peer " + std::to_string(peer) + " is outside 0..1");
+  }
+  Args self = good();
+  self.peer = 0;
+  CHECK_THAT(refusal(OpKind::kRecv, self), Catch::Contains("peer 0 is this rank"));
+}
+
+TEST_CASE("c api table: stream of blocking calls, request of asynchronous ones", "[c_api]") {
+  Args a = good();
+  CHECK(check_form({"chorusIallReduce", OpKind::kAllReduce, true}, a).message() ==
+        "chorusIallReduce: request is NULL");
+  CHECK(check_form({"chorusAllReduce", OpKind::kAllReduce, false}, a).is_ok());
+  a.stream = reinterpret_cast<chorusStream_t>(0x10);
+  CHECK_THAT(check_form({"chorusAllReduce", OpKind::kAllReduce, false}, a).message(),
+             Catch::StartsWith("chorusAllReduce: stream 0x10 is not NULL"));
+}
+
+TEST_CASE("c api table: world sizes and wait timeouts", "[c_api]") {
+  CHECK(check_world("chorusCommInitRank", "nranks", CHORUS_MAX_RANKS, 0).is_ok());
+  for (int n : {0, -1, CHORUS_MAX_RANKS + 1, INT_MAX})
+    CHECK(check_world("chorusCommInitRank", "nranks", n, 0).message() ==
+          "chorusCommInitRank: nranks " + std::to_string(n) +
+              " is outside 1..65536 (CHORUS_MAX_RANKS)");
+  CHECK(check_world("chorusCommInitRank", "nranks", 4, 4).message() ==
+        "chorusCommInitRank: rank 4 is outside 0..3 (nranks 4)");
+  CHECK(check_world("chorusCommInitRank", "nranks", 4, -1).code() == Code::kInvalidArgument);
+  CHECK(check_world("chorusCommInitAll", "ndev", 4, std::nullopt).is_ok());
+
+  CHECK_THAT(check_wait_timeout(std::nan("")).status().message(),
+             Catch::StartsWith("chorusWait: timeout_seconds nan is not a number"));
+  CHECK(*check_wait_timeout(INFINITY) < 0);
+  CHECK(*check_wait_timeout(1e300) < 0);
+  CHECK(*check_wait_timeout(-INFINITY) < 0);
+  CHECK(*check_wait_timeout(2.5) == 2.5);
+  CHECK(*check_wait_timeout(0) == 0);
+}
+
+TEST_CASE("c api boundary: exceptions become codes and messages naming the call", "[c_api]") {
+  auto from = [](auto thrower) {
+    try {
+      thrower();
+    } catch (...) {
+      return status_from_exception("chorusX");
+    }
+    return Status::ok();
+  };
+  Status s = from([] { throw std::bad_alloc(); });
+  CHECK(s.code() == Code::kSystemError);
+  CHECK_THAT(s.message(), Catch::StartsWith("chorusX: out of memory"));
+  s = from([] { throw std::system_error(EAGAIN, std::generic_category(), "thread"); });
+  CHECK(s.code() == Code::kSystemError);
+  CHECK_THAT(s.message(), Catch::StartsWith("chorusX: system error: thread"));
+  s = from([] { throw std::logic_error("boom"); });
+  CHECK(s.code() == Code::kInternalError);
+  CHECK_THAT(s.message(), Catch::Contains("boom"));
+  s = from([] { throw 42; });
+  CHECK(s.code() == Code::kInternalError);
+}
