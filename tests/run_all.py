@@ -4,8 +4,8 @@
     run_all.py BUILD [MESON_TEST_ARGS...]        every test of one build
     run_all.py --stage BUILD[=PATTERNS] ...      several builds in turn, one total
 
-A stage runs the tests of BUILD whose names match PATTERNS (comma-separated fnmatch patterns;
-all tests when absent). It first builds only what those tests need (ninja on their targets), so
+A stage runs the tests of BUILD whose names match PATTERNS (comma-separated fnmatch patterns,
+"!pattern" excludes; all tests when absent). It first builds only what those tests need (ninja on their targets), so
 a build configured for a few tests (TSan, fuzzing) compiles nothing else. Stages run one after
 the other even when one fails; the last lines give each stage's build and test time (wall and
 CPU seconds, children included) and the total over all stages.
@@ -63,10 +63,14 @@ def needed_outputs(build, tests):
 
 
 def select(build, patterns):
+    """Tests matching a pattern and no "!pattern"."""
     tests = introspect(build, "--tests")
     if not patterns:
         return tests
-    return [t for t in tests if any(fnmatch.fnmatchcase(t["name"], p) for p in patterns)]
+    take = [p for p in patterns if not p.startswith("!")]
+    drop = [p[1:] for p in patterns if p.startswith("!")]
+    match = lambda name, pats: any(fnmatch.fnmatchcase(name, p) for p in pats)
+    return [t for t in tests if match(t["name"], take) and not match(t["name"], drop)]
 
 
 def run_meson_test(build, args):
@@ -157,7 +161,7 @@ def main():
         p, f, s, bt, tt = run_stage(build, patterns, extra)
         totals = [totals[0] + p, totals[1] + f, totals[2] + s]
         report.append((build, p, f, s, bt, tt))
-    if len(stages) > 1:
+    if len(stages) > 1 or sys.argv[1:2] == ["--stage"]:
         print("\nstage                 passed failed skipped   build wall/cpu s   tests wall/cpu s")
         fmt = lambda t: f"{t.wall:7.0f} /{t.cpu:6.0f}" if t else "      - /     -"
         for build, p, f, s, bt, tt in report:

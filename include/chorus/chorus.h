@@ -68,7 +68,16 @@ typedef struct {
   char internal[CHORUS_UNIQUE_ID_BYTES];
 } chorusUniqueId;
 
-typedef enum {
+/* A C caller may pass any int where these enums are expected (calls refuse values outside them
+ * with a clear error). C++ gives an enum without a fixed underlying type no such values, so for
+ * C++ (chorus itself, and C++ callers) the underlying type is int, as C's is in practice. */
+#ifdef __cplusplus
+#define CHORUS_ENUM_BASE : int
+#else
+#define CHORUS_ENUM_BASE
+#endif
+
+typedef enum CHORUS_ENUM_BASE {
   chorusSuccess = 0,
   chorusUnhandledCudaError = 1,
   chorusSystemError = 2,
@@ -83,7 +92,7 @@ typedef enum {
 } chorusResult_t;
 
 /* Same numbering as NCCL's ncclDataType_t. */
-typedef enum {
+typedef enum CHORUS_ENUM_BASE {
   chorusInt8 = 0,
   chorusUint8 = 1,
   chorusInt32 = 2,
@@ -97,7 +106,7 @@ typedef enum {
   chorusNumTypes = 10
 } chorusDataType_t;
 
-typedef enum { chorusSum = 0, chorusProd = 1, chorusMax = 2, chorusMin = 3, chorusAvg = 4 } chorusRedOp_t;
+typedef enum CHORUS_ENUM_BASE { chorusSum = 0, chorusProd = 1, chorusMax = 2, chorusMin = 3, chorusAvg = 4 } chorusRedOp_t;
 
 const char* chorusGetErrorString(chorusResult_t result);
 /* The message of the last failed call on this thread ("" if none). */
