@@ -43,15 +43,15 @@ $(BUILD)/build.ninja:
 
 # clang's ASan+UBSan (UBSan fatal: meson.build adds -fno-sanitize-recover=all). clang rather
 # than gcc: it compiles sanitized code about 3 times faster here, and its UBSan checks more.
-$(ASAN_BUILD)/build.ninja:
+$(ASAN_BUILD)/build.ninja: | deps
 	CC=$(CLANG) CXX=$(CLANGXX) meson setup $(ASAN_BUILD) $(SAN_MESON_FLAGS) -Db_sanitize=address,undefined
 
 # clang's TSan.
-$(TSAN_BUILD)/build.ninja:
+$(TSAN_BUILD)/build.ninja: | deps
 	CC=$(CLANG) CXX=$(CLANGXX) meson setup $(TSAN_BUILD) $(SAN_MESON_FLAGS) -Db_sanitize=thread
 
 # clang's libFuzzer, ASan and UBSan; builds only what the fuzz targets need.
-$(FUZZ_BUILD)/build.ninja:
+$(FUZZ_BUILD)/build.ninja: | deps
 	CC=$(CLANG) CXX=$(CLANGXX) meson setup $(FUZZ_BUILD) $(SAN_MESON_FLAGS) -Dfuzz=true \
 	  -Db_sanitize=address,undefined
 
