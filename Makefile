@@ -5,7 +5,7 @@
 #   make fuzz   -> every fuzz target for FUZZ_SECONDS (default 60) each
 BUILD ?= build
 MESON_FLAGS ?=
-# The sanitizer and fuzzing builds (README "Sanitizers and fuzzing"). No CUDA in them: there is
+# The sanitizer and fuzzing builds (README "Tests, sanitizers and fuzzing"). No CUDA in them: there is
 # no GPU in CI, and the plain build compiles the CUDA code.
 ASAN_BUILD ?= build-asan
 TSAN_BUILD ?= build-tsan
