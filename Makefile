@@ -5,8 +5,8 @@
 #   make fuzz   -> every fuzz target for FUZZ_SECONDS (default 60) each
 BUILD ?= build
 MESON_FLAGS ?=
-# The sanitizer and fuzzing builds (README "Tests, sanitizers and fuzzing"). No CUDA in them: there is
-# no GPU in CI, and the plain build compiles the CUDA code.
+# The sanitizer and fuzzing builds (README "Tests, sanitizers and fuzzing"). No CUDA in them:
+# there is no GPU in CI, and the plain build compiles the CUDA code.
 ASAN_BUILD ?= build-asan
 TSAN_BUILD ?= build-tsan
 FUZZ_BUILD ?= build-fuzz
@@ -18,7 +18,8 @@ CLANGXX := clang++-14
 # only move a lot of data (2^31-byte send/recv; the type x op x ranks matrix): the plain and
 # ASan+UBSan builds run them, and under TSan they would take 5 minutes of the 30. Nor the C
 # API's exception test: it replaces operator new, which TSan's runtime defines too.
-TSAN_TESTS ?= transport_*,collectives_*,!collectives_large,!collectives_reductions,!collectives_c_api_exceptions,ddp_distributed,ddp_equivalence,ddp_restart,ddp_data
+TSAN_TESTS ?= transport_*,collectives_*,!collectives_large,!collectives_reductions,\
+  !collectives_c_api_exceptions,ddp_distributed,ddp_equivalence,ddp_restart,ddp_data
 FUZZ_SECONDS ?= 60
 PACKAGES := meson ninja-build gcc g++ pkg-config python3 catch2 libfmt-dev libspdlog-dev libcli11-dev \
             nlohmann-json3-dev libhwloc-dev openmpi-bin libopenmpi-dev libbenchmark-dev \

@@ -146,7 +146,7 @@ def parse_args(argv):
         if flag != "--stage":
             sys.exit(f"run_all.py: expected --stage BUILD[=PATTERNS], got {flag}")
         build, _, pats = spec.partition("=")
-        stages.append((build, [p for p in pats.split(",") if p], []))
+        stages.append((build, [p.strip() for p in pats.split(",") if p.strip()], []))
     return stages
 
 
@@ -162,7 +162,8 @@ def main():
         totals = [totals[0] + p, totals[1] + f, totals[2] + s]
         report.append((build, p, f, s, bt, tt))
     if len(stages) > 1 or sys.argv[1:2] == ["--stage"]:
-        print("\nstage                 passed failed skipped   build wall/cpu s   tests wall/cpu s")
+        print("\nstage                 passed failed skipped   build wall/cpu s"
+              "   tests wall/cpu s")
         fmt = lambda t: f"{t.wall:7.0f} /{t.cpu:6.0f}" if t else "      - /     -"
         for build, p, f, s, bt, tt in report:
             print(f"{build:<20} {p:7} {f:6} {s:7}   {fmt(bt):>16}   {fmt(tt):>16}")
