@@ -111,10 +111,52 @@ OpHeader make_header(const OpDesc& d, int sender, uint64_t comm_uid) {
   return h;
 }
 
+namespace {
+
+// The fields on which two calls differ that describe() does not print for their kind, each as
+// "<field> <lower rank's> vs <higher rank's>", e.g. "channels 2 vs 1 (CHORUS_NCHANNELS differs
+// between ranks)". Empty when describe() already shows every difference.
+std::string hidden_differences(const OpDesc& low, const OpDesc& high) {
+  auto type_text = [](int t) {
+    return dtype_size(t) ? std::string(dtype_name(t)) : fmt::format("{} (unknown)", t);
+  };
+  auto op_text = [](int op) {
+    if (op == -1) return std::string("none");
+    return op >= 0 && op < 5 ? std::string(redop_name(op)) : fmt::format("{} (unknown)", op);
+  };
+  auto algo_text = [](Algo a) {
+    std::string name = algo_name(a);
+    return name == "unknown" ? fmt::format("{} (unknown)", static_cast<int>(a)) : name;
+  };
+  std::string out;
+  auto add = [&out](const std::string& part) { out += (out.empty() ? "" : ", ") + part; };
+  if (low.count != high.count) add(fmt::format("count {} vs {}", low.count, high.count));
+  if (low.dtype != high.dtype)
+    add(fmt::format("type {} vs {}", type_text(low.dtype), type_text(high.dtype)));
+  if (low.root != high.root) add(fmt::format("root {} vs {}", low.root, high.root));
+  if (low.redop != high.redop)
+    add(fmt::format("op {} vs {}", op_text(low.redop), op_text(high.redop)));
+  if (low.tag != high.tag) add(fmt::format("tag {} vs {}", low.tag, high.tag));
+  if (low.algo != high.algo)
+    add(fmt::format("algorithm {} vs {} (CHORUS_ALGO differs between ranks)", algo_text(low.algo),
+                    algo_text(high.algo)));
+  if (low.piece != high.piece)
+    add(fmt::format("piece bytes {} vs {} (CHORUS_CHUNK_BYTES differs between ranks)", low.piece,
+                    high.piece));
+  if (low.nchannels != high.nchannels)
+    add(fmt::format("channels {} vs {} (CHORUS_NCHANNELS differs between ranks)", low.nchannels,
+                    high.nchannels));
+  return out;
+}
+
+}  // namespace
+
 Status check_header(const OpHeader& got, int from, const OpDesc& mine, int me, uint64_t comm_uid) {
   if (got.magic != kOpMagic || got.comm_uid != comm_uid || got.sender != from)
-    return make_error(Code::kRemoteError, "{} on rank {}: corrupt header from rank {} (magic {:#x}, sender {}, comm {:#x})",
-                      describe(mine), me, from, got.magic, got.sender, got.comm_uid);
+    return make_error(
+        Code::kRemoteError,
+        "{} on rank {}: corrupt header from rank {} (magic {:#x}, sender {}, comm {:#x})",
+        describe(mine), me, from, got.magic, got.sender, got.comm_uid);
   OpDesc theirs;
   theirs.kind = static_cast<OpKind>(got.kind);
   theirs.seq = got.seq;
@@ -129,15 +171,23 @@ Status check_header(const OpHeader& got, int from, const OpDesc& mine, int me, u
   theirs.nchannels = got.nchannels;
   OpKind expect = mine.kind == OpKind::kRecv ? OpKind::kSend : mine.kind;
   bool same = theirs.kind == expect && theirs.seq == mine.seq && theirs.count == mine.count &&
-              theirs.dtype == mine.dtype && theirs.root == mine.root && theirs.redop == mine.redop &&
-              theirs.tag == mine.tag && theirs.algo == mine.algo && theirs.piece == mine.piece &&
-              theirs.nchannels == mine.nchannels;
+              theirs.dtype == mine.dtype && theirs.root == mine.root &&
+              theirs.redop == mine.redop && theirs.tag == mine.tag && theirs.algo == mine.algo &&
+              theirs.piece == mine.piece && theirs.nchannels == mine.nchannels;
   if (same) return Status::ok();
   std::string a = fmt::format("{} on rank {}", describe(theirs), from);
   std::string b = fmt::format("{} on rank {}", describe(mine), me);
   std::string both = from < me ? a + " vs " + b : b + " vs " + a;
-  if (a.substr(0, a.find(" on rank")) == b.substr(0, b.find(" on rank")))
-    both += fmt::format(" (piece bytes {} vs {}: CHORUS_CHUNK_BYTES differs between ranks)", theirs.piece, mine.piece);
+  // Calls of matching kinds that describe() prints alike (for a send and its recv: alike but
+  // for the kind and direction): name the fields that differ, lower rank's value first.
+  OpDesc theirs_as_mine = theirs;
+  theirs_as_mine.kind = mine.kind;
+  theirs_as_mine.peer = mine.peer;
+  if (theirs.kind == expect && describe(theirs_as_mine) == describe(mine)) {
+    std::string hidden =
+        from < me ? hidden_differences(theirs, mine) : hidden_differences(mine, theirs);
+    if (!hidden.empty()) both += " (" + hidden + ")";
+  }
   return Status(Code::kMismatch, both);
 }
 

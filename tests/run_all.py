@@ -1,45 +1,175 @@
 #!/usr/bin/env python3
-"""Runs the whole test suite through `meson test` and ends with the line `N passed, N failed`.
+"""Runs the test suite of one or more builds through `meson test`; ends with `N passed, N failed`.
+
+    run_all.py BUILD [MESON_TEST_ARGS...]        every test of one build
+    run_all.py --stage BUILD[=PATTERNS] ...      several builds in turn, one total
+
+A stage runs the tests of BUILD whose names match PATTERNS (comma-separated fnmatch patterns,
+"!pattern" excludes; all tests when absent). It first builds only what those tests need (ninja on their targets), so
+a build configured for a few tests (TSan, fuzzing) compiles nothing else. Stages run one after
+the other even when one fails; the last lines give each stage's build and test time (wall and
+CPU seconds, children included) and the total over all stages.
 
 Counts come from meson's own summary. A test that exits 77 is a skip: it printed its reason,
 and the reason is repeated here (from meson's JSON log).
 """
+import fnmatch
 import json
 import os
 import re
+import resource
 import subprocess
 import sys
+import time
 
-build = sys.argv[1] if len(sys.argv) > 1 else "build"
-jobs = os.environ.get("CHORUS_TEST_JOBS", "2")
-proc = subprocess.Popen(["meson", "test", "-C", build, "--print-errorlogs", "--num-processes", jobs] + sys.argv[2:],
-                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-counts = {}
-for line in proc.stdout:
-    sys.stdout.write(line)
-    m = re.match(r"^(Ok|Expected Fail|Fail|Unexpected Pass|Skipped|Timeout):\s+(\d+)\s*$", line)
-    if m:
-        counts[m.group(1)] = int(m.group(2))
-rc = proc.wait()
+JOBS = os.environ.get("CHORUS_TEST_JOBS", "2")
 
-try:
-    with open(os.path.join(build, "meson-logs", "testlog.json"), errors="replace") as f:
-        for line in f:
-            try:
-                t = json.loads(line.strip("\x00\n "))
-            except ValueError:
-                continue
-            if t.get("result") == "SKIP":
-                reason = [l for l in (t.get("stdout") or "").splitlines() if "skip" in l.lower()]
-                print(f"skipped {t['name']}: {reason[-1] if reason else '(no reason printed)'}")
-except OSError:
-    pass
 
-passed = counts.get("Ok", 0) + counts.get("Expected Fail", 0)
-failed = counts.get("Fail", 0) + counts.get("Unexpected Pass", 0) + counts.get("Timeout", 0)
-skipped = counts.get("Skipped", 0)
-if rc != 0 and failed == 0:
-    failed = 1  # meson itself failed (a build error, or no summary)
-    print("meson test failed before running the suite (see above)")
-print(f"{passed} passed, {failed} failed, {skipped} skipped")
-sys.exit(1 if failed else 0)
+def cpu_seconds():
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+class Timer:
+    def __enter__(self):
+        self.wall, self.cpu = time.monotonic(), cpu_seconds()
+        return self
+
+    def __exit__(self, *exc):
+        self.wall, self.cpu = time.monotonic() - self.wall, cpu_seconds() - self.cpu
+
+
+def introspect(build, what):
+    out = subprocess.run(["meson", "introspect", build, what], stdout=subprocess.PIPE, text=True,
+                         check=True).stdout
+    return json.loads(out)
+
+
+def needed_outputs(build, tests):
+    """Build-relative paths of the targets the tests run, depend on, or name in their arguments."""
+    targets = introspect(build, "--targets")
+    by_id = {t["id"]: t["filename"] for t in targets}
+    outputs = {os.path.realpath(f) for t in targets for f in t["filename"]}
+    root = os.path.realpath(build)
+    paths = set()
+    for t in tests:
+        files = [f for dep in t.get("depends", []) for f in by_id.get(dep, [])]
+        files += t["cmd"] + list((t.get("env") or {}).values())  # programs passed as arguments
+        for f in files:
+            real = os.path.realpath(f)
+            if real in outputs:
+                paths.add(os.path.relpath(real, root))
+    return sorted(paths)
+
+
+def select(build, patterns):
+    """Tests matching a pattern and no "!pattern"."""
+    tests = introspect(build, "--tests")
+    if not patterns:
+        return tests
+    take = [p for p in patterns if not p.startswith("!")]
+    drop = [p[1:] for p in patterns if p.startswith("!")]
+    match = lambda name, pats: any(fnmatch.fnmatchcase(name, p) for p in pats)
+    return [t for t in tests if match(t["name"], take) and not match(t["name"], drop)]
+
+
+def run_meson_test(build, args):
+    """Runs meson test, echoing its output; returns (counts, rc)."""
+    cmd = ["meson", "test", "-C", build, "--print-errorlogs", "--num-processes", JOBS] + args
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            errors="replace")
+    counts = {}
+    for line in proc.stdout:
+        sys.stdout.write(line)
+        m = re.match(r"^(Ok|Expected Fail|Fail|Unexpected Pass|Skipped|Timeout):\s+(\d+)\s*$", line)
+        if m:
+            counts[m.group(1)] = int(m.group(2))
+    return counts, proc.wait()
+
+
+def print_skips(build):
+    try:
+        with open(os.path.join(build, "meson-logs", "testlog.json"), errors="replace") as f:
+            for line in f:
+                try:
+                    t = json.loads(line.strip("\x00\n "))
+                except ValueError:
+                    continue
+                if t.get("result") == "SKIP":
+                    reason = [l for l in (t.get("stdout") or "").splitlines() if "skip" in l.lower()]
+                    print(f"skipped {t['name']}: {reason[-1] if reason else '(no reason printed)'}")
+    except OSError:
+        pass
+
+
+def run_stage(build, patterns, extra_args):
+    """Returns (passed, failed, skipped, build Timer or None, test Timer)."""
+    build_time = None
+    args = list(extra_args)
+    if patterns:
+        # Reconfigure first if meson.build files changed, so the list of tests is current.
+        if subprocess.call(["ninja", "-C", build, "build.ninja"]) != 0:
+            print(f"{build}: meson could not reconfigure it (see above)")
+            return 0, 1, 0, None, None
+        try:
+            tests = select(build, patterns)
+        except (subprocess.CalledProcessError, ValueError) as e:
+            print(f"{build}: cannot list its tests ({e})")
+            return 0, 1, 0, None, None
+        if not tests:
+            print(f"{build}: no test matches {','.join(patterns)}")
+            return 0, 1, 0, None, None
+        with Timer() as build_time:
+            rc = subprocess.call(["ninja", "-C", build, f"-j{JOBS}"] + needed_outputs(build, tests))
+        if rc != 0:
+            print(f"{build}: the build failed (see above)")
+            return 0, 1, 0, build_time, None
+        args = ["--no-rebuild"] + args + [t["name"] for t in tests]
+    with Timer() as test_time:
+        counts, rc = run_meson_test(build, args)
+    print_skips(build)
+    passed = counts.get("Ok", 0) + counts.get("Expected Fail", 0)
+    failed = counts.get("Fail", 0) + counts.get("Unexpected Pass", 0) + counts.get("Timeout", 0)
+    skipped = counts.get("Skipped", 0)
+    if rc != 0 and failed == 0:
+        failed = 1  # meson itself failed (a build error, or no summary)
+        print("meson test failed before running the suite (see above)")
+    return passed, failed, skipped, build_time, test_time
+
+
+def parse_args(argv):
+    """[(build, patterns, extra meson test args)]"""
+    if not argv or argv[0] != "--stage":
+        return [(argv[0] if argv else "build", [], argv[1:])]
+    stages = []
+    for flag, spec in zip(argv[0::2], argv[1::2]):
+        if flag != "--stage":
+            sys.exit(f"run_all.py: expected --stage BUILD[=PATTERNS], got {flag}")
+        build, _, pats = spec.partition("=")
+        stages.append((build, [p.strip() for p in pats.split(",") if p.strip()], []))
+    return stages
+
+
+def main():
+    stages = parse_args(sys.argv[1:])
+    totals = [0, 0, 0]
+    report = []
+    for i, (build, patterns, extra) in enumerate(stages):
+        if len(stages) > 1:
+            what = ",".join(patterns) if patterns else "every test"
+            print(f"\n==== stage {i + 1}/{len(stages)}: {build} ({what})", flush=True)
+        p, f, s, bt, tt = run_stage(build, patterns, extra)
+        totals = [totals[0] + p, totals[1] + f, totals[2] + s]
+        report.append((build, p, f, s, bt, tt))
+    if len(stages) > 1 or sys.argv[1:2] == ["--stage"]:
+        print("\nstage                 passed failed skipped   build wall/cpu s"
+              "   tests wall/cpu s")
+        fmt = lambda t: f"{t.wall:7.0f} /{t.cpu:6.0f}" if t else "      - /     -"
+        for build, p, f, s, bt, tt in report:
+            print(f"{build:<20} {p:7} {f:6} {s:7}   {fmt(bt):>16}   {fmt(tt):>16}")
+    print(f"{totals[0]} passed, {totals[1]} failed, {totals[2]} skipped")
+    sys.exit(1 if totals[1] else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -203,7 +203,7 @@ bool ShmLink::progress_send() {
     while (!sends_.empty() && used < out_slot_bytes_) {
       Request& r = sends_.front();
       size_t n = std::min(r.n - r.done, out_slot_bytes_ - used);
-      std::memcpy(dst + used, r.buf + r.done, n);
+      if (n) std::memcpy(dst + used, r.buf + r.done, n);  // a 0-byte send may have no buffer
       used += n;
       r.done += n;
       if (r.done == r.n) complete_send();
@@ -240,7 +240,7 @@ bool ShmLink::progress_recv() {
     while (!recvs_.empty() && in_offset_ < len) {
       Request& r = recvs_.front();
       size_t n = std::min(r.n - r.done, len - in_offset_);
-      std::memcpy(r.buf + r.done, src + in_offset_, n);
+      if (n) std::memcpy(r.buf + r.done, src + in_offset_, n);  // ... and a 0-byte recv too
       in_offset_ += n;
       r.done += n;
       if (r.done == r.n) complete_recv();

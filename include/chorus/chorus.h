@@ -68,7 +68,16 @@ typedef struct {
   char internal[CHORUS_UNIQUE_ID_BYTES];
 } chorusUniqueId;
 
-typedef enum {
+/* A C caller may pass any int where these enums are expected (calls refuse values outside them
+ * with a clear error). C++ gives an enum without a fixed underlying type no such values, so for
+ * C++ (chorus itself, and C++ callers) the underlying type is int, as C's is in practice. */
+#ifdef __cplusplus
+#define CHORUS_ENUM_BASE : int
+#else
+#define CHORUS_ENUM_BASE
+#endif
+
+typedef enum CHORUS_ENUM_BASE {
   chorusSuccess = 0,
   chorusUnhandledCudaError = 1,
   chorusSystemError = 2,
@@ -86,7 +95,7 @@ typedef enum {
  * sum and prod wrap (two's complement), min/max compare as the type's signedness, avg divides
  * the (wrapped) sum and truncates toward zero; f16 and bf16 are computed in float and rounded
  * back to nearest even; float min/max propagate NaN. */
-typedef enum {
+typedef enum CHORUS_ENUM_BASE {
   chorusInt8 = 0,
   chorusUint8 = 1,
   chorusInt32 = 2,
@@ -100,7 +109,7 @@ typedef enum {
   chorusNumTypes = 10
 } chorusDataType_t;
 
-typedef enum { chorusSum = 0, chorusProd = 1, chorusMax = 2, chorusMin = 3, chorusAvg = 4 } chorusRedOp_t;
+typedef enum CHORUS_ENUM_BASE { chorusSum = 0, chorusProd = 1, chorusMax = 2, chorusMin = 3, chorusAvg = 4 } chorusRedOp_t;
 
 const char* chorusGetErrorString(chorusResult_t result);
 /* The message of the last failed call on this thread ("" if none). */

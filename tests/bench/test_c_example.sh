@@ -30,7 +30,9 @@ done
 
 # (b) the installed library, headers, pkg-config file and launcher
 command -v pkg-config >/dev/null || { echo "skip: pkg-config not installed (install path untested)"; exit 77; }
-command -v cc >/dev/null || { echo "skip: no C compiler 'cc' (install path untested)"; exit 77; }
+# A sanitizer build's library needs its compiler and runtime (CHORUS_TEST_CC/CFLAGS, meson.build).
+c_compiler=${CHORUS_TEST_CC:-cc}
+command -v "$c_compiler" >/dev/null || { echo "skip: no C compiler '$c_compiler' (install path untested)"; exit 77; }
 tmp=$(mktemp -d /tmp/chorus-install-test.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 if ! install_log=$(timeout 120 meson install -C "$build_dir" --destdir "$tmp/root" --no-rebuild --quiet 2>&1); then
@@ -49,7 +51,8 @@ libdir=$(PKG_CONFIG_PATH=$(dirname "$pc") pkg-config --variable=libdir chorus)
 libdir="$tmp/root$libdir"
 [ -e "$libdir/libchorus.so" ] || fail "libchorus.so is not in the installed libdir $libdir"
 # shellcheck disable=SC2086  # flags are meant to split
-cc -std=c11 -Wall -Wextra -Werror -o "$tmp/hello" "$source" $flags || fail "cc could not build $source against the install"
+"$c_compiler" -std=c11 -Wall -Wextra -Werror -o "$tmp/hello" "$source" $flags ${CHORUS_TEST_CFLAGS:-} ||
+  fail "$c_compiler could not build $source against the install"
 installed_run=$(find "$tmp/root" -path '*/bin/chorus-run' | head -1)
 [ -n "$installed_run" ] || installed_run=$chorus_run
 out=$(LD_LIBRARY_PATH="$libdir" timeout 60 "$installed_run" -n 2 "$tmp/hello" 2>&1)

@@ -156,6 +156,11 @@ TEST_CASE("chorus-run reports bad usage clearly", "[chorus-run]") {
   auto endpoint = run_launcher({"--rdzv-endpoint", "host:abc", helper(), "env"});
   CHECK(endpoint.exit_code == 2);
   CHECK_THAT(endpoint.err, Catch::Contains("bad --rdzv-endpoint 'host:abc'"));
+  // Found by fuzz/run_endpoint: this was host "fe80:" port 1.
+  auto unbracketed = run_launcher({"--rdzv-endpoint", "fe80::1", helper(), "env"});
+  CHECK(unbracketed.exit_code == 2);
+  CHECK_THAT(unbracketed.err, Catch::Contains("bad --rdzv-endpoint 'fe80::1'") &&
+                                  Catch::Contains("[fe80::1]:29500"));
 
   auto standalone = run_launcher({"--standalone", "--nnodes", "2", helper(), "env"});
   CHECK(standalone.exit_code == 2);

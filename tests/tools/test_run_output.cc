@@ -111,6 +111,26 @@ TEST_CASE("LinePrefixer cuts a line longer than its cap", "[chorus-run][unit]") 
   std::string big(LinePrefixer::kMaxLine + 10, 'a');
   std::string out;
   p.feed(big.data(), big.size(), out);
-  CHECK(out.size() == 4 + big.size() + 1);
-  CHECK(out.back() == '\n');
+  CHECK(out == "[0] " + big.substr(0, LinePrefixer::kMaxLine) + "\n");
+  out.clear();
+  p.finish(out);
+  CHECK(out == "[0] " + std::string(10, 'a') + "\n");
+}
+
+// Found by fuzz/run_output: a line was cut only after the read that took it past the cap, so
+// lines came out up to a read longer than the cap, and a line of exactly the cap was split in
+// two around its newline.
+TEST_CASE("LinePrefixer cuts at exactly the cap, whatever the reads", "[chorus-run][unit][fuzz]") {
+  LinePrefixer p("> ", 4);
+  std::string out;
+  p.feed("abc", 3, out);
+  p.feed("defghij\nkl", 10, out);
+  CHECK(out == "> abcd\n> efgh\n> ij\n");
+  out.clear();
+  p.feed("mn", 2, out);  // "klmn": exactly the cap, not yet ended
+  p.feed("\nop", 3, out);
+  CHECK(out == "> klmn\n");
+  out.clear();
+  p.finish(out);
+  CHECK(out == "> op\n");
 }

@@ -146,7 +146,9 @@ int check_numbers(RunOptions& o, const RawArgs& raw) {
       return usage_error("give either --rdzv-endpoint or --master-addr/--master-port, not both");
     if (!split_endpoint(raw.rdzv_endpoint, o.master_addr, o.master_port))
       return usage_error(fmt::format(
-          "bad --rdzv-endpoint '{}': expected HOST:PORT with port 1..65535", raw.rdzv_endpoint));
+          "bad --rdzv-endpoint '{}': expected HOST:PORT with port 1..65535 (an IPv6 address "
+          "in brackets: [fe80::1]:29500)",
+          raw.rdzv_endpoint));
   }
   if (o.nnodes > 1 && o.master_addr.empty())
     return usage_error(
@@ -194,6 +196,8 @@ bool split_endpoint(const std::string& endpoint, std::string& host, int& port) {
     auto colon = endpoint.rfind(':');
     host = endpoint.substr(0, colon);
     if (colon != std::string::npos) port_text = endpoint.substr(colon + 1);
+    // "fe80::1" is an IPv6 address, not host "fe80:" port 1: such hosts need brackets.
+    if (host.find(':') != std::string::npos) return false;
   }
   if (host.empty()) return false;
   port = 0;

@@ -37,7 +37,8 @@ ParseOutcome parse_options(int argc, char** argv);
 std::optional<std::string> resolve_program(const std::string& program, std::string& error,
                                            int& exit_code);
 
-// "host:port", "host", "[v6addr]:port" -> host and port (port 0 when absent). False if malformed.
+// "host:port", "host", "[v6addr]:port" -> host and port (port 0 when absent). False if malformed,
+// and for an IPv6 address without brackets ("fe80::1": which ':' would start the port?).
 bool split_endpoint(const std::string& endpoint, std::string& host, int& port);
 
 }  // namespace chorus::run

@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -12,23 +13,26 @@ namespace chorus::run {
 void LinePrefixer::feed(const char* data, size_t size, std::string& out) {
   size_t start = 0;
   while (start < size) {
-    const void* hit = std::memchr(data + start, '\n', size - start);
+    if (pending_.size() == max_line_ && data[start] != '\n') {
+      out += prefix_;  // a full line goes on: cut it here
+      out += pending_;
+      out += '\n';
+      pending_.clear();
+    }
+    // The line may take `room` more bytes, plus the newline that ends it.
+    size_t room = max_line_ - pending_.size();
+    size_t left = size - start;
+    const void* hit = std::memchr(data + start, '\n', std::min(left, room + 1));
     if (!hit) {
-      pending_.append(data + start, size - start);
-      if (pending_.size() >= kMaxLine) {
-        out += prefix_;
-        out += pending_;
-        out += '\n';
-        pending_.clear();
-      }
-      return;
+      size_t take = std::min(left, room);
+      pending_.append(data + start, take);
+      start += take;
+      continue;
     }
     size_t end = static_cast<size_t>(static_cast<const char*>(hit) - data) + 1;
     out += prefix_;
-    if (!pending_.empty()) {
-      out += pending_;
-      pending_.clear();
-    }
+    out += pending_;
+    pending_.clear();
     out.append(data + start, end - start);
     start = end;
   }

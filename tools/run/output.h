@@ -8,12 +8,14 @@ namespace chorus::run {
 
 // Turns the bytes of one worker stream into whole prefixed lines. Not thread-safe; one per stream.
 // With an empty prefix lines pass through unchanged (still whole, so ranks never interleave
-// mid-line). A line longer than kMaxLine is cut there, so memory stays bounded.
+// mid-line). A line longer than max_line bytes (kMaxLine unless given) is cut after its first
+// max_line bytes, the rest continuing on a new prefixed line, so memory stays bounded.
 class LinePrefixer {
  public:
   static constexpr size_t kMaxLine = 1 << 20;
 
-  explicit LinePrefixer(std::string prefix) : prefix_(std::move(prefix)) {}
+  explicit LinePrefixer(std::string prefix, size_t max_line = kMaxLine)
+      : prefix_(std::move(prefix)), max_line_(max_line > 0 ? max_line : 1) {}
 
   // Appends to `out` every line completed by these bytes; keeps the rest for later.
   void feed(const char* data, size_t size, std::string& out);
@@ -22,7 +24,8 @@ class LinePrefixer {
 
  private:
   std::string prefix_;
-  std::string pending_;
+  size_t max_line_;
+  std::string pending_;  // the current line's bytes so far: at most max_line_
 };
 
 // Writes all of `data` to `fd` (retrying short writes and EINTR; waiting out EAGAIN). Returns
