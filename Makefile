@@ -19,7 +19,8 @@ CLANGXX := clang++-14
 # ASan+UBSan builds run them, and under TSan they would take 5 minutes of the 30. Nor the C
 # API's exception test: it replaces operator new, which TSan's runtime defines too.
 TSAN_TESTS ?= transport_*,collectives_*,!collectives_large,!collectives_reductions,\
-  !collectives_c_api_exceptions,ddp_distributed,ddp_equivalence,ddp_restart,ddp_data
+  !collectives_c_api_exceptions,ddp_distributed,ddp_equivalence,ddp_restart,ddp_data,\
+  adversarial_teardown,adversarial_setup,adversarial_store
 FUZZ_SECONDS ?= 60
 PACKAGES := meson ninja-build gcc g++ pkg-config python3 catch2 libfmt-dev libspdlog-dev libcli11-dev \
             nlohmann-json3-dev libhwloc-dev openmpi-bin libopenmpi-dev libbenchmark-dev \
