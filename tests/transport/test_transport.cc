@@ -211,6 +211,7 @@ TEST_CASE("rendezvous records are parsed field by field", "[rendezvous]") {
     INFO(bad);
     REQUIRE_FALSE(parse_rendezvous_record(bad).is_ok());
   }
+}
 
 namespace {
 long vm_size_kib() {
