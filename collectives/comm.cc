@@ -19,7 +19,9 @@ namespace chorus {
 
 bool Work::wait(double seconds) {
   std::unique_lock<std::mutex> lock(mu_);
-  if (seconds < 0) {
+  // Negative, NaN, infinite or absurdly long: until done (the operation has its own deadline,
+  // CHORUS_TIMEOUT). A duration of 1e300 s would overflow the clock's representation.
+  if (!(seconds >= 0 && seconds <= 1e9)) {
     cv_.wait(lock, [&] { return done_; });
     return true;
   }

@@ -123,7 +123,12 @@ Result<std::unique_ptr<WatchClient>> WatchClient::connect(const SockAddr& server
 }
 
 WatchClient::~WatchClient() {
-  (void)send(WatchType::kBye, 0, 0, -1, "");
+  try {
+    (void)send(WatchType::kBye, 0, 0, -1, "");
+  } catch (...) {
+    // Out of memory for the goodbye frame: the store will report this rank as gone without
+    // one, which is better than std::terminate from a destructor.
+  }
   stop_ = true;
   ::shutdown(fd_.get(), SHUT_RDWR);  // the goodbye still goes out; the reader wakes at once
   if (thread_.joinable()) thread_.join();

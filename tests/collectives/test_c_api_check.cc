@@ -8,8 +8,11 @@
 #include <stdexcept>
 #include <string>
 #include <system_error>
+#include <thread>
+#include <chrono>
 
 #include "collectives/c_api_check.h"
+#include "collectives/comm.h"
 
 using namespace chorus;
 using namespace chorus::capi;
@@ -211,4 +214,21 @@ TEST_CASE("c api boundary: exceptions become codes and messages naming the call"
   CHECK_THAT(s.message(), Catch::Contains("boom"));
   s = from([] { throw 42; });
   CHECK(s.code() == Code::kInternalError);
+}
+
+// The state behind chorusWait: a limit too large for the clock means "until done" (1e300 s and
+// INFINITY once overflowed into an immediate "not done").
+TEST_CASE("Work::wait with an unbounded limit waits until the operation ends", "[work]") {
+  for (double limit : {-1.0, 1e300, HUGE_VAL, std::nan("")}) {
+    Work w(OpDesc{});
+    std::thread finisher([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(30));
+      w.finish(Status::ok());
+    });
+    INFO("limit " << limit);
+    CHECK(w.wait(limit));
+    finisher.join();
+  }
+  Work w(OpDesc{});
+  CHECK_FALSE(w.wait(0.01));  // a finite limit still ends the wait
 }
