@@ -131,14 +131,16 @@ class Gate {
   int state_ = 0;
 };
 
-chorusResult_t init_comm(chorus::Result<chorus::transport::Rendezvous> rdzv, chorusComm_t* out, const char* call) {
+chorusResult_t init_comm(chorus::Result<chorus::transport::Rendezvous> rdzv, chorusComm_t* out,
+                         const char* call) {
   if (!rdzv.is_ok()) return report(rdzv.status().wrap(call));
+  auto timeout = chorus::env_timeout();
+  if (!timeout.is_ok()) return report(timeout.status().wrap(call));
   if (rdzv->size > CHORUS_MAX_RANKS)
     return fail(Code::kInvalidArgument,
                 "{}: a world of {} ranks ({}) is above CHORUS_MAX_RANKS ({})", call, rdzv->size,
                 rdzv->method, CHORUS_MAX_RANKS);
-  double timeout = chorus::env_seconds("CHORUS_TIMEOUT", 300).is_ok() ? *chorus::env_seconds("CHORUS_TIMEOUT", 300) : 300;
-  auto deadline = chorus::Deadline::after_seconds(timeout);
+  auto deadline = chorus::Deadline::after_seconds(*timeout);
   int rank = rdzv->rank, size = rdzv->size;
   uint64_t uid = chorus::transport::derive_id(rdzv->secret, "chorus/v2/root communicator");
   auto job = chorus::Job::create(std::move(rdzv.value()), deadline);
@@ -194,9 +196,10 @@ CHORUS_CATCH_ALL
 
 CHORUS_API chorusResult_t chorusCommInitFromEnv(chorusComm_t* comm) try {
   if (!comm) return fail(Code::kInvalidArgument, "chorusCommInitFromEnv: comm is NULL");
-  double timeout = chorus::env_seconds("CHORUS_TIMEOUT", 300).is_ok() ? *chorus::env_seconds("CHORUS_TIMEOUT", 300) : 300;
-  return init_comm(chorus::transport::rendezvous_from_env(chorus::Deadline::after_seconds(timeout)), comm,
-                   "chorusCommInitFromEnv");
+  auto timeout = chorus::env_timeout();
+  if (!timeout.is_ok()) return report(timeout.status().wrap("chorusCommInitFromEnv"));
+  return init_comm(chorus::transport::rendezvous_from_env(chorus::Deadline::after_seconds(*timeout)),
+                   comm, "chorusCommInitFromEnv");
 }
 CHORUS_CATCH_ALL
 

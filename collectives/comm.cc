@@ -58,8 +58,9 @@ Result<std::shared_ptr<Comm>> Comm::create(std::shared_ptr<Job> job, std::string
   c->rank_ = rank;
   c->job_ranks_ = std::move(job_ranks);
   auto s = [&]() -> Status {
-    CHORUS_ASSIGN_OR_RETURN(c->timeout_s_, env_seconds("CHORUS_TIMEOUT", 300));
-    CHORUS_ASSIGN_OR_RETURN(int64_t spin, env_int("CHORUS_SPIN_US", 50));
+    CHORUS_ASSIGN_OR_RETURN(c->timeout_s_, env_timeout());
+    CHORUS_ASSIGN_OR_RETURN(int64_t spin, env_int_in("CHORUS_SPIN_US", 50, 0, 1000000));
+    CHORUS_TRY(check_log_level_env());
     c->spin_us_ = static_cast<int>(spin);
     CHORUS_TRY(kernels::init_isa());  // CHORUS_CPU_ISA: a build this CPU lacks is an error here
     c->spin_now_us_ = c->spin_us_;

@@ -56,16 +56,13 @@ Result<TunerConfig> TunerConfig::from_env() {
     else if (*forced != "auto")
       return make_error(Code::kInvalidArgument, "CHORUS_ALGO='{}': expected ring, tree, rd or auto", *forced);
   }
-  CHORUS_ASSIGN_OR_RETURN(int64_t chunk, env_int("CHORUS_CHUNK_BYTES", 0));
-  if (chunk < 0 || chunk > (int64_t{1} << 30))
-    return make_error(Code::kInvalidArgument, "CHORUS_CHUNK_BYTES={}: expected 1..1G", chunk);
+  CHORUS_ASSIGN_OR_RETURN(int64_t chunk, env_int_in("CHORUS_CHUNK_BYTES", 0, 0, int64_t{1} << 30));
   c.chunk_bytes = static_cast<size_t>(chunk);
   CHORUS_ASSIGN_OR_RETURN(c.alpha_us, env_seconds("CHORUS_ALPHA_US", -1));
   CHORUS_ASSIGN_OR_RETURN(c.beta_gbps, env_seconds("CHORUS_BETA_GBPS", -1));
   if (env_get("CHORUS_BETA_GBPS") && c.beta_gbps <= 0)
     return make_error(Code::kInvalidArgument, "CHORUS_BETA_GBPS={} must be positive", c.beta_gbps);
-  CHORUS_ASSIGN_OR_RETURN(int64_t nch, env_int("CHORUS_NCHANNELS", 1));
-  if (nch < 1 || nch > 8) return make_error(Code::kInvalidArgument, "CHORUS_NCHANNELS={}: expected 1..8", nch);
+  CHORUS_ASSIGN_OR_RETURN(int64_t nch, env_int_in("CHORUS_NCHANNELS", 1, 1, 8));
   c.nchannels = static_cast<int>(nch);
   return c;
 }

@@ -4,6 +4,8 @@
 #include <atomic>
 #include <cstdio>
 #include <mutex>
+#include <optional>
+#include <string>
 
 #include "common/env.h"
 
@@ -12,20 +14,29 @@ namespace {
 std::atomic<int> g_rank{-1};
 std::mutex g_mu;
 
-LogLevel parse_level() {
-  std::string v = env_str("CHORUS_DEBUG", "WARN");
-  for (auto& c : v) c = static_cast<char>(toupper(c));
+std::optional<LogLevel> parse_level(std::string v) {
+  for (auto& c : v) c = static_cast<char>(toupper(static_cast<unsigned char>(c)));
   if (v == "TRACE") return LogLevel::kTrace;
   if (v == "INFO") return LogLevel::kInfo;
+  if (v == "WARN") return LogLevel::kWarn;
   if (v == "ERROR") return LogLevel::kError;
   if (v == "NONE") return LogLevel::kNone;
-  return LogLevel::kWarn;
+  return std::nullopt;
 }
 }  // namespace
 
 LogLevel log_level() {
-  static const LogLevel level = parse_level();
+  // A bad value logs at WARN here; communicator creation refuses it (check_log_level_env).
+  static const LogLevel level = parse_level(env_str("CHORUS_DEBUG", "WARN")).value_or(LogLevel::kWarn);
   return level;
+}
+
+Status check_log_level_env() {
+  auto v = env_get("CHORUS_DEBUG");
+  if (v && !parse_level(*v))
+    return make_error(Code::kInvalidArgument,
+                      "env CHORUS_DEBUG='{}': expected TRACE, INFO, WARN, ERROR or NONE", *v);
+  return Status::ok();
 }
 
 void set_log_rank(int rank) { g_rank.store(rank); }

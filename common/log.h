@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "common/status.h"
+
 namespace chorus {
 
 enum class LogLevel { kTrace = 0, kInfo = 1, kWarn = 2, kError = 3, kNone = 4 };
@@ -13,6 +15,8 @@ enum class LogLevel { kTrace = 0, kInfo = 1, kWarn = 2, kError = 3, kNone = 4 };
 LogLevel log_level();
 void set_log_rank(int rank);
 void log(LogLevel level, const std::string& message);
+// A CHORUS_DEBUG that names no level is an error (communicator creation returns it).
+Status check_log_level_env();
 
 template <typename... Args>
 void log_info(fmt::format_string<Args...> f, Args&&... args) {

@@ -16,6 +16,7 @@
 #include <exception>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 
 #include <fmt/format.h>
@@ -188,7 +189,12 @@ int main(int argc, char** argv) {
     to.seed = seed;
     to.batch_size = batch_size;
     const char* restarts = std::getenv("CHORUS_RESTART_COUNT");
-    if (fail_at_step >= 0 && rank == fail_rank && (!restarts || std::atoi(restarts) == 0))
+    char* restarts_end = nullptr;
+    const long restart_count = restarts ? std::strtol(restarts, &restarts_end, 10) : 0;
+    if (restarts && (restarts_end == restarts || *restarts_end != '\0' || restart_count < 0))
+      throw std::invalid_argument(std::string("env CHORUS_RESTART_COUNT='") + restarts +
+                                  "' is not a count of restarts");
+    if (fail_at_step >= 0 && rank == fail_rank && restart_count == 0)
       to.after_step = [fail_at_step](int64_t step) {
         if (step == fail_at_step) {
           std::fflush(nullptr);

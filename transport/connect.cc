@@ -22,14 +22,12 @@ Result<LinkOptions> LinkOptions::from_env() {
   o.force = env_str("CHORUS_TRANSPORT", "");
   if (!o.force.empty() && o.force != "tcp" && o.force != "shm")
     return make_error(Code::kInvalidArgument, "CHORUS_TRANSPORT='{}': expected tcp or shm", o.force);
-  CHORUS_ASSIGN_OR_RETURN(int64_t nsocks, env_int("CHORUS_NSOCKS", 2));
-  CHORUS_ASSIGN_OR_RETURN(int64_t stripe, env_int("CHORUS_SOCKET_STRIPE_BYTES", 256 << 10));
-  CHORUS_ASSIGN_OR_RETURN(int64_t slot, env_int("CHORUS_SHM_SLOT_BYTES", 256 << 10));
-  CHORUS_ASSIGN_OR_RETURN(int64_t nslots, env_int("CHORUS_SHM_SLOTS", 8));
-  if (nsocks < 1 || nsocks > 64) return make_error(Code::kInvalidArgument, "CHORUS_NSOCKS={}: expected 1..64", nsocks);
-  if (stripe < 4096) return make_error(Code::kInvalidArgument, "CHORUS_SOCKET_STRIPE_BYTES={}: expected >= 4096", stripe);
-  if (slot < 4096 || nslots < 2)
-    return make_error(Code::kInvalidArgument, "CHORUS_SHM_SLOT_BYTES={} / CHORUS_SHM_SLOTS={}: expected >= 4096 and >= 2", slot, nslots);
+  CHORUS_ASSIGN_OR_RETURN(int64_t nsocks, env_int_in("CHORUS_NSOCKS", 2, 1, 64));
+  CHORUS_ASSIGN_OR_RETURN(int64_t stripe,
+                          env_int_in("CHORUS_SOCKET_STRIPE_BYTES", 256 << 10, 4096, 1 << 30));
+  CHORUS_ASSIGN_OR_RETURN(int64_t slot,
+                          env_int_in("CHORUS_SHM_SLOT_BYTES", 256 << 10, 4096, 1 << 30));
+  CHORUS_ASSIGN_OR_RETURN(int64_t nslots, env_int_in("CHORUS_SHM_SLOTS", 8, 2, 1024));
   o.nsocks = static_cast<int>(nsocks);
   o.stripe = static_cast<size_t>(stripe);
   o.shm.slot_bytes = static_cast<size_t>(slot);

@@ -294,8 +294,10 @@ Result<UniqueIdData> make_unique_id(bool in_process) {
   }
   StoreOptions opt;
   opt.stop_when_job_ends = true;
-  CHORUS_ASSIGN_OR_RETURN(std::unique_ptr<StoreServer> server,
-                          StoreServer::start(host, 0, secret, opt));
+  auto started = StoreServer::start(host, 0, secret, opt);
+  if (!started.is_ok() && !in_process && env_get("CHORUS_STORE_BIND"))
+    return started.status().wrap(fmt::format("env CHORUS_STORE_BIND='{}'", host));
+  CHORUS_ASSIGN_OR_RETURN(std::unique_ptr<StoreServer> server, std::move(started));
   UniqueIdData id{};
   id.magic = kMagic;
   id.version = kProtocolVersion;
