@@ -26,8 +26,8 @@ TSAN_TESTS ?= transport_*,collectives_*,!collectives_large,!collectives_reductio
 # CPU without AVX-512.
 ASAN_TESTS ?= *,!kernels/qemu_no_avx512
 FUZZ_SECONDS ?= 60
-PACKAGES := meson ninja-build gcc g++ pkg-config python3 catch2 libfmt-dev libspdlog-dev libcli11-dev \
-            nlohmann-json3-dev libhwloc-dev openmpi-bin libopenmpi-dev libbenchmark-dev \
+PACKAGES := meson ninja-build gcc g++ pkg-config python3 catch2 libfmt-dev libcli11-dev \
+            nlohmann-json3-dev openmpi-bin libopenmpi-dev libbenchmark-dev \
             libopenblas-dev zlib1g-dev iproute2 procps dataset-fashion-mnist qemu-user \
             clang-14 libclang-rt-14-dev
 
