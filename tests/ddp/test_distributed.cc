@@ -10,15 +10,15 @@
 #include <thread>
 
 #include "chorus/chorus.hpp"
-#include "ddp/checkpoint.h"
-#include "ddp/data_loader.h"
-#include "ddp/dataset.h"
-#include "ddp/dist_utils.h"
-#include "ddp/distributed.h"
-#include "ddp/nn.h"
-#include "ddp/ops.h"
-#include "ddp/optim.h"
-#include "ddp/sampler.h"
+#include "ddp/train/checkpoint.h"
+#include "ddp/data/data_loader.h"
+#include "ddp/data/dataset.h"
+#include "ddp/dist/dist_utils.h"
+#include "ddp/dist/distributed.h"
+#include "ddp/nn/modules.h"
+#include "ddp/ops/ops.h"
+#include "ddp/nn/optim.h"
+#include "ddp/data/sampler.h"
 #include "harness.h"
 
 using namespace chorus;
