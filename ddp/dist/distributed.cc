@@ -5,11 +5,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 
+#include "common/env.h"
 #include "ddp/tensor/autograd.h"
 
 namespace chorus {
@@ -246,13 +248,22 @@ void Reducer::finish() {
 
 // ---- DistributedDataParallel --------------------------------------------------------------
 
-namespace {
-
 int env_local_rank() {
-  for (const char* k : {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"})
-    if (const char* v = std::getenv(k)) return std::atoi(v);
+  for (const char* name : {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"}) {
+    const std::optional<std::string> text = env_get(name);
+    if (!text) continue;
+    int value = -1;
+    const char* end = text->data() + text->size();
+    const auto [stop, err] = std::from_chars(text->data(), end, value);
+    if (err != std::errc() || stop != end || value < 0)
+      throw std::invalid_argument(fmt::format(
+          "ddp: env {}='{}' is not a local rank (expected an integer >= 0)", name, *text));
+    return value;
+  }
   return 0;
 }
+
+namespace {
 
 // Runs the construction-time checks before the Reducer member is built.
 std::vector<NamedTensor> checked_parameters(Module& module, Communicator& comm, const DdpOptions& options,

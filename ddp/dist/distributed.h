@@ -43,6 +43,11 @@ struct DeviceSpec {
   std::string str() const;
 };
 
+// The launcher's local rank: the first of LOCAL_RANK (torchrun, chorus-run),
+// OMPI_COMM_WORLD_LOCAL_RANK (mpirun) and SLURM_LOCALID (srun) that is set, else 0. A value that
+// is not an integer >= 0 throws std::invalid_argument naming the variable and the value.
+int env_local_rank();
+
 // Every rank gets every rank's string (all_gather of lengths, then of padded bytes). Collective.
 std::vector<std::string> all_gather_strings(Communicator& comm, const std::string& mine);
 
