@@ -13,7 +13,6 @@ namespace {
 struct Cache {
   std::mutex mu;
   std::unordered_map<size_t, std::vector<float*>> free_lists;
-  size_t bytes_held = 0;
 };
 
 Cache& cache() {
@@ -33,7 +32,6 @@ float* buffer_cache_get(size_t count) {
     if (it != c.free_lists.end() && !it->second.empty()) {
       float* p = it->second.back();
       it->second.pop_back();
-      c.bytes_held -= padded_bytes(count);
       return p;
     }
   }
@@ -47,13 +45,6 @@ void buffer_cache_put(float* data, size_t count) {
   Cache& c = cache();
   std::lock_guard<std::mutex> lock(c.mu);
   c.free_lists[count].push_back(data);
-  c.bytes_held += padded_bytes(count);
-}
-
-size_t buffer_cache_bytes_held() {
-  Cache& c = cache();
-  std::lock_guard<std::mutex> lock(c.mu);
-  return c.bytes_held;
 }
 
 void buffer_cache_release() {
@@ -62,7 +53,6 @@ void buffer_cache_release() {
   for (auto& [count, list] : c.free_lists)
     for (float* p : list) std::free(p);
   c.free_lists.clear();
-  c.bytes_held = 0;
 }
 
 }  // namespace chorus

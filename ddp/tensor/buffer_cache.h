@@ -8,7 +8,6 @@ namespace chorus {
 
 float* buffer_cache_get(size_t count);            // 64-byte aligned, uninitialised
 void buffer_cache_put(float* data, size_t count);  // returns it for reuse
-size_t buffer_cache_bytes_held();                  // idle bytes held by the cache
 void buffer_cache_release();                       // frees every idle buffer
 
 }  // namespace chorus
