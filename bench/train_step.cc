@@ -14,11 +14,11 @@
 
 #include <fmt/format.h>
 
-#include "ddp/backend.h"
-#include "ddp/nn.h"
-#include "ddp/ops.h"
-#include "ddp/optim.h"
-#include "ddp/random.h"
+#include "ddp/ops/kernel_table.h"
+#include "ddp/nn/modules.h"
+#include "ddp/ops/ops.h"
+#include "ddp/nn/optim.h"
+#include "ddp/tensor/random.h"
 #include "kernels/cpu/isa.h"
 
 namespace {

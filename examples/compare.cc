@@ -23,15 +23,15 @@
 
 #include <fmt/format.h>
 
-#include "ddp/data_loader.h"
-#include "ddp/dataset.h"
-#include "ddp/dist_utils.h"
-#include "ddp/distributed.h"
-#include "ddp/nn.h"
-#include "ddp/optim.h"
-#include "ddp/random.h"
-#include "ddp/sampler.h"
-#include "ddp/trainer.h"
+#include "ddp/data/data_loader.h"
+#include "ddp/data/dataset.h"
+#include "ddp/dist/dist_utils.h"
+#include "ddp/dist/distributed.h"
+#include "ddp/nn/modules.h"
+#include "ddp/nn/optim.h"
+#include "ddp/tensor/random.h"
+#include "ddp/data/sampler.h"
+#include "ddp/train/trainer.h"
 
 namespace {
 

@@ -9,12 +9,12 @@
 #include <exception>
 #include <memory>
 
-#include "ddp/dist_utils.h"
-#include "ddp/distributed.h"
-#include "ddp/nn.h"
-#include "ddp/ops.h"
-#include "ddp/optim.h"
-#include "ddp/random.h"
+#include "ddp/dist/dist_utils.h"
+#include "ddp/dist/distributed.h"
+#include "ddp/nn/modules.h"
+#include "ddp/ops/ops.h"
+#include "ddp/nn/optim.h"
+#include "ddp/tensor/random.h"
 
 namespace {
 

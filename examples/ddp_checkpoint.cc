@@ -12,13 +12,13 @@
 #include <memory>
 #include <string>
 
-#include "ddp/checkpoint.h"
-#include "ddp/dist_utils.h"
-#include "ddp/distributed.h"
-#include "ddp/nn.h"
-#include "ddp/ops.h"
-#include "ddp/optim.h"
-#include "ddp/random.h"
+#include "ddp/train/checkpoint.h"
+#include "ddp/dist/dist_utils.h"
+#include "ddp/dist/distributed.h"
+#include "ddp/nn/modules.h"
+#include "ddp/ops/ops.h"
+#include "ddp/nn/optim.h"
+#include "ddp/tensor/random.h"
 
 int main(int argc, char** argv) {
   try {

@@ -21,16 +21,16 @@
 
 #include <fmt/format.h>
 
-#include "ddp/backend.h"
-#include "ddp/data_loader.h"
-#include "ddp/checkpoint.h"
-#include "ddp/dataset.h"
-#include "ddp/dist_utils.h"
-#include "ddp/distributed.h"
-#include "ddp/sampler.h"
-#include "ddp/nn.h"
-#include "ddp/optim.h"
-#include "ddp/trainer.h"
+#include "ddp/ops/kernel_table.h"
+#include "ddp/data/data_loader.h"
+#include "ddp/train/checkpoint.h"
+#include "ddp/data/dataset.h"
+#include "ddp/dist/dist_utils.h"
+#include "ddp/dist/distributed.h"
+#include "ddp/data/sampler.h"
+#include "ddp/nn/modules.h"
+#include "ddp/nn/optim.h"
+#include "ddp/train/trainer.h"
 
 namespace {
 
@@ -99,7 +99,7 @@ int main(int argc, char** argv) {
   app.add_option("--max-steps", max_steps, "stop each epoch after this many steps (< 0: whole epoch)");
   app.add_flag("--no-progress", no_progress, "no progress bar or progress lines");
   app.add_flag("--keep-denormals", keep_denormals,
-               "compute with denormal floats (default: flush them to zero, see ddp/backend.h)");
+               "compute with denormal floats (default: flush them to zero, see ddp/ops/kernel_table.h)");
   std::string device = "cpu", checkpoint_dir;
   int64_t log_every = 0, checkpoint_every = 0, fail_at_step = -1;
   double first_bucket_mb = 1.0, bucket_cap_mb = 25.0;

@@ -9,8 +9,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "ddp/buffer_cache.h"
-#include "ddp/checkpoint_format.h"
+#include "ddp/tensor/buffer_cache.h"
+#include "ddp/train/checkpoint_format.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string bytes(reinterpret_cast<const char*>(data), size);

@@ -9,8 +9,8 @@
 #include <stdexcept>
 #include <vector>
 
-#include "ddp/buffer_cache.h"
-#include "ddp/dataset.h"
+#include "ddp/tensor/buffer_cache.h"
+#include "ddp/data/dataset.h"
 
 namespace {
 

@@ -5,10 +5,10 @@
 #include <string>
 #include <vector>
 
-#include "ddp/autograd.h"
-#include "ddp/backend.h"
-#include "ddp/nn.h"
-#include "ddp/ops.h"
+#include "ddp/tensor/autograd.h"
+#include "ddp/ops/kernel_table.h"
+#include "ddp/nn/modules.h"
+#include "ddp/ops/ops.h"
 
 using namespace chorus;
 

@@ -11,10 +11,10 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "ddp/checkpoint.h"
-#include "ddp/nn.h"
-#include "ddp/ops.h"
-#include "ddp/optim.h"
+#include "ddp/train/checkpoint.h"
+#include "ddp/nn/modules.h"
+#include "ddp/ops/ops.h"
+#include "ddp/nn/optim.h"
 
 using namespace chorus;
 namespace fs = std::filesystem;

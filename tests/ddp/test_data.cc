@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "ddp/data_loader.h"
-#include "ddp/dataset.h"
+#include "ddp/data/data_loader.h"
+#include "ddp/data/dataset.h"
 
 using namespace chorus;
 namespace fs = std::filesystem;

@@ -10,15 +10,15 @@
 #include <thread>
 
 #include "chorus/chorus.hpp"
-#include "ddp/checkpoint.h"
-#include "ddp/data_loader.h"
-#include "ddp/dataset.h"
-#include "ddp/dist_utils.h"
-#include "ddp/distributed.h"
-#include "ddp/nn.h"
-#include "ddp/ops.h"
-#include "ddp/optim.h"
-#include "ddp/sampler.h"
+#include "ddp/train/checkpoint.h"
+#include "ddp/data/data_loader.h"
+#include "ddp/data/dataset.h"
+#include "ddp/dist/dist_utils.h"
+#include "ddp/dist/distributed.h"
+#include "ddp/nn/modules.h"
+#include "ddp/ops/ops.h"
+#include "ddp/nn/optim.h"
+#include "ddp/data/sampler.h"
 #include "harness.h"
 
 using namespace chorus;
@@ -203,4 +203,25 @@ TEST_CASE("metric helpers: reduce_mean, print_primary, rank_zero_first", "[ddp][
   check_all(res);
   CHECK(contains(res[0].output, "mean 2"));
   CHECK(!contains(res[1].output, "mean"));
+}
+
+TEST_CASE("the launcher's local rank is read strictly: a bad value names the variable", "[ddp][env]") {
+  const char* names[] = {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"};
+  for (const char* n : names) unsetenv(n);
+  CHECK(chorus::env_local_rank() == 0);
+  setenv("SLURM_LOCALID", "3", 1);
+  CHECK(chorus::env_local_rank() == 3);
+  setenv("LOCAL_RANK", "1", 1);  // torchrun's variable comes first
+  CHECK(chorus::env_local_rank() == 1);
+  for (const char* bad : {"abc", "1x", "-1", " 2", "99999999999"}) {
+    setenv("LOCAL_RANK", bad, 1);
+    try {
+      (void)chorus::env_local_rank();
+      FAIL("LOCAL_RANK='" << bad << "' was accepted");
+    } catch (const std::invalid_argument& e) {
+      CHECK(std::string(e.what()) == std::string("ddp: env LOCAL_RANK='") + bad +
+                                         "' is not a local rank (expected an integer >= 0)");
+    }
+  }
+  for (const char* n : names) unsetenv(n);
 }

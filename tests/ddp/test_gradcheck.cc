@@ -6,9 +6,9 @@
 #include <functional>
 #include <vector>
 
-#include "ddp/autograd.h"
-#include "ddp/ops.h"
-#include "ddp/random.h"
+#include "ddp/tensor/autograd.h"
+#include "ddp/ops/ops.h"
+#include "ddp/tensor/random.h"
 
 using namespace chorus;
 

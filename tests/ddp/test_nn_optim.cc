@@ -5,9 +5,9 @@
 #include <string>
 #include <vector>
 
-#include "ddp/nn.h"
-#include "ddp/ops.h"
-#include "ddp/optim.h"
+#include "ddp/nn/modules.h"
+#include "ddp/ops/ops.h"
+#include "ddp/nn/optim.h"
 
 using namespace chorus;
 

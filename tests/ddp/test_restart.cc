@@ -10,7 +10,7 @@
 #include <filesystem>
 #include <string>
 
-#include "ddp/checkpoint.h"
+#include "ddp/train/checkpoint.h"
 #include "harness.h"
 
 using chorus::test::contains;

@@ -5,7 +5,7 @@
 #include <set>
 #include <vector>
 
-#include "ddp/sampler.h"
+#include "ddp/data/sampler.h"
 
 using namespace chorus;
 using V = std::vector<int64_t>;

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <stdexcept>
 
-#include "ddp/tensor.h"
+#include "ddp/tensor/tensor.h"
 
 using chorus::Shape;
 

@@ -5,12 +5,12 @@
 #include <cstdio>
 #include <vector>
 
-#include "ddp/backend.h"
-#include "ddp/data_loader.h"
-#include "ddp/dataset.h"
-#include "ddp/nn.h"
-#include "ddp/optim.h"
-#include "ddp/trainer.h"
+#include "ddp/ops/kernel_table.h"
+#include "ddp/data/data_loader.h"
+#include "ddp/data/dataset.h"
+#include "ddp/nn/modules.h"
+#include "ddp/nn/optim.h"
+#include "ddp/train/trainer.h"
 
 using namespace chorus;
 

@@ -1,0 +1,168 @@
+// DistributedDataParallel: data-parallel training of a Module over a chorus communicator, using
+// only chorus's public C++ API (include/chorus/chorus.hpp), as an outside embedder would.
+//
+// What it does, after PyTorch's c10d Reducer:
+//   - at construction: every rank states (host, device); two ranks of one host on the same
+//     non-CPU device fail on every rank. Parameter names and shapes are compared across ranks (a
+//     mismatch names the parameter and both shapes), then rank 0's values are broadcast.
+//   - buckets: parameters in reverse registration order (the order backward makes their
+//     gradients ready) fill flat f32 buckets; the first closes at first_bucket_bytes (1 MiB),
+//     the rest at bucket_cap_bytes (25 MiB). Each parameter's .grad becomes a view into its
+//     bucket, so autograd accumulates straight into the buffer that is all-reduced.
+//   - during backward: each gradient-ready hook divides that gradient by the world size (copying
+//     it into the bucket first when it is not already the bucket view: the "copy-in"); when a
+//     bucket's last gradient is ready its iall_reduce(sum) is launched at once, strictly in
+//     bucket order (a bucket that completes early waits for its predecessors, so every rank
+//     issues the same sequence and no cross-rank deadlock is possible).
+//   - finish_gradient_sync() waits for every bucket; call it between backward and the optimizer
+//     step (Trainer does). When a gradient never arrived it throws, naming the parameters.
+//   - no_sync(): while the guard lives, backward only accumulates into the buckets; the next
+//     synchronised backward reduces the accumulated sum.
+//
+// Threading: one thread drives forward/backward/finish; the communicator's progress thread runs
+// the all-reduces. Buckets must not be touched between launch and finish_gradient_sync().
+#pragma once
+
+#include <chorus/chorus.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ddp/nn/modules.h"
+
+namespace chorus {
+
+// "cpu", "cuda:N", or "cuda" (= cuda:LOCAL_RANK). Throws on anything else.
+struct DeviceSpec {
+  std::string kind = "cpu";  // "cpu" | "cuda"
+  int index = -1;            // cuda only
+  static DeviceSpec parse(const std::string& text, int local_rank);
+  std::string str() const;
+};
+
+// The launcher's local rank: the first of LOCAL_RANK (torchrun, chorus-run),
+// OMPI_COMM_WORLD_LOCAL_RANK (mpirun) and SLURM_LOCALID (srun) that is set, else 0. A value that
+// is not an integer >= 0 throws std::invalid_argument naming the variable and the value.
+int env_local_rank();
+
+// Every rank gets every rank's string (all_gather of lengths, then of padded bytes). Collective.
+std::vector<std::string> all_gather_strings(Communicator& comm, const std::string& mine);
+
+// Collective: throws on every rank when two ranks on one host claim the same non-CPU device.
+void check_devices(Communicator& comm, const DeviceSpec& device);
+
+struct ReducerOptions {
+  size_t first_bucket_bytes = size_t{1} << 20;
+  size_t bucket_cap_bytes = size_t{25} << 20;
+};
+
+struct BucketInfo {
+  std::vector<std::string> params;  // names, in the order they sit in the bucket
+  int64_t numel = 0;
+};
+
+// Per-step timing of the gradient sync (seconds), for the communication-share report.
+struct SyncStats {
+  double wait_seconds = 0;     // time finish_gradient_sync() spent waiting for all-reduces
+  int64_t syncs = 0;           // synchronised steps
+};
+
+class Reducer {
+ public:
+  Reducer(Communicator& comm, std::vector<NamedTensor> params, ReducerOptions options);
+  Reducer(const Reducer&) = delete;
+  Reducer& operator=(const Reducer&) = delete;
+
+  // Arms the next backward to reduce (called by DDP's forward when sync is on).
+  void prepare_for_backward();
+  bool armed() const { return armed_; }
+  // Waits for every bucket; throws naming the parameters that got no gradient. No-op when the
+  // last backward was not armed.
+  void finish();
+
+  const std::vector<BucketInfo>& buckets() const;
+  int buckets_launched() const { return next_launch_; }
+  // True when bucket i's all-reduce has completed (polls; false when not launched).
+  bool bucket_done(int i);
+  const SyncStats& stats() const { return stats_; }
+  void reset_stats() { stats_ = {}; }
+
+ private:
+  struct Slot {
+    std::string name;
+    Tensor param;
+    int bucket = 0;
+    int64_t offset = 0;  // floats into the bucket
+  };
+  struct Bucket {
+    Tensor flat;
+    std::vector<int> slots;
+    int pending = 0;
+    Work work;
+    bool launched = false;
+  };
+  void on_grad_ready(int slot);
+  void launch_ready_buckets();
+
+  Communicator& comm_;
+  ReducerOptions options_;
+  std::vector<Slot> slots_;
+  std::vector<Bucket> buckets_;
+  std::vector<BucketInfo> info_;
+  std::vector<char> ready_;  // per slot, this backward
+  int next_launch_ = 0;
+  bool armed_ = false;
+  float world_ = 1;
+  SyncStats stats_;
+  std::shared_ptr<char> alive_ = std::make_shared<char>(0);  // hooks check it (see the constructor)
+};
+
+struct DdpOptions {
+  ReducerOptions reducer;
+  std::string device = "cpu";
+  bool broadcast_parameters = true;
+};
+
+class DistributedDataParallel : public Module {
+ public:
+  // Collective over comm: every rank must construct with the same model structure.
+  DistributedDataParallel(Module& module, Communicator& comm, DdpOptions options = {});
+  Tensor forward(const Tensor& x) override;
+  void finish_gradient_sync() { reducer_.finish(); }
+
+  // While the returned guard lives, backward does not communicate (gradient accumulation).
+  class NoSyncGuard {
+   public:
+    explicit NoSyncGuard(DistributedDataParallel& d) : d_(d), previous_(d.sync_) { d.sync_ = false; }
+    ~NoSyncGuard() { d_.sync_ = previous_; }
+    NoSyncGuard(const NoSyncGuard&) = delete;
+    NoSyncGuard& operator=(const NoSyncGuard&) = delete;
+
+   private:
+    DistributedDataParallel& d_;
+    bool previous_;
+  };
+  [[nodiscard]] NoSyncGuard no_sync() { return NoSyncGuard(*this); }
+
+  Module& module() { return module_; }
+  Communicator& comm() { return comm_; }
+  Reducer& reducer() { return reducer_; }
+  const DeviceSpec& device() const { return device_; }
+
+ private:
+  Module& module_;
+  Communicator& comm_;
+  DeviceSpec device_;
+  Reducer reducer_;
+  bool sync_ = true;
+};
+
+// Collective: throws on every rank naming the first parameter whose name or shape differs.
+void verify_parameters_across_ranks(Communicator& comm, const std::vector<NamedTensor>& params);
+// Collective: rank 0's parameter values, copied into every rank's (one flat broadcast).
+void broadcast_parameters(Communicator& comm, const std::vector<NamedTensor>& params, int root = 0);
+
+}  // namespace chorus

@@ -1,0 +1,59 @@
+// The one dispatch point from tensor ops to kernels: a table of kernel entry points per Device.
+// CPU fills it from kernels/cpu today; a CUDA table slots in here later without touching ops.
+#pragma once
+
+#include <cstdint>
+
+#include "ddp/tensor/tensor.h"
+#include "kernels/cpu/conv2d.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/pool.h"
+
+namespace chorus {
+
+using kernels::cpu::Conv2dShape;
+using kernels::cpu::PoolShape;
+using kernels::cpu::Trans;
+
+struct KernelTable {
+  void (*gemm)(Trans, Trans, int m, int n, int k, float alpha, const float* a, int lda, const float* b,
+               int ldb, float beta, float* c, int ldc);
+  void (*conv2d_forward)(const Conv2dShape&, const float* x, const float* w, const float* b, float* y,
+                         float* workspace, int chunk);
+  void (*conv2d_backward)(const Conv2dShape&, const float* x, const float* w, const float* dy, float* dx,
+                          float* dw, float* db, float* workspace, int chunk);
+  void (*max_pool2d_forward)(const PoolShape&, const float* x, float* y, uint8_t* argmax);
+  void (*max_pool2d_backward)(const PoolShape&, const float* x, const float* y, const uint8_t* argmax,
+                              const float* dy, float* dx);
+  void (*relu_forward)(long n, const float* x, float* y);
+  void (*relu_backward)(long n, const float* y, const float* dy, float* dx);
+  void (*add)(long n, const float* a, const float* b, float* y);
+  void (*mul)(long n, const float* a, const float* b, float* y);
+  void (*scale)(long n, float alpha, const float* x, float* y);
+  void (*fill)(long n, float value, float* y);
+  float (*sum)(long n, const float* x);
+  void (*add_row_bias)(int rows, int cols, const float* bias, float* y);
+  void (*sum_rows)(int rows, int cols, const float* dy, float* dbias);
+  void (*log_softmax_forward)(int rows, int cols, const float* x, float* y);
+  void (*log_softmax_backward)(int rows, int cols, const float* y, const float* dy, float* dx);
+  float (*nll_forward)(int rows, int cols, const float* logp, const int32_t* labels);
+  void (*nll_backward)(int rows, int cols, const int32_t* labels, float scale, float* dlogp);
+  void (*argmax_rows)(int rows, int cols, const float* x, int32_t* out);
+};
+
+// Throws std::invalid_argument naming the device when no kernels exist for it, or repeating the
+// message of a bad CHORUS_CPU_ISA.
+const KernelTable& kernel_table_for(Device device);
+
+// Intra-op threads for the CPU kernels: conv2d forward/backward split the batch across this many
+// threads (ddp/ops/thread_pool.h); everything else runs on the caller. Results depend on the thread
+// count only through the order dw/db partial sums are added (fixed for a given count).
+void set_cpu_threads(int threads);
+
+// Flush denormal floats to zero on the calling thread (x86 FTZ/DAZ), like
+// torch.set_flush_denormal(True). Momentum buffers of weights whose gradient stays zero decay
+// into the denormal range, where every multiply takes a ~100-cycle microcode assist.
+// Returns false where the CPU has no such mode.
+bool set_flush_denormal(bool on);
+
+}  // namespace chorus

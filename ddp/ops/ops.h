@@ -1,0 +1,42 @@
+// Differentiable ops on Tensors. Each records one autograd Node when grad mode is on and an input
+// requires grad; forward and backward of each op sit side by side in ddp/ops/{conv,dense,loss}.cc.
+// Shapes follow PyTorch: images are (N, C, H, W), matrices (rows, cols). Mismatched shapes throw
+// std::invalid_argument naming the op, the expected and the actual shape.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "ddp/tensor/tensor.h"
+
+namespace chorus {
+
+enum class Reduction { kMean, kSum };
+
+// conv.cc
+// x (N,C,H,W), w (OC,C,KH,KW), b (OC) or undefined -> (N,OC,OH,OW)
+Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, int stride = 1, int padding = 0);
+// x (N,C,H,W) -> (N,C,OH,OW), no padding, floor mode
+Tensor max_pool2d(const Tensor& x, int kernel, int stride);
+
+// dense.cc
+Tensor relu(const Tensor& x);
+// x (N,in), w (out,in), b (out) or undefined -> (N,out) = x w^T + b
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b);
+Tensor reshape(const Tensor& x, const Shape& shape);  // same storage, same numel
+Tensor flatten(const Tensor& x, int start_dim = 1);   // (N, ...) -> (N, prod(...))
+Tensor add(const Tensor& a, const Tensor& b);         // same shapes
+Tensor mul(const Tensor& a, const Tensor& b);         // same shapes, elementwise
+Tensor sum(const Tensor& x);                           // -> (1)
+Tensor mean(const Tensor& x);                          // -> (1)
+
+// loss.cc
+Tensor log_softmax(const Tensor& x);  // x (N,K), over dim 1
+// logp (N,K), labels N values in [0,K) -> (1)
+Tensor nll_loss(const Tensor& logp, std::span<const int32_t> labels, Reduction reduction = Reduction::kMean);
+Tensor cross_entropy(const Tensor& logits, std::span<const int32_t> labels,
+                     Reduction reduction = Reduction::kMean);
+std::vector<int32_t> argmax(const Tensor& x);  // x (N,K) -> N indices, first maximum wins
+
+}  // namespace chorus

@@ -1,0 +1,189 @@
+// Trainer: the epoch/step loop and evaluation.
+#include "ddp/train/trainer.h"
+
+#include <fmt/format.h>
+
+#include <time.h>
+
+#include <chrono>
+
+#include "ddp/tensor/autograd.h"
+#include "ddp/dist/dist_utils.h"
+#include "ddp/ops/ops.h"
+#include "ddp/train/progress.h"
+
+namespace chorus {
+namespace {
+
+double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+}  // namespace
+
+Trainer::Trainer(Module& model, Sgd& optimizer, DataLoader& train, const Dataset* test, TrainOptions options)
+    : model_(model), optimizer_(optimizer), train_(train), test_(test), options_(std::move(options)) {
+  global_step_ = options_.resume.global_step;
+}
+
+void Trainer::save(int64_t epoch, int64_t step_in_epoch) {
+  TrainState st;
+  st.epoch = epoch;
+  st.step_in_epoch = step_in_epoch;
+  st.global_step = global_step_;
+  st.seed = options_.seed;
+  st.world_size = options_.comm ? options_.comm->size() : 1;
+  st.batch_size = options_.batch_size;
+  st.lr = optimizer_.options().lr;
+  save_checkpoint(options_.comm, options_.checkpoint_dir, model_, optimizer_, st);
+}
+
+namespace {
+
+// Interval and epoch sums: loss * images, correct predictions, images.
+struct Sums {
+  double loss = 0, correct = 0, images = 0;
+};
+
+Sums global_sums(Communicator* comm, const Sums& mine) {
+  if (!comm) return mine;
+  std::vector<double> v{mine.loss, mine.correct, mine.images};
+  reduce_sum(*comm, v);
+  return {v[0], v[1], v[2]};
+}
+
+}  // namespace
+
+EpochStats Trainer::run_epoch(int epoch) {
+  EpochStats st;
+  st.epoch = epoch;
+  Communicator* comm = options_.comm;
+  const bool primary = !comm || comm->rank() == 0;
+  model_.train();
+  train_.begin_epoch(epoch - 1);
+  int64_t steps = train_.batches_per_epoch();
+  if (options_.max_steps_per_epoch >= 0 && options_.max_steps_per_epoch < steps) steps = options_.max_steps_per_epoch;
+  // Resuming inside this epoch: skip the batches already trained on (same order: seed + epoch).
+  int64_t first_step = 0;
+  if (epoch == options_.resume.epoch) first_step = std::min(options_.resume.step_in_epoch, steps);
+  Batch batch;
+  for (int64_t i = 0; i < first_step && train_.next(batch); ++i) {
+  }
+  // Every rank trains on equally many equally sized batches (DistributedSampler pads), so the
+  // job's image count is this rank's times the world size, with no collective per step.
+  const int ranks = comm ? comm->size() : 1;
+  ProgressBar bar(options_.out, fmt::format("epoch {}", epoch), steps,
+                  options_.progress && primary && options_.log_every <= 0, ranks);
+  Sums epoch_sums, interval;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto interval_t0 = t0;
+  const double c0 = process_cpu_seconds();
+  if (options_.ddp) options_.ddp->reducer().reset_stats();
+  for (int64_t step = first_step; step < steps && train_.next(batch); ++step) {
+    optimizer_.zero_grad();
+    Tensor logits = options_.ddp ? options_.ddp->forward(batch.images) : model_.forward(batch.images);
+    Tensor loss = cross_entropy(logits, batch.labels);
+    const auto b0 = std::chrono::steady_clock::now();
+    loss.backward();
+    st.backward_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - b0).count();
+    if (options_.ddp) options_.ddp->finish_gradient_sync();
+    if (options_.after_backward) options_.after_backward();
+    optimizer_.step();
+    ++global_step_;
+    const float l = loss.item();
+    if (options_.record_step_losses) st.step_losses.push_back(l);
+    const std::vector<int32_t> pred = argmax(logits);
+    double correct = 0;
+    for (size_t i = 0; i < pred.size(); ++i) correct += pred[i] == batch.labels[i];
+    const double n = static_cast<double>(batch.size());
+    for (Sums* s : {&epoch_sums, &interval}) {
+      s->loss += static_cast<double>(l) * n;
+      s->correct += correct;
+      s->images += n;
+    }
+    st.images += batch.size();
+    bar.update(step + 1, epoch_sums.loss / epoch_sums.images, st.images * ranks);
+    if (options_.log_every > 0 && ((step + 1) % options_.log_every == 0 || step + 1 == steps)) {
+      const auto now = std::chrono::steady_clock::now();
+      const double secs = std::chrono::duration<double>(now - interval_t0).count();
+      if (options_.per_rank_log && comm)
+        fmt::print(options_.out, "rank {} epoch {} step {}/{}: loss {:.4f} acc {:.4f} | {:.0f} images/s (this rank)\n",
+                   comm->rank(), epoch, step + 1, steps, interval.loss / interval.images,
+                   interval.correct / interval.images, interval.images / secs);
+      const Sums g = global_sums(comm, interval);
+      if (primary)
+        fmt::print(options_.out, "epoch {} step {}/{}: loss {:.4f} acc {:.4f} | {:.0f} images/s ({} rank{})\n", epoch,
+                   step + 1, steps, g.loss / g.images, g.correct / g.images, g.images / secs, comm ? comm->size() : 1,
+                   comm && comm->size() > 1 ? "s" : "");
+      std::fflush(options_.out);
+      interval = {};
+      interval_t0 = now;
+    }
+    if (options_.after_step) options_.after_step(global_step_);
+    if (!options_.checkpoint_dir.empty() && options_.checkpoint_every > 0 &&
+        global_step_ % options_.checkpoint_every == 0 && step + 1 < steps)
+      save(epoch, step + 1);
+  }
+  st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  st.cpu_seconds = process_cpu_seconds() - c0;
+  st.steps = steps - first_step;
+  bar.finish();
+  train_.end_epoch();  // stops the prefetch thread when steps were capped
+  if (options_.ddp) st.sync_wait_seconds = options_.ddp->reducer().stats().wait_seconds;
+  const Sums g = global_sums(comm, epoch_sums);
+  st.images = static_cast<int64_t>(g.images);
+  st.train_loss = g.images > 0 ? g.loss / g.images : 0.0;
+  st.train_acc = g.images > 0 ? g.correct / g.images : 0.0;
+  st.images_per_s = st.seconds > 0 ? g.images / st.seconds : 0.0;
+  if (!options_.checkpoint_dir.empty()) save(epoch + 1, 0);
+  if (test_) st.test_acc = comm ? evaluate_distributed(*comm, model_, *test_, options_.eval_batch_size)
+                                : evaluate(model_, *test_, options_.eval_batch_size);
+  return st;
+}
+
+std::vector<EpochStats> Trainer::run(const std::function<void(const EpochStats&)>& on_epoch) {
+  std::vector<EpochStats> all;
+  for (int e = static_cast<int>(std::max<int64_t>(1, options_.resume.epoch)); e <= options_.epochs; ++e) {
+    all.push_back(run_epoch(e));
+    if (on_epoch) on_epoch(all.back());
+  }
+  return all;
+}
+
+namespace {
+
+int64_t count_correct(Module& model, const Dataset& data, int64_t begin, int64_t end, int64_t batch_size) {
+  NoGradGuard no_grad;
+  const bool was_training = model.is_training();
+  model.eval();
+  const Shape s = data.sample_shape();
+  int64_t correct = 0;
+  for (int64_t first = begin; first < end; first += batch_size) {
+    const int64_t count = std::min(batch_size, end - first);
+    Tensor x = Tensor::empty(Shape{count, s[0], s[1], s[2]});
+    std::vector<int32_t> labels(static_cast<size_t>(count));
+    for (int64_t i = 0; i < count; ++i) labels[static_cast<size_t>(i)] = data.get(first + i, x.data() + i * s.numel());
+    const std::vector<int32_t> pred = argmax(model.forward(x));
+    for (int64_t i = 0; i < count; ++i) correct += pred[static_cast<size_t>(i)] == labels[static_cast<size_t>(i)];
+  }
+  model.train(was_training);
+  return correct;
+}
+
+}  // namespace
+
+double evaluate(Module& model, const Dataset& data, int64_t batch_size) {
+  const int64_t correct = count_correct(model, data, 0, data.size(), batch_size);
+  return data.size() ? static_cast<double>(correct) / static_cast<double>(data.size()) : 0.0;
+}
+
+double evaluate_distributed(Communicator& comm, Module& model, const Dataset& data, int64_t batch_size) {
+  const int64_t n = data.size(), r = comm.rank(), w = comm.size();
+  std::vector<double> correct{static_cast<double>(count_correct(model, data, n * r / w, n * (r + 1) / w, batch_size))};
+  reduce_sum(comm, correct);
+  return n ? correct[0] / static_cast<double>(n) : 0.0;
+}
+
+}  // namespace chorus

@@ -1,0 +1,88 @@
+// The training loop shared by examples/train_cnn and DDP: epochs of
+// zero_grad -> forward -> cross_entropy -> backward [-> DDP gradient sync] -> step, then a test pass.
+//
+// With a communicator (TrainOptions::comm) the loop is distributed: forward goes through the DDP
+// wrapper, the gradient sync is awaited before the step, loss/accuracy/images are all-reduced so
+// rank 0 prints one global line per interval, the test pass is split over the ranks, and
+// snapshots are written by rank 0 (ddp/train/checkpoint.h). Every rank must run the same number of steps.
+//
+// Deterministic: same model seed, loader seed and thread count -> bit-identical losses.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <vector>
+
+#include "ddp/train/checkpoint.h"
+#include "ddp/data/data_loader.h"
+#include "ddp/dist/distributed.h"
+#include "ddp/nn/modules.h"
+#include "ddp/nn/optim.h"
+
+namespace chorus {
+
+struct EpochStats {
+  int epoch = 0;            // 1-based
+  double train_loss = 0.0;  // mean over the epoch's samples
+  double images_per_s = 0.0;  // training loop only (not the test pass), like ../shared/peers/train
+  double seconds = 0.0;
+  double cpu_seconds = 0.0;  // process CPU time over the same span (all threads, like Python's process_time)
+  double test_acc = -1.0;   // -1 when no test set
+  int64_t images = 0;
+  std::vector<float> step_losses;  // one per step when TrainOptions::record_step_losses
+  // Distributed runs: loss/acc/images above are global (all ranks); these are rank 0's.
+  double train_acc = -1.0;          // fraction of correct argmax predictions on the training batches
+  double sync_wait_seconds = 0.0;   // waiting for the gradient all-reduce after backward
+  double backward_seconds = 0.0;    // backward (which overlaps the bucket all-reduces)
+  int64_t steps = 0;
+};
+
+struct TrainOptions {
+  int epochs = 1;
+  int64_t max_steps_per_epoch = -1;  // < 0: the whole epoch
+  bool progress = true;              // ProgressBar on `out`
+  bool record_step_losses = false;
+  std::FILE* out = stdout;
+  int eval_batch_size = 1000;
+  // Called after each loss.backward() and before optimizer.step(): where DDP waits for its
+  // bucket all-reduces to finish. Optional.
+  std::function<void()> after_backward;
+
+  // ---- distributed (all optional) ----
+  Communicator* comm = nullptr;            // null: single process
+  DistributedDataParallel* ddp = nullptr;  // forward + gradient sync go through it when set
+  int64_t log_every = 0;                   // > 0: one global line every N steps (replaces the bar)
+  bool per_rank_log = false;               // also print each rank's own interval line
+  std::string checkpoint_dir;              // empty: no snapshots
+  int64_t checkpoint_every = 0;            // > 0: also a snapshot every N global steps
+  TrainState resume;                       // where to start (epoch, step_in_epoch, global_step)
+  uint64_t seed = 0;                       // recorded in snapshots (sampler seed)
+  int64_t batch_size = 0;                  // recorded in snapshots
+  std::function<void(int64_t global_step)> after_step;  // e.g. fault injection in tests
+};
+
+class Trainer {
+ public:
+  Trainer(Module& model, Sgd& optimizer, DataLoader& train, const Dataset* test, TrainOptions options);
+  // Runs one epoch (epoch is 1-based; the loader is shuffled with epoch - 1, like set_epoch).
+  EpochStats run_epoch(int epoch);
+  // Runs all epochs, calling on_epoch after each.
+  std::vector<EpochStats> run(const std::function<void(const EpochStats&)>& on_epoch = nullptr);
+
+ private:
+  Module& model_;
+  Sgd& optimizer_;
+  DataLoader& train_;
+  const Dataset* test_;
+  TrainOptions options_;
+  int64_t global_step_ = 0;
+  void save(int64_t epoch, int64_t step_in_epoch);
+};
+
+// Fraction of correct argmax predictions over the whole data set, in eval mode without grad.
+double evaluate(Module& model, const Dataset& data, int64_t batch_size = 1000);
+// The same over all ranks: rank r scores its contiguous share; the counts are all-reduced.
+double evaluate_distributed(Communicator& comm, Module& model, const Dataset& data, int64_t batch_size = 1000);
+
+}  // namespace chorus
