@@ -32,11 +32,6 @@ Status copy_local(const char* send, char* recv, size_t bytes) {
   return Status::ok();
 }
 
-size_t piece_bytes_for(size_t requested, size_t elem_size) {
-  size_t p = std::max(requested, elem_size);
-  return p - p % elem_size;
-}
-
 Steps::Steps(OpCtx& ctx, kernels::DType dtype, kernels::RedOp op, Executor& exec)
     : ctx_(ctx), exec_(exec), dtype_(dtype), op_(op), esize_(kernels::dtype_size(dtype)), stage_(ctx.staging()) {}
 

@@ -108,7 +108,5 @@ Status run_parts(OpCtx& ctx, FunctionRef<Status(OpCtx&, uint64_t begin, uint64_t
 // One rank: the result is the input (avg over one rank divides by one).
 Status copy_local(const char* send, char* recv, size_t bytes);
 
-// Bytes a piece may have: a link slot, so a piece never straddles two slots.
-size_t piece_bytes_for(size_t requested, size_t elem_size);
 
 }  // namespace chorus

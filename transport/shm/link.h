@@ -39,7 +39,7 @@ class ShmWake : public WakeSource {
 
 class ShmLink final : public Link, public DirectSlots {
  public:
-  // in_ring: the peer's inbound ring in my segment; out_ring: my ring inside the peer's.
+  // in_ring: the ring in my segment this peer writes; out_ring: the ring in its segment I write.
   ShmLink(int peer, std::string peer_name, ShmWake* mine, int in_ring, std::shared_ptr<ShmSegment> theirs,
           int out_ring, int peer_pid);
   Result<bool> progress() override;
