@@ -7,9 +7,8 @@
 // independent of the number of ranks (the pipelined chain of Traff's and NCCL's ring
 // broadcast). Each rank checks its predecessor's header before trusting any data.
 #include <cstring>
-#include <vector>
 
-#include "collectives/comm.h"
+#include "collectives/prims.h"
 
 namespace chorus {
 
@@ -22,28 +21,16 @@ Status run_broadcast(OpCtx& ctx, const void* send, void* recv, size_t bytes, siz
   if (prev < 0 && send != recv && bytes > 0) std::memcpy(recv, send, bytes);
   if (n == 1) return Status::ok();
 
-  if (prev >= 0) {
-    uint64_t h = ctx.recv_header(prev);
-    CHORUS_TRY(ctx.wait_recv(prev, h));
-    CHORUS_TRY(ctx.check_header(prev));
+  Steps s(ctx, kernels::DType::kU8, kernels::RedOp::kSum);
+  if (prev >= 0) CHORUS_TRY(s.recv_header(prev));
+  if (next >= 0) CHORUS_TRY(s.send_header(next));
+  for (size_t off = 0; off < bytes; off += chunk_bytes) {
+    const size_t len = std::min(chunk_bytes, bytes - off);
+    if (prev < 0) CHORUS_TRY(s.send(next, data + off, len));                // root
+    else if (next >= 0) CHORUS_TRY(s.recv_copy_send(prev, next, data + off, len));  // middle
+    else CHORUS_TRY(s.recv(prev, data + off, len));                          // last
   }
-  uint64_t last_send = 0;
-  bool sent = false;
-  if (next >= 0) {
-    last_send = ctx.send_header(next);
-    sent = true;
-  }
-  const size_t nchunks = bytes == 0 ? 0 : (bytes + chunk_bytes - 1) / chunk_bytes;
-  std::vector<uint64_t> recv_tickets(nchunks);
-  if (prev >= 0)
-    for (size_t i = 0; i < nchunks; ++i)
-      recv_tickets[i] = ctx.link(prev).post_recv(data + i * chunk_bytes, std::min(chunk_bytes, bytes - i * chunk_bytes));
-  for (size_t i = 0; i < nchunks; ++i) {
-    if (prev >= 0) CHORUS_TRY(ctx.wait_recv(prev, recv_tickets[i]));
-    if (next >= 0) last_send = ctx.link(next).post_send(data + i * chunk_bytes, std::min(chunk_bytes, bytes - i * chunk_bytes));
-  }
-  if (sent) CHORUS_TRY(ctx.wait_send(next, last_send));
-  return Status::ok();
+  return s.finish();
 }
 
 }  // namespace chorus

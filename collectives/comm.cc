@@ -1,8 +1,6 @@
 // Communicator life cycle, the operation queue and the progress thread.
 #include "collectives/comm.h"
 
-#include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -71,9 +69,9 @@ Result<std::shared_ptr<Comm>> Comm::create(std::shared_ptr<Job> job, std::string
     c->jitter_us_ = static_cast<int>(jitter);
     c->send_seq_.assign(c->size(), 0);
     c->recv_seq_.assign(c->size(), 0);
-    CHORUS_ASSIGN_OR_RETURN(auto opt, transport::LinkOptions::from_env());
+    CHORUS_ASSIGN_OR_RETURN(auto transports, transport::Transports::from_env());
     CHORUS_ASSIGN_OR_RETURN(c->tuner_, TunerConfig::from_env());
-    return c->create_channels(opt, deadline);
+    return c->create_channels(transports, deadline);
   }();
   if (!s.is_ok()) {
     // Tell the others at once: they stop waiting for this rank and say why.
@@ -99,7 +97,7 @@ Result<std::shared_ptr<Comm>> Comm::create(std::shared_ptr<Job> job, std::string
 
 // Every rank must open the same number of channels (compared through the store first), then
 // each channel connects its links; any peer's failure or death meanwhile ends the wait at once.
-Status Comm::create_channels(const transport::LinkOptions& opt, Deadline deadline) {
+Status Comm::create_channels(const transport::Transports& transports, Deadline deadline) {
   auto& store = job_->store();
   Job* job = job_.get();
   auto interrupt = [job, uid = uid_, members = job_ranks_] {
@@ -120,39 +118,19 @@ Status Comm::create_channels(const transport::LinkOptions& opt, Deadline deadlin
     std::string prefix = k == 0 ? prefix_ : fmt::format("{}/ch{}", prefix_, k);
     CHORUS_ASSIGN_OR_RETURN(
         ch->links, transport::connect_links(store, prefix, uid_ + k, job_->secret(), rank_, size(),
-                                            opt, deadline, interrupt));
+                                            transports, deadline, interrupt));
     ch->headers.resize(size());
-    ch->event_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    ch->epoll_fd = epoll_create1(EPOLL_CLOEXEC);
-    if (ch->event_fd < 0 || ch->epoll_fd < 0) return make_error(Code::kSystemError, "epoll/eventfd: {}", strerror(errno));
-    epoll_event ev{};
-    ev.events = EPOLLIN;
-    ev.data.fd = ch->event_fd;
-    epoll_ctl(ch->epoll_fd, EPOLL_CTL_ADD, ch->event_fd, &ev);
-    for (int fd : ch->links.tcp_fds) {
-      epoll_event e{};
-      e.events = EPOLLIN | EPOLLOUT | EPOLLET | EPOLLRDHUP;
-      e.data.fd = fd;
-      epoll_ctl(ch->epoll_fd, EPOLL_CTL_ADD, fd, &e);
-    }
+    CHORUS_ASSIGN_OR_RETURN(ch->waiter, transport::Waiter::create(ch->links));
     channels_.push_back(std::move(ch));
   }
   nchannels_ = static_cast<int>(channels_.size());
-  const auto& peers = channels_[0]->links.peers;
-  for (auto& p : peers) any_tcp_ |= p.host != peers[0].host;
-  if (opt.force == "tcp" && size() > 1) any_tcp_ = true;
-  slot_bytes_ = std::min<size_t>(opt.shm.slot_bytes, 256 << 10);
+  link_model_ = transports.model_for(channels_[0]->links.peers);
   for (int k = 1; k < nchannels(); ++k) {
     CHORUS_ASSIGN_OR_RETURN(channels_[k]->thread,
                             start_thread(fmt::format("channel {} of rank {}", k, rank_),
                                          [this, k] { channel_loop(k); }));
   }
   return Status::ok();
-}
-
-Channel::~Channel() {
-  if (epoll_fd >= 0) close(epoll_fd);
-  if (event_fd >= 0) close(event_fd);
 }
 
 Comm::~Comm() { (void)destroy(); }
@@ -314,9 +292,7 @@ void Comm::wake() {
 
 void Comm::wake_locked() {
   for (auto& ch : channels_) {
-    if (ch->links.own_segment) transport::doorbell_ring(ch->links.own_segment->doorbell());
-    uint64_t one = 1;
-    if (ch->event_fd >= 0) (void)!write(ch->event_fd, &one, sizeof one);
+    if (ch->waiter) ch->waiter->wake();
   }
 }
 

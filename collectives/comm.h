@@ -13,6 +13,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstring>
 #include <condition_variable>
 #include <deque>
 #include <initializer_list>
@@ -28,6 +29,7 @@
 #include "common/clock.h"
 #include "common/function_ref.h"
 #include "transport/connect.h"
+#include "transport/waiter.h"
 
 namespace chorus {
 
@@ -66,14 +68,13 @@ class Work {
 
 using OpFn = std::function<Status(OpCtx&)>;
 
-// A channel: one lane of a communicator with links of its own (shm rings and doorbell, tcp
-// sockets), its wake-up descriptors, staging memory and header scratch. Channel 0 always
+// A channel: one lane of a communicator with links of its own, the waiter its thread sleeps
+// on, staging memory and header scratch. Channel 0 always
 // exists; with CHORUS_NCHANNELS=n, large all-reduce, reduce and broadcast calls are cut into n
 // parts that run at once, part k on channel k, channels >= 1 on threads of their own.
 struct Channel {
   transport::LinkSet links;
-  int epoll_fd = -1;
-  int event_fd = -1;
+  std::unique_ptr<transport::Waiter> waiter;
   StagingBuffers staging;
   std::vector<OpHeader> headers;  // one per peer
   // The worker of a channel >= 1: one job at a time.
@@ -84,7 +85,6 @@ struct Channel {
   bool stop = false;
   bool done = false;
   Status result;
-  ~Channel();
 };
 
 class Comm : public std::enable_shared_from_this<Comm> {
@@ -98,14 +98,14 @@ class Comm : public std::enable_shared_from_this<Comm> {
   int size() const { return static_cast<int>(job_ranks_.size()); }
   uint64_t uid() const { return uid_; }
   double timeout_seconds() const { return timeout_s_; }
-  bool any_tcp() const { return any_tcp_; }   // the same answer on every rank
-  size_t slot_bytes() const { return slot_bytes_; }
+  // The cost model of the slowest link any pair of ranks uses: the same answer on every rank.
+  const transport::LinkModel& link_model() const { return link_model_; }
   // The tuner's answer, remembered for the last (kind, size): training repeats its calls.
   // Any thread may call it (the cache is under a lock of its own).
   Tuned tune(OpKind kind, size_t bytes) {
     std::lock_guard<std::mutex> lock(tune_mu_);
     if (kind == last_tune_kind_ && bytes == last_tune_bytes_) return last_tune_;
-    last_tune_ = chorus::tune({kind, bytes, size(), any_tcp_, slot_bytes_, nchannels()}, tuner_);
+    last_tune_ = chorus::tune({kind, bytes, size(), link_model_, nchannels()}, tuner_);
     last_tune_kind_ = kind;
     last_tune_bytes_ = bytes;
     return last_tune_;
@@ -145,7 +145,7 @@ class Comm : public std::enable_shared_from_this<Comm> {
   Comm() = default;
   void progress_loop();
   void channel_loop(int k);
-  Status create_channels(const transport::LinkOptions& opt, Deadline deadline);
+  Status create_channels(const transport::Transports& transports, Deadline deadline);
   Status wait_idle(std::unique_lock<std::mutex>& lock, Deadline deadline);
   Status join_threads(Deadline deadline);
   void fail(const Status& s);
@@ -161,9 +161,8 @@ class Comm : public std::enable_shared_from_this<Comm> {
   std::vector<std::unique_ptr<Channel>> channels_;  // cleared by destroy, under mu_
   int nchannels_ = 1;
   double timeout_s_ = 300;
-  bool any_tcp_ = false;
+  transport::LinkModel link_model_{};
   int drain_waiters_ = 0;  // threads waiting for the queue to empty (destroy)
-  size_t slot_bytes_ = 256 << 10;
   TunerConfig tuner_;
   std::mutex tune_mu_;
   OpKind last_tune_kind_ = OpKind::kSend;  // kSend is never tuned: the cache starts empty
@@ -215,17 +214,18 @@ class OpCtx {
   // Small messages over a direct link in one slot: header and data together. Writes ours,
   // waits for the peer's, checks its header and returns its data (valid until eager_release).
   // Both sides must call it for the same exchange. Use when eager_fits().
-  // Over tcp, header and data leave in one send from a staging buffer (both sides agree on the
-  // choice: it depends only on the size and the kind of the link between them).
+  // Over links without direct slots (tcp), header and data leave in one send from a staging
+  // buffer (both sides agree on the choice: it depends only on the size and on the link
+  // between them, which is the same backend on both sides).
   bool eager_fits(int peer, size_t bytes) {
-    transport::Link& l = link(peer);
-    if (l.direct()) return l.slot_capacity() >= sizeof(OpHeader) + bytes;
-    return sizeof(OpHeader) + bytes <= kEagerTcpBytes;
+    transport::DirectSlots* d = link(peer).direct();
+    if (d) return d->slot_capacity() >= sizeof(OpHeader) + bytes;
+    return sizeof(OpHeader) + bytes <= kEagerStagedBytes;
   }
-  static constexpr size_t kEagerTcpBytes = 64 << 10;
+  static constexpr size_t kEagerStagedBytes = 64 << 10;
   Result<const char*> eager_exchange(int peer, const void* data, size_t bytes);
   void eager_release(int peer, size_t bytes) {
-    if (link(peer).direct()) link(peer).recv_consume(sizeof(OpHeader) + bytes);
+    if (transport::DirectSlots* d = link(peer).direct()) d->recv_consume(sizeof(OpHeader) + bytes);
   }
   // Waits until every posted send and receive of this operation is complete.
   Status drain();
@@ -233,6 +233,8 @@ class OpCtx {
   uint64_t send_header(int peer);
   uint64_t recv_header(int peer);  // the header lands in a buffer owned by the ctx
   Status check_header(int peer);   // after recv_header completed
+  // Writes this operation's header at p (into a reserved slot: header and data in one).
+  void write_header(char* p) const { std::memcpy(p, &my_header_, sizeof my_header_); }
 
   // Progresses every busy link until done() is true: spins briefly, then sleeps on a wake-up.
   // Fails on the operation's deadline, a link error, a dead peer or an abort.
@@ -247,7 +249,7 @@ class OpCtx {
   // Test hook (CHORUS_TEST_JITTER_US=N): before one wait in four, sleep a random 0..N us, so
   // ranks fall out of step at arbitrary points of an operation and ordering bugs show here.
   void jitter();
-  void sleep_once(uint32_t seen, bool has_tcp, bool has_shm);
+  Result<bool> sleep_once(FunctionRef<bool()> done, bool* slept);
   Comm& comm_;
   Channel& ch_;
   OpDesc desc_;

@@ -4,15 +4,17 @@
 // process wants the core (OpenMPI's shared-memory path: 0.65 us -> 12 ms); one that only
 // blocks never gets below tens of microseconds (Gloo). So: progress every busy link; while
 // something moved within the last CHORUS_SPIN_US microseconds keep spinning; then announce
-// that we sleep and sleep on our doorbell (shm peers ring it after every change they make to
-// a ring we share) or on epoll (tcp sockets). Sleeps last at most 100 ms so that deadlines,
-// aborts and dead shm peers (checked with kill(pid, 0)) are noticed promptly.
-#include <sys/epoll.h>
+// that we sleep and sleep on the wake-up sources of the busy links, through the channel's
+// transport::Waiter (an shm doorbell that peers ring after every change to a ring we share,
+// polled tcp sockets). Sleeps last at most 100 ms so that deadlines, aborts and dead peers
+// (Link::check_alive) are noticed promptly.
 #include <unistd.h>
 
 #include <immintrin.h>
 
 #include <algorithm>
+#include <array>
+#include <span>
 #include <cstring>
 
 #include "collectives/comm.h"
@@ -54,7 +56,8 @@ Status OpCtx::exchange_headers(std::initializer_list<int> to, std::initializer_l
 Result<const char*> OpCtx::eager_exchange(int peer, const void* data, size_t bytes) {
   transport::Link& l = link(peer);
   const size_t total = sizeof(OpHeader) + bytes;
-  if (!l.direct()) {
+  transport::DirectSlots* d = l.direct();
+  if (!d) {
     // One send of header + data from staging; the header is read and checked before the data
     // is asked for, so a peer in another call is caught instead of waited for.
     StagingBuffers& st = ch_.staging;
@@ -71,12 +74,12 @@ Result<const char*> OpCtx::eager_exchange(int peer, const void* data, size_t byt
     return static_cast<const char*>(st.in.data());
   }
   std::pair<char*, size_t> out;
-  CHORUS_TRY(wait([&] { out = l.send_reserve(); return out.second >= total; }, peer));
+  CHORUS_TRY(wait([&] { out = d->send_reserve(); return out.second >= total; }, peer));
   std::memcpy(out.first, &my_header_, sizeof(OpHeader));
   if (bytes) std::memcpy(out.first + sizeof(OpHeader), data, bytes);
-  l.send_commit(total);
+  d->send_commit(total);
   std::pair<const char*, size_t> in;
-  CHORUS_TRY(wait([&] { in = l.recv_peek(); return in.second > 0; }, peer));
+  CHORUS_TRY(wait([&] { in = d->recv_peek(); return in.second > 0; }, peer));
   if (in.second < sizeof(OpHeader))
     return make_error(Code::kMismatch, "{} on rank {}: rank {} sent a {} byte message where a {} byte header was due",
                       describe(desc_), comm_.rank_, peer, in.second, sizeof(OpHeader));
@@ -121,26 +124,6 @@ Result<bool> OpCtx::progress_all() {
   return moved;
 }
 
-void OpCtx::sleep_once(uint32_t seen, bool has_tcp, bool has_shm) {
-  int ms = deadline().slice_ms(100);
-  if (has_tcp) {
-    epoll_event evs[16];
-    int n = epoll_wait(ch_.epoll_fd, evs, 16, has_shm ? std::min(ms, 1) : ms);
-    for (int i = 0; i < n; ++i)
-      if (evs[i].data.fd == ch_.event_fd) {
-        uint64_t v;
-        (void)!read(ch_.event_fd, &v, sizeof v);
-      }
-    return;
-  }
-  auto* db = ch_.links.own_segment ? ch_.links.own_segment->doorbell() : nullptr;
-  if (db) {
-    transport::doorbell_wait(db, seen, ms);
-    return;
-  }
-  usleep(1000);  // a one-rank communicator has nothing to wait for; not reached in practice
-}
-
 void OpCtx::jitter() {
   // xorshift64, one stream per thread, seeded by rank and thread so every run differs.
   thread_local uint64_t x = 0x9e3779b97f4a7c15ull ^ (static_cast<uint64_t>(comm_.rank_) << 32) ^
@@ -173,9 +156,36 @@ Status OpCtx::wait(FunctionRef<bool()> done, int waiting_for) {
   return wait_slow(done, waiting_for);
 }
 
+// One sleep on the busy links' wake-up sources, unless a last look finds work. Returns whether
+// that last look moved bytes; *slept tells whether it slept.
+Result<bool> OpCtx::sleep_once(FunctionRef<bool()> done, bool* slept) {
+  std::array<transport::WakeSource*, 8> busy{};
+  size_t nbusy = 0;
+  for (auto& l : ch_.links.links) {
+    if (!l || !l->busy()) continue;
+    transport::WakeSource* w = l->wake_source();
+    if (nbusy < busy.size() && std::find(busy.begin(), busy.begin() + nbusy, w) == busy.begin() + nbusy)
+      busy[nbusy++] = w;
+    Status alive = l->check_alive();
+    if (!alive.is_ok()) return explain_link_failure(alive);
+  }
+  transport::Waiter& waiter = *ch_.waiter;
+  waiter.arm();
+  auto r = progress_all();
+  if (!r.is_ok()) {
+    waiter.disarm();
+    return r.status();
+  }
+  if (!*r && !waiter.rung() && !done() && !comm_.failed_.load()) {
+    waiter.sleep(std::span(busy.data(), nbusy), deadline().slice_ms(100));
+    *slept = true;
+  }
+  waiter.disarm();
+  return *r;
+}
+
 Status OpCtx::wait_slow(FunctionRef<bool()> done, int waiting_for) {
   if (!deadline_set_) comm_.mark_waiting_since();
-  auto* db = ch_.links.own_segment ? ch_.links.own_segment->doorbell() : nullptr;
   double last_move = now_seconds();
   // Spinning pays when the peer is running; when the cores are oversubscribed it only burns
   // the time slice the peer needs. So the spin budget halves after every wait that had to
@@ -207,28 +217,7 @@ Status OpCtx::wait_slow(FunctionRef<bool()> done, int waiting_for) {
       std::string who = waiting_for >= 0 ? fmt::format(" waiting for rank {}", waiting_for) : "";
       return Status(Code::kTimeout, comm_.timeout_report(desc_, who));
     }
-    bool has_tcp = false, has_shm = false;
-    for (auto& l : ch_.links.links) {
-      if (!l || !l->busy()) continue;
-      if (l->kind() == transport::LinkKind::kTcp) has_tcp = true;
-      else has_shm = true;
-      Status alive = l->check_alive();
-      if (!alive.is_ok()) return explain_link_failure(alive);
-    }
-    if (db) db->sleepers.fetch_add(1, std::memory_order_seq_cst);
-    uint32_t seen = db ? db->seq.load(std::memory_order_seq_cst) : 0;
-    auto r2 = progress_all();
-    if (!r2.is_ok()) {
-      if (db) db->sleepers.fetch_sub(1, std::memory_order_seq_cst);
-      return r2.status();
-    }
-    bool moved2 = *r2;
-    bool changed = db && db->seq.load(std::memory_order_seq_cst) != seen;
-    if (!moved2 && !changed && !done() && !comm_.failed_.load()) {
-      sleep_once(seen, has_tcp, has_shm);
-      slept = true;
-    }
-    if (db) db->sleepers.fetch_sub(1, std::memory_order_seq_cst);
+    CHORUS_ASSIGN_OR_RETURN(bool moved2, sleep_once(done, &slept));
     last_move = moved2 ? now_seconds() : last_move;
   }
 }

@@ -1,7 +1,5 @@
-// Step primitives over links (see prims.h).
+// Step primitives over links, each a loop over pieces (see prims.h).
 #include "collectives/prims.h"
-
-#include "kernels/cpu/copy.h"
 
 #include <algorithm>
 #include <cstring>
@@ -34,26 +32,23 @@ Status copy_local(const char* send, char* recv, size_t bytes) {
   return Status::ok();
 }
 
-size_t piece_bytes_for(size_t requested, size_t elem_size) {
-  size_t p = std::max(requested, elem_size);
-  return p - p % elem_size;
-}
+Steps::Steps(OpCtx& ctx, kernels::DType dtype, kernels::RedOp op, Executor& exec)
+    : ctx_(ctx), exec_(exec), dtype_(dtype), op_(op), esize_(kernels::dtype_size(dtype)), stage_(ctx.staging()) {}
 
-Steps::Steps(OpCtx& ctx, kernels::DType dtype, kernels::RedOp op)
-    : ctx_(ctx), dtype_(dtype), op_(op), esize_(kernels::dtype_size(dtype)), stage_(ctx.staging()) {}
+// ---- pieces: where a piece's input comes from and where its output goes ----
 
-// The next piece of input from `from`, at most *n bytes; *n becomes the piece's size.
-// Direct links hand out their slot; others receive into dst (plain copies) or a staging buffer.
-Result<const char*> Steps::take_input(int from, char* dst, bool reduce, size_t* n) {
+// The next piece of input from `from`, at most *n bytes; *n becomes the piece's size. Direct
+// links hand out their slot; others receive into recv_into (plain copies) or a staging buffer.
+Result<const char*> Steps::take_input(int from, char* recv_into, size_t* n) {
   transport::Link& l = ctx_.link(from);
-  if (l.direct()) {
+  if (transport::DirectSlots* d = l.direct()) {
     std::pair<const char*, size_t> in;
-    CHORUS_TRY(ctx_.wait([&] { in = l.recv_peek(); return in.second > 0; }, from));
+    CHORUS_TRY(ctx_.wait([&] { in = d->recv_peek(); return in.second > 0; }, from));
     *n = std::min(*n, in.second);
     return in.first;
   }
   *n = std::min(*n, kStageBytes);
-  char* target = (!reduce && dst) ? dst : nullptr;
+  char* target = recv_into;
   if (!target) {
     if (stage_.in.size() < kStageBytes) stage_.in.resize(kStageBytes);
     target = stage_.in.data();
@@ -66,16 +61,51 @@ Result<const char*> Steps::take_input(int from, char* dst, bool reduce, size_t* 
 // Space for the next piece to `to`: a slot on direct links (shrinks *n to fit), else nullptr
 // (the piece will be posted from wherever it lies).
 Result<char*> Steps::take_output(int to, size_t* n) {
-  transport::Link& l = ctx_.link(to);
-  if (!l.direct()) return static_cast<char*>(nullptr);
+  transport::DirectSlots* d = ctx_.link(to).direct();
+  if (!d) return static_cast<char*>(nullptr);
   std::pair<char*, size_t> out;
-  CHORUS_TRY(ctx_.wait([&] { out = l.send_reserve(); return out.second >= esize_; }, to));
+  CHORUS_TRY(ctx_.wait([&] { out = d->send_reserve(); return out.second >= esize_; }, to));
   size_t cap = out.second - out.second % esize_;
   *n = std::min(*n, cap);
   return out.first;
 }
 
-// A staging buffer for a result that must be posted to a non-direct link.
+Result<Steps::Piece> Steps::begin_piece(int from, int to, char* recv_into, size_t left) {
+  Piece p;
+  p.n = left;
+  if (from >= 0) {
+    CHORUS_ASSIGN_OR_RETURN(p.in, take_input(from, recv_into, &p.n));
+  }
+  if (to >= 0) {
+    CHORUS_ASSIGN_OR_RETURN(p.slot, take_output(to, &p.n));
+  }
+  p.n -= p.n % esize_;
+  CHORUS_ASSERT(p.n > 0);
+  return p;
+}
+
+// Frees the piece's input slot and publishes its output: the slot, or `result` posted.
+void Steps::end_piece(int from, int to, const Piece& p, const char* result) {
+  if (from >= 0)
+    if (transport::DirectSlots* d = ctx_.link(from).direct()) d->recv_consume(p.n);
+  if (to < 0) return;
+  if (p.slot) {
+    ctx_.link(to).direct()->send_commit(p.n);
+    return;
+  }
+  post(to, result, p.n);
+}
+
+void Steps::post(int to, const char* buf, size_t n) {
+  uint64_t t = ctx_.link(to).post_send(buf, n);
+  for (int k = 0; k < kOutStages; ++k)
+    if (stage_used_[k] && stage_.out[k].data() == buf) stage_ticket_[k] = {to, t};
+  auto it = std::find_if(pending_.begin(), pending_.end(), [&](auto& p) { return p.first == to; });
+  if (it == pending_.end()) pending_.push_back({to, t});
+  else it->second = t;
+}
+
+// A staging buffer for a result that must be posted to a link without direct slots.
 char* Steps::stage_out(int to, size_t n) {
   int k = next_stage_;
   next_stage_ = (next_stage_ + 1) % kOutStages;
@@ -90,85 +120,163 @@ char* Steps::stage_out(int to, size_t n) {
   return stage_.out[k].data();
 }
 
-Status Steps::step(int from, int to, const char* own, char* dst, size_t bytes, bool reduce, bool avg) {
-  size_t done = 0;
-  while (done < bytes) {
-    size_t n = bytes - done;
-    const char* in = nullptr;
-    if (from >= 0) {
-      CHORUS_ASSIGN_OR_RETURN(in, take_input(from, dst ? dst + done : nullptr, reduce, &n));
-    }
-    char* slot = nullptr;
-    if (to >= 0) {
-      CHORUS_ASSIGN_OR_RETURN(slot, take_output(to, &n));
-    }
-    n -= n % esize_;
-    CHORUS_ASSERT(n > 0);
-    size_t count = n / esize_;
-    // Compute the piece; `result` is where it lies afterwards (for posting to tcp).
-    const char* result = nullptr;
-    if (from < 0) {  // send
-      if (slot) {
-        std::memcpy(slot, own + done, n);
-      } else if (copy_sends_) {
-        char* keep = stage_out(to, n);
-        std::memcpy(keep, own + done, n);
-        result = keep;
-      }
-      if (!result) result = own + done;
-    } else if (reduce) {
-      char* d = dst ? dst + done : nullptr;
-      const char* a = own_first_ ? own + done : in;
-      const char* b = own_first_ ? in : own + done;
-      if (d && slot && !avg && !streaming_) {
-        kernels::reduce_copy(dtype_, op_, a, b, d, slot, count);  // one pass, two outputs
-        result = d;
-      } else {
-        char* target = slot ? slot : (d ? (streaming_ ? scratch(n) : d) : stage_out(to, n));
-        kernels::reduce(dtype_, op_, a, b, target, count);
-        if (avg) kernels::scale_avg(dtype_, target, count, ctx_.size());
-        if (d && target != d) store(d, target, n);
-        result = d ? d : target;
-      }
-    } else {  // copy
-      char* d = dst ? dst + done : nullptr;
-      if (d && in != d) store(d, in, n);
-      if (slot) std::memcpy(slot, in, n);
-      result = d ? d : in;
-    }
-    if (from >= 0 && ctx_.link(from).direct()) ctx_.link(from).recv_consume(n);
-    if (to >= 0) {
-      transport::Link& out = ctx_.link(to);
-      if (slot) {
-        out.send_commit(n);
-      } else {
-        if (result == in && from >= 0 && !ctx_.link(from).direct() && !dst) {
-          // recvCopySend without a destination: the input is in stage_in_, which the next piece reuses.
-          char* keep = stage_out(to, n);
-          std::memcpy(keep, in, n);
-          result = keep;
-        }
-        uint64_t t = out.post_send(result, n);
-        for (int k = 0; k < kOutStages; ++k)
-          if (stage_used_[k] && stage_.out[k].data() == result) stage_ticket_[k] = {to, t};
-        auto it = std::find_if(pending_.begin(), pending_.end(), [&](auto& p) { return p.first == to; });
-        if (it == pending_.end()) pending_.push_back({to, t});
-        else it->second = t;
-      }
-    }
-    done += n;
-  }
-  return Status::ok();
-}
-
 char* Steps::scratch(size_t n) {
   if (stage_.scratch.size() < n) stage_.scratch.resize(std::max(n, kStageBytes));
   return stage_.scratch.data();
 }
 
 void Steps::store(char* dst, const char* src, size_t n) {
-  if (streaming_) kernels::copy_streaming(dst, src, n);
-  else std::memcpy(dst, src, n);
+  if (streaming_) exec_.copy_streaming(dst, src, n);
+  else exec_.copy(dst, src, n);
+}
+
+// out = in op own, or own op in (set_own_first).
+void Steps::reduce_piece(const char* in, const char* own, char* out, size_t n) {
+  exec_.reduce(dtype_, op_, own_first_ ? own : in, own_first_ ? in : own, out, n / esize_);
+}
+
+// ---- the primitives ----
+
+// to <- own
+Status Steps::send(int to, const char* own, size_t bytes) {
+  for (size_t off = 0; off < bytes;) {
+    CHORUS_ASSIGN_OR_RETURN(Piece p, begin_piece(-1, to, nullptr, bytes - off));
+    if (p.slot) exec_.copy(p.slot, own + off, p.n);
+    end_piece(-1, to, p, own + off);
+    off += p.n;
+  }
+  return Status::ok();
+}
+
+// to <- own, copied out of `own` before the call returns
+Status Steps::send_copy(int to, const char* own, size_t bytes) {
+  for (size_t off = 0; off < bytes;) {
+    CHORUS_ASSIGN_OR_RETURN(Piece p, begin_piece(-1, to, nullptr, bytes - off));
+    char* out = p.slot ? p.slot : stage_out(to, p.n);
+    exec_.copy(out, own + off, p.n);
+    end_piece(-1, to, p, out);
+    off += p.n;
+  }
+  return Status::ok();
+}
+
+// dst <- from. Without direct slots the link receives straight into dst, in one request.
+Status Steps::recv(int from, char* dst, size_t bytes) {
+  if (!ctx_.link(from).direct()) {
+    if (bytes == 0) return Status::ok();
+    return ctx_.wait_recv(from, ctx_.link(from).post_recv(dst, bytes));
+  }
+  for (size_t off = 0; off < bytes;) {
+    CHORUS_ASSIGN_OR_RETURN(Piece p, begin_piece(from, -1, dst + off, bytes - off));
+    store(dst + off, p.in, p.n);
+    end_piece(from, -1, p, nullptr);
+    off += p.n;
+  }
+  return Status::ok();
+}
+
+// to <- (from op own)
+Status Steps::recv_reduce_send(int from, int to, const char* own, size_t bytes) {
+  for (size_t off = 0; off < bytes;) {
+    CHORUS_ASSIGN_OR_RETURN(Piece p, begin_piece(from, to, nullptr, bytes - off));
+    char* out = p.slot ? p.slot : stage_out(to, p.n);
+    reduce_piece(p.in, own + off, out, p.n);
+    end_piece(from, to, p, out);
+    off += p.n;
+  }
+  return Status::ok();
+}
+
+// dst <- (from op own); to <- dst. Into a slot and dst in one pass when nothing else is due.
+Status Steps::recv_reduce_copy_send(int from, int to, const char* own, char* dst, size_t bytes, bool avg) {
+  for (size_t off = 0; off < bytes;) {
+    CHORUS_ASSIGN_OR_RETURN(Piece p, begin_piece(from, to, nullptr, bytes - off));
+    char* d = dst + off;
+    if (p.slot && !avg && !streaming_) {
+      const char* a = own_first_ ? own + off : p.in;
+      const char* b = own_first_ ? p.in : own + off;
+      exec_.reduce_copy(dtype_, op_, a, b, d, p.slot, p.n / esize_);
+    } else {
+      char* target = p.slot ? p.slot : (streaming_ ? scratch(p.n) : d);
+      reduce_piece(p.in, own + off, target, p.n);
+      if (avg) exec_.scale_avg(dtype_, target, p.n / esize_, ctx_.size());
+      if (target != d) store(d, target, p.n);
+    }
+    end_piece(from, to, p, d);
+    off += p.n;
+  }
+  return Status::ok();
+}
+
+// dst <- (from op own)
+Status Steps::recv_reduce_copy(int from, const char* own, char* dst, size_t bytes, bool avg) {
+  for (size_t off = 0; off < bytes;) {
+    CHORUS_ASSIGN_OR_RETURN(Piece p, begin_piece(from, -1, nullptr, bytes - off));
+    char* d = dst + off;
+    char* target = streaming_ ? scratch(p.n) : d;
+    reduce_piece(p.in, own + off, target, p.n);
+    if (avg) exec_.scale_avg(dtype_, target, p.n / esize_, ctx_.size());
+    if (target != d) store(d, target, p.n);
+    end_piece(from, -1, p, nullptr);
+    off += p.n;
+  }
+  return Status::ok();
+}
+
+// dst <- from; to <- from
+Status Steps::recv_copy_send(int from, int to, char* dst, size_t bytes) {
+  for (size_t off = 0; off < bytes;) {
+    CHORUS_ASSIGN_OR_RETURN(Piece p, begin_piece(from, to, dst + off, bytes - off));
+    char* d = dst + off;
+    if (p.in != d) store(d, p.in, p.n);
+    if (p.slot) exec_.copy(p.slot, p.in, p.n);
+    end_piece(from, to, p, d);
+    off += p.n;
+  }
+  return Status::ok();
+}
+
+Status Steps::send_header(int to) {
+  uint64_t t = ctx_.send_header(to);
+  auto it = std::find_if(pending_.begin(), pending_.end(), [&](auto& p) { return p.first == to; });
+  if (it == pending_.end()) pending_.push_back({to, t});
+  else it->second = t;
+  return Status::ok();
+}
+
+Status Steps::recv_header(int from) {
+  CHORUS_TRY(ctx_.wait_recv(from, ctx_.recv_header(from)));
+  return ctx_.check_header(from);
+}
+
+// Header + data in one slot when they fit one, else the header posted and the data in steps
+// behind it (a link without direct slots packs both into one send anyway).
+Status Steps::send_message(int to, const char* own, size_t bytes) {
+  transport::DirectSlots* d = ctx_.link(to).direct();
+  if (!d || d->slot_capacity() < sizeof(OpHeader) + bytes) {
+    CHORUS_TRY(send_header(to));
+    return send(to, own, bytes);
+  }
+  std::pair<char*, size_t> out;
+  CHORUS_TRY(ctx_.wait([&] { out = d->send_reserve(); return out.second >= sizeof(OpHeader) + bytes; }, to));
+  ctx_.write_header(out.first);
+  if (bytes) exec_.copy(out.first + sizeof(OpHeader), own, bytes);
+  d->send_commit(sizeof(OpHeader) + bytes);
+  return Status::ok();
+}
+
+// The header is checked before any data is taken, so a mismatched send is caught, not read.
+Status Steps::recv_message(int from, char* dst, size_t bytes) {
+  CHORUS_TRY(recv_header(from));
+  return recv(from, dst, bytes);
+}
+
+Status Steps::exchange_reduce_copy(int peer, const char* own, char* dst, size_t bytes, bool avg) {
+  CHORUS_ASSIGN_OR_RETURN(const char* theirs, ctx_.eager_exchange(peer, own, bytes));
+  reduce_piece(theirs, own, dst, bytes);
+  if (avg) exec_.scale_avg(dtype_, dst, bytes / esize_, ctx_.size());
+  ctx_.eager_release(peer, bytes);
+  return Status::ok();
 }
 
 Status Steps::finish() {
@@ -176,5 +284,6 @@ Status Steps::finish() {
   pending_.clear();
   return Status::ok();
 }
+
 
 }  // namespace chorus

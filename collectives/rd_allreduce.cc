@@ -61,14 +61,10 @@ Status run_rd_allreduce(OpCtx& ctx, const char* send, char* recv) {
   }
   for (int k = 0; k < rounds && eager; ++k) {
     int vpeer = vrank ^ (1 << k);
-    int peer = real(vpeer);
-    CHORUS_ASSIGN_OR_RETURN(const char* theirs, ctx.eager_exchange(peer, acc, bytes));
-    if (vrank < vpeer) kernels::reduce(dt, op, acc, theirs, recv, d.count);
-    else kernels::reduce(dt, op, theirs, acc, recv, d.count);
-    ctx.eager_release(peer, bytes);
+    s.set_own_first(vrank < vpeer);
+    CHORUS_TRY(s.exchange_reduce_copy(real(vpeer), acc, recv, bytes, avg && k == rounds - 1));
     acc = recv;
   }
-  if (eager && avg) kernels::scale_avg(dt, recv, d.count, n);
   for (int k = 0; k < rounds && !eager; ++k) {
     int vpeer = vrank ^ (1 << k);
     int peer = real(vpeer);

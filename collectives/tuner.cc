@@ -13,14 +13,7 @@
 namespace chorus {
 namespace {
 
-struct LinkModel {
-  double alpha, beta;
-};
-// Measured 2026-11-21 with examples/bcast_barrier and bench/ on the 2-core project machine.
-constexpr LinkModel kShm{1.0e-6, 6.0e9};
-constexpr LinkModel kTcp{12.0e-6, 2.5e9};
 constexpr double kGamma = 8.0e9;  // f32 a+b -> c, one core, memory-bound sizes
-constexpr size_t kRdTwoRankShmBytes = 2 << 20;
 constexpr size_t kMinChannelBytes = 256 << 10;
 
 int log2_ceil(int n) {
@@ -68,9 +61,9 @@ Result<TunerConfig> TunerConfig::from_env() {
 }
 
 Tuned tune(const TuneInput& in, const TunerConfig& cfg) {
-  LinkModel m = in.any_tcp ? kTcp : kShm;
-  const double alpha = cfg.alpha_us >= 0 ? cfg.alpha_us * 1e-6 : m.alpha;
-  const double beta = cfg.beta_gbps > 0 ? cfg.beta_gbps * 1e9 : m.beta;
+  const transport::LinkModel& m = in.link;
+  const double alpha = cfg.alpha_us >= 0 ? cfg.alpha_us * 1e-6 : m.alpha_s;
+  const double beta = cfg.beta_gbps > 0 ? cfg.beta_gbps * 1e9 : m.beta_bytes_per_s;
 
   Tuned t{Algo::kChain, 0, 1};
   switch (in.kind) {
@@ -81,10 +74,10 @@ Tuned tune(const TuneInput& in, const TunerConfig& cfg) {
         double c = model_allreduce_seconds(a, in.bytes, in.nranks, alpha, beta, kGamma);
         if (c < best) best = c, t.algo = a;
       }
-      // Measured, not modelled: with two ranks on one host a buffer that stays in cache is
-      // faster exchanged whole (one step) than cut into the ring's three steps; the crossover
-      // on the project machine is near 2 MiB (bench/RESULTS.md, "tuner crossover").
-      if (in.nranks == 2 && !in.any_tcp && in.bytes <= kRdTwoRankShmBytes) t.algo = Algo::kRecursiveDoubling;
+      // Measured, not modelled: with two ranks a buffer that stays in cache may be faster
+      // exchanged whole (one step) than cut into the ring's three steps; the link's model says
+      // up to which size (shm: near 2 MiB, bench/RESULTS.md, "tuner crossover").
+      if (in.nranks == 2 && in.bytes <= m.rd_two_rank_bytes) t.algo = Algo::kRecursiveDoubling;
       if (cfg.forced_algo != Algo::kNone) t.algo = cfg.forced_algo;
       break;
     }
@@ -98,8 +91,8 @@ Tuned tune(const TuneInput& in, const TunerConfig& cfg) {
   // Pieces: small enough that a buffer splits into a few per rank (the pipeline fills),
   // never larger than a slot; multiples of 4 KiB.
   size_t per = in.bytes / (2 * static_cast<size_t>(std::max(1, in.nranks)));
-  size_t piece = std::clamp<size_t>((per + 4095) & ~size_t{4095}, 8 << 10, in.slot_bytes);
-  if (t.algo == Algo::kRecursiveDoubling) piece = in.slot_bytes;
+  size_t piece = std::clamp<size_t>((per + 4095) & ~size_t{4095}, 8 << 10, m.max_piece);
+  if (t.algo == Algo::kRecursiveDoubling) piece = m.max_piece;
   // Channels: a call is cut into parts that run at once, one per channel (a thread and links
   // of its own), when each part still moves a worthwhile amount. Gathers and scatters keep one.
   const bool splittable = in.kind == OpKind::kAllReduce || in.kind == OpKind::kReduce || in.kind == OpKind::kBroadcast;
@@ -116,7 +109,7 @@ Tuned tune(const TuneInput& in, const TunerConfig& cfg) {
     std::lock_guard<std::mutex> lock(mu);
     if (printed.insert({static_cast<int>(in.kind), static_cast<int>(t.algo), t.piece}).second)
       log_info("tuner: {} of {} bytes on {} ranks ({}): algorithm {}, piece {} bytes, {} channel(s)",
-               op_name(in.kind), in.bytes, in.nranks, in.any_tcp ? "tcp" : "shm", algo_name(t.algo), t.piece,
+               op_name(in.kind), in.bytes, in.nranks, m.name, algo_name(t.algo), t.piece,
                t.nchannels);
   }
   return t;

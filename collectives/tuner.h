@@ -1,13 +1,13 @@
 // Tuner: picks the algorithm and piece size of each call from an alpha-beta cost model.
 //
-// Each link kind has a latency alpha (seconds per message) and a bandwidth beta (bytes per
-// second); reductions also cost gamma (bytes per second reduced). Defaults were measured with
-// bench/ on the project machine (see bench/RESULTS.md); CHORUS_ALPHA_US and CHORUS_BETA_GBPS
-// replace them. CHORUS_ALGO (ring|tree|rd), CHORUS_CHUNK_BYTES and CHORUS_NCHANNELS override
+// Each transport backend gives its links' latency alpha (seconds per message) and bandwidth
+// beta (bytes per second) in its LinkModel (transport/transport.h); reductions also cost gamma
+// (bytes per second reduced). Defaults were measured with bench/ on the project machine (see
+// bench/RESULTS.md); CHORUS_ALPHA_US and CHORUS_BETA_GBPS replace them. CHORUS_ALGO (ring|tree|rd), CHORUS_CHUNK_BYTES and CHORUS_NCHANNELS override
 // the choice (read when a communicator is created); the tuner cuts a call into as many parts as
 // there are channels when each part is at least 256 KiB. CHORUS_DEBUG=INFO prints each distinct
 // choice once.
-// The inputs are the same on every rank (sizes, rank count, whether any pair uses tcp), so
+// The inputs are the same on every rank (sizes, rank count, the slowest link's model), so
 // every rank picks the same; the operation header double-checks it.
 #pragma once
 
@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "collectives/op.h"
+#include "transport/transport.h"
 
 namespace chorus {
 
@@ -22,8 +23,7 @@ struct TuneInput {
   OpKind kind;
   size_t bytes;      // the whole buffer (all-gather: the result)
   int nranks;
-  bool any_tcp;      // some pair of ranks talks over tcp
-  size_t slot_bytes; // largest piece a link takes at once
+  transport::LinkModel link;  // of the slowest link any pair of ranks uses
   int channels;      // channels the communicator has
 };
 

@@ -11,9 +11,10 @@
 #include "common/env.h"
 #include "common/socket.h"
 #include "transport/auth.h"
+#include "transport/registry.h"
 #include "transport/rendezvous.h"
 #include "transport/rendezvous_file.h"
-#include "transport/shm.h"
+#include "transport/shm/segment.h"
 #include "transport/store.h"
 #include "transport/wire.h"
 
@@ -245,4 +246,28 @@ TEST_CASE("the store joins the threads of closed connections as they end", "[sto
   long grown_mib = (vm_size_kib() - before) / 1024;
   INFO("address space grew by " << grown_mib << " MiB over 40 closed connections");
   CHECK(grown_mib < 100);  // 40 stacks kept would be 320 MiB
+}
+
+TEST_CASE("CHORUS_TRANSPORT picks a backend by name; an unknown name lists the registered ones",
+          "[registry]") {
+  setenv("CHORUS_TRANSPORT", "carrier-pigeon", 1);
+  auto bad = Transports::from_env();
+  unsetenv("CHORUS_TRANSPORT");
+  REQUIRE_FALSE(bad.is_ok());
+  const std::string& m = bad.status().message();
+  INFO(m);
+  REQUIRE(m.find("CHORUS_TRANSPORT='carrier-pigeon'") != std::string::npos);
+  REQUIRE(m.find("shm, tcp") != std::string::npos);
+  auto tcp = Transports::open("tcp");
+  REQUIRE(tcp.is_ok());
+  PeerInfo a{"host-a", 1, {}}, b{"host-a", 2, {}}, c{"host-b", 3, {}};
+  REQUIRE(std::string(tcp->choose(a, b)->name()) == "tcp");
+  auto all = Transports::open("");
+  REQUIRE(all.is_ok());
+  REQUIRE(std::string(all->choose(a, b)->name()) == "shm");  // same host: shm preferred
+  REQUIRE(std::string(all->choose(a, c)->name()) == "tcp");
+  REQUIRE(std::string(all->model_for({a, b, c}).name) == "tcp");  // the slowest pair's model
+  REQUIRE(std::string(all->model_for({a, b}).name) == "shm");
+  auto shm = Transports::open("shm");
+  REQUIRE(shm->choose(a, c) == nullptr);
 }

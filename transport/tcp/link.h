@@ -3,21 +3,31 @@
 // The stream is cut into stripes of `stripe` bytes; stripe k travels on socket k % nsocks, so
 // a large transfer keeps every socket busy while a small message uses one. Each socket moves
 // its own stripes independently; a request is complete when every stripe under it has moved.
+// The sockets of every tcp link of a channel are the wake-up source TcpWake, polled.
 #pragma once
 
 #include <vector>
 
 #include "common/socket.h"
 #include "transport/link.h"
+#include "transport/transport.h"
 
 namespace chorus::transport {
 
-class TcpLink : public Link {
+// The sockets of a channel's tcp links, for the channel's Waiter to poll.
+class TcpWake : public WakeSource {
  public:
-  TcpLink(int peer, std::string peer_name, std::vector<Fd> socks, size_t stripe);
+  std::vector<int> poll_fds() const override { return fds_; }
+  void add(int fd) { fds_.push_back(fd); }
+
+ private:
+  std::vector<int> fds_;
+};
+
+class TcpLink final : public Link {
+ public:
+  TcpLink(int peer, std::string peer_name, std::vector<Fd> socks, size_t stripe, TcpWake* wake);
   Result<bool> progress() override;
-  LinkKind kind() const override { return LinkKind::kTcp; }
-  std::vector<int> fds() const;
 
  private:
   struct Stream {
@@ -34,5 +44,8 @@ class TcpLink : public Link {
   Stream recv_;
   uint64_t seen_send_posted_ = 0, seen_recv_posted_ = 0;
 };
+
+// The registry's factory (connect.cc): reads CHORUS_NSOCKS and CHORUS_SOCKET_STRIPE_BYTES.
+Result<std::unique_ptr<Transport>> make_tcp_transport();
 
 }  // namespace chorus::transport

@@ -1,24 +1,19 @@
 // TCP link with striping over several sockets.
-#include "transport/tcp.h"
+#include "transport/tcp/link.h"
 
 #include <algorithm>
 
 namespace chorus::transport {
 
-TcpLink::TcpLink(int peer, std::string peer_name, std::vector<Fd> socks, size_t stripe)
-    : Link(peer, std::move(peer_name)), socks_(std::move(socks)), stripe_(stripe) {
+TcpLink::TcpLink(int peer, std::string peer_name, std::vector<Fd> socks, size_t stripe, TcpWake* wake)
+    : Link(peer, std::move(peer_name), wake), socks_(std::move(socks)), stripe_(stripe) {
+  for (auto& f : socks_) wake->add(f.get());
   for (Stream* st : {&send_, &recv_}) {
     st->pos.resize(socks_.size());
     for (size_t s = 0; s < socks_.size(); ++s) st->pos[s] = s * stripe_;
   }
   send_.queue = &sends_;
   recv_.queue = &recvs_;
-}
-
-std::vector<int> TcpLink::fds() const {
-  std::vector<int> out;
-  for (auto& f : socks_) out.push_back(f.get());
-  return out;
 }
 
 // Completes the requests that lie wholly below the lowest unmoved byte of every socket.
