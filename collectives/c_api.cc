@@ -20,7 +20,7 @@
 #include "common/log.h"
 
 using chorus::Code;
-using chorus::Comm;
+using chorus::CommImpl;
 using chorus::Status;
 using chorus::capi::caught;
 using chorus::capi::fail;
@@ -41,8 +41,8 @@ thread_local std::string t_last_error;
 struct chorusComm {
   uint64_t magic = kCommMagic;
   std::mutex mu;                      // destroy and abort
-  std::shared_ptr<Comm> comm;         // owner; never reset
-  std::atomic<Comm*> live{nullptr};   // null once aborted or destroyed
+  std::shared_ptr<CommImpl> comm;         // owner; never reset
+  std::atomic<CommImpl*> live{nullptr};   // null once aborted or destroyed
   std::atomic<int> state{0};          // 0 usable, 1 aborted, 2 destroyed
 };
 
@@ -66,7 +66,7 @@ chorusResult_t caught(const char* call) noexcept {
   return to_result(s.code());
 }
 
-void abort_after_exception(Comm& comm, const Status& why) noexcept {
+void abort_after_exception(CommImpl& comm, const Status& why) noexcept {
   try {
     comm.abort(fmt::format("rank {}: {}", comm.rank(), why.message()));
   } catch (...) {
@@ -78,11 +78,11 @@ void abort_after_exception(Comm& comm, const Status& why) noexcept {
   }
 }
 
-Result<Comm*> live(chorusComm_t h, const char* call) {
+Result<CommImpl*> live(chorusComm_t h, const char* call) {
   if (h == nullptr) return make_error(Code::kInvalidArgument, "{}: comm is NULL", call);
   if (h->magic != kCommMagic)
     return make_error(Code::kInvalidArgument, "{}: comm is not a chorus communicator", call);
-  Comm* c = h->live.load(std::memory_order_acquire);
+  CommImpl* c = h->live.load(std::memory_order_acquire);
   if (c) return c;
   return make_error(
       Code::kInvalidUsage, "{}: communicator was {}", call,
@@ -100,7 +100,7 @@ std::vector<std::unique_ptr<chorusComm>>& handles() {
   return *v;
 }
 
-chorusComm_t new_handle(std::shared_ptr<Comm> c) {
+chorusComm_t new_handle(std::shared_ptr<CommImpl> c) {
   auto h = std::make_unique<chorusComm>();
   h->live.store(c.get());
   h->comm = std::move(c);
@@ -147,7 +147,7 @@ chorusResult_t init_comm(chorus::Result<chorus::transport::Rendezvous> rdzv, cho
   if (!job.is_ok()) return report(job.status().wrap(call));
   std::vector<int> ranks(size);
   for (int i = 0; i < size; ++i) ranks[i] = i;
-  auto comm = Comm::create(job.value(), "r", uid, rank, ranks, deadline);
+  auto comm = CommImpl::create(job.value(), "r", uid, rank, ranks, deadline);
   if (!comm.is_ok()) return report(comm.status().wrap(fmt::format("{} on rank {}", call, rank)));
   *out = new_handle(std::move(comm.value()));
   return chorusSuccess;
@@ -205,7 +205,7 @@ CHORUS_CATCH_ALL
 
 CHORUS_API chorusResult_t chorusCommDestroy(chorusComm_t h) try {
   if (h == nullptr || h->magic != kCommMagic) return fail(Code::kInvalidArgument, "chorusCommDestroy: not a chorus communicator");
-  std::shared_ptr<Comm> c;
+  std::shared_ptr<CommImpl> c;
   {
     std::lock_guard<std::mutex> lock(h->mu);
     if (h->state.load() == 2)
@@ -224,7 +224,7 @@ CHORUS_CATCH_ALL
 CHORUS_API chorusResult_t chorusCommAbort(chorusComm_t h) try {
   if (h == nullptr || h->magic != kCommMagic)
     return fail(Code::kInvalidArgument, "chorusCommAbort: not a chorus communicator");
-  std::shared_ptr<Comm> c;
+  std::shared_ptr<CommImpl> c;
   {
     std::lock_guard<std::mutex> lock(h->mu);  // taken before liveness is read: destroy may race
     if (h->state.load() != 0)

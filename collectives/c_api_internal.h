@@ -33,9 +33,9 @@ chorusResult_t caught(const char* call) noexcept;
 // In a catch handler, for a call that may have left `comm` half way (a sequence number taken,
 // peers waiting for an operation that will not come): fails the communicator with the
 // exception's message, so every rank learns at once instead of at its timeout. Never throws.
-void abort_after_exception(Comm& comm, const Status& why) noexcept;
+void abort_after_exception(CommImpl& comm, const Status& why) noexcept;
 // The live communicator of a handle, or why there is none (NULL, not a handle, aborted,
 // destroyed), naming `call`.
-Result<Comm*> live(chorusComm_t h, const char* call);
+Result<CommImpl*> live(chorusComm_t h, const char* call);
 
 }  // namespace chorus::capi

@@ -17,7 +17,7 @@
 
 using chorus::Algo;
 using chorus::Code;
-using chorus::Comm;
+using chorus::CommImpl;
 using chorus::OpCtx;
 using chorus::OpDesc;
 using chorus::OpKind;
@@ -41,14 +41,14 @@ thread_local std::vector<PendingGroupItem> t_group;
 
 struct chorusRequest {
   uint64_t magic = kRequestMagic;
-  std::shared_ptr<chorus::Work> work;
+  std::shared_ptr<chorus::Request> work;
 };
 
 namespace {
 
 // request == nullptr: a blocking call -- run inline when the communicator is idle, else queue
 // and wait. Otherwise queue it and hand back a request.
-chorusResult_t submit(Comm& c, const OpDesc& d, chorus::OpFn fn, chorusRequest_t* request) {
+chorusResult_t submit(CommImpl& c, const OpDesc& d, chorus::OpFn fn, chorusRequest_t* request) {
   if (request == nullptr) {
     Status s;
     if (c.try_run_inline(d, fn, &s)) return report(s);
@@ -73,7 +73,7 @@ bool is_p2p(OpKind k) {
 
 // The description every rank checks against its peers': sequence number, then what the call is
 // and how the tuner runs it. Takes a sequence number, so only for calls that will run.
-OpDesc describe_call(Comm& c, OpKind kind, const Args& a, const chorus::capi::Checked& k) {
+OpDesc describe_call(CommImpl& c, OpKind kind, const Args& a, const chorus::capi::Checked& k) {
   const chorus::capi::OpRule& rule = chorus::capi::rule_for(kind);
   OpDesc d{.kind = kind, .count = a.count, .dtype = a.datatype};
   if (rule.root) d.root = a.root;
@@ -170,7 +170,7 @@ chorusResult_t run_op(const Call& call, chorusComm_t h, const Args& a) {
   if (Status s = chorus::capi::check_form(call, a); !s.is_ok()) return report(s);
   auto c = live(h, call.name);
   if (!c.is_ok()) return report(c.status());
-  Comm& comm = **c;
+  CommImpl& comm = **c;
   auto k = chorus::capi::check_args(call, a, comm.rank(), comm.size());
   if (!k.is_ok()) return report(k.status());
   if (t_group_depth > 0 && !is_p2p(call.kind))
@@ -442,7 +442,7 @@ chorusResult_t run_grouped(const std::vector<PendingGroupItem>& items) {
   std::vector<chorusComm_t> comms;  // distinct, in first-call order
   for (const auto& p : items)
     if (std::find(comms.begin(), comms.end(), p.comm) == comms.end()) comms.push_back(p.comm);
-  std::vector<std::shared_ptr<chorus::Work>> works;
+  std::vector<std::shared_ptr<chorus::Request>> works;
   chorusResult_t first = chorusSuccess;
   for (chorusComm_t h : comms) {
     std::vector<chorus::GroupItem> mine;

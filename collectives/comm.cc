@@ -13,9 +13,9 @@
 
 namespace chorus {
 
-// ---- Work ----
+// ---- Request ----
 
-bool Work::wait(double seconds) {
+bool Request::wait(double seconds) {
   std::unique_lock<std::mutex> lock(mu_);
   // Negative, NaN, infinite or absurdly long: until done (the operation has its own deadline,
   // CHORUS_TIMEOUT). A duration of 1e300 s would overflow the clock's representation.
@@ -26,17 +26,17 @@ bool Work::wait(double seconds) {
   return cv_.wait_for(lock, std::chrono::duration<double>(seconds), [&] { return done_; });
 }
 
-bool Work::test() const {
+bool Request::test() const {
   std::lock_guard<std::mutex> lock(mu_);
   return done_;
 }
 
-Status Work::status() const {
+Status Request::status() const {
   std::lock_guard<std::mutex> lock(mu_);
   return status_;
 }
 
-void Work::finish(Status s) {
+void Request::finish(Status s) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     status_ = std::move(s);
@@ -45,11 +45,11 @@ void Work::finish(Status s) {
   cv_.notify_all();
 }
 
-// ---- Comm ----
+// ---- CommImpl ----
 
-Result<std::shared_ptr<Comm>> Comm::create(std::shared_ptr<Job> job, std::string prefix, uint64_t uid,
+Result<std::shared_ptr<CommImpl>> CommImpl::create(std::shared_ptr<Job> job, std::string prefix, uint64_t uid,
                                            int rank, std::vector<int> job_ranks, Deadline deadline) {
-  std::shared_ptr<Comm> c(new Comm());
+  std::shared_ptr<CommImpl> c(new CommImpl());
   c->job_ = job;
   c->prefix_ = std::move(prefix);
   c->uid_ = uid;
@@ -97,7 +97,7 @@ Result<std::shared_ptr<Comm>> Comm::create(std::shared_ptr<Job> job, std::string
 
 // Every rank must open the same number of channels (compared through the store first), then
 // each channel connects its links; any peer's failure or death meanwhile ends the wait at once.
-Status Comm::create_channels(const transport::Transports& transports, Deadline deadline) {
+Status CommImpl::create_channels(const transport::Transports& transports, Deadline deadline) {
   auto& store = job_->store();
   Job* job = job_.get();
   auto interrupt = [job, uid = uid_, members = job_ranks_] {
@@ -133,9 +133,9 @@ Status Comm::create_channels(const transport::Transports& transports, Deadline d
   return Status::ok();
 }
 
-Comm::~Comm() { (void)destroy(); }
+CommImpl::~CommImpl() { (void)destroy(); }
 
-int Comm::job_rank_of(int pid, const std::string& host) const {
+int CommImpl::job_rank_of(int pid, const std::string& host) const {
   std::lock_guard<std::mutex> lock(mu_);
   if (channels_.empty()) return -1;
   const auto& peers = channels_[0]->links.peers;
@@ -144,7 +144,7 @@ int Comm::job_rank_of(int pid, const std::string& host) const {
   return -1;
 }
 
-void Comm::channel_loop(int k) {
+void CommImpl::channel_loop(int k) {
   Channel& ch = *channels_[k];
   std::unique_lock<std::mutex> lock(ch.mu);
   while (true) {
@@ -161,7 +161,7 @@ void Comm::channel_loop(int k) {
   }
 }
 
-Status Comm::run_channels(int n, FunctionRef<Status(int)> fn) {
+Status CommImpl::run_channels(int n, FunctionRef<Status(int)> fn) {
   for (int k = 1; k < n; ++k) {
     Channel& ch = *channels_[k];
     std::lock_guard<std::mutex> lock(ch.mu);
@@ -184,18 +184,18 @@ Status Comm::run_channels(int n, FunctionRef<Status(int)> fn) {
   return first;
 }
 
-uint64_t Comm::next_p2p_seq(int peer, bool send) {
+uint64_t CommImpl::next_p2p_seq(int peer, bool send) {
   std::lock_guard<std::mutex> lock(seq_mu_);
   return ++(send ? send_seq_ : recv_seq_)[peer];
 }
 
-Status Comm::error() const {
+Status CommImpl::error() const {
   std::lock_guard<std::mutex> lock(mu_);
   return error_;
 }
 
-Result<std::shared_ptr<Work>> Comm::submit(OpDesc desc, OpFn fn) {
-  auto work = std::make_shared<Work>(desc);
+Result<std::shared_ptr<Request>> CommImpl::submit(OpDesc desc, OpFn fn) {
+  auto work = std::make_shared<Request>(desc);
   std::lock_guard<std::mutex> lock(mu_);
   if (stopping_) return make_error(Code::kInvalidUsage, "{}: the communicator is being destroyed", describe(desc));
   if (failed_.load()) return Status(error_.code(), fmt::format("{}: communicator is broken by an earlier error: {}", describe(desc), error_.message()));
@@ -204,9 +204,9 @@ Result<std::shared_ptr<Work>> Comm::submit(OpDesc desc, OpFn fn) {
   return work;
 }
 
-void Comm::progress_loop() {
+void CommImpl::progress_loop() {
   while (true) {
-    std::shared_ptr<Work> work;
+    std::shared_ptr<Request> work;
     OpFn fn;
     {
       std::unique_lock<std::mutex> lock(mu_);
@@ -245,7 +245,7 @@ void Comm::progress_loop() {
   }
 }
 
-bool Comm::try_run_inline(const OpDesc& desc, const OpFn& fn, Status* result) {
+bool CommImpl::try_run_inline(const OpDesc& desc, const OpFn& fn, Status* result) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) {
@@ -280,24 +280,24 @@ bool Comm::try_run_inline(const OpDesc& desc, const OpFn& fn, Status* result) {
   return true;
 }
 
-void Comm::mark_waiting_since() {
+void CommImpl::mark_waiting_since() {
   std::lock_guard<std::mutex> lock(mu_);
   if (busy_ && current_since_ == 0) current_since_ = now_seconds();
 }
 
-void Comm::wake() {
+void CommImpl::wake() {
   std::lock_guard<std::mutex> lock(mu_);
   wake_locked();
 }
 
-void Comm::wake_locked() {
+void CommImpl::wake_locked() {
   for (auto& ch : channels_) {
     if (ch->waiter) ch->waiter->wake();
   }
 }
 
 // First error wins; it is told to every other rank so they fail at once too.
-void Comm::fail(const Status& s) {
+void CommImpl::fail(const Status& s) {
   bool first = false;
   std::shared_ptr<Job> job;
   {
@@ -318,7 +318,7 @@ void Comm::fail(const Status& s) {
   }
 }
 
-void Comm::on_peer_dead(int job_rank, const std::string& text) {
+void CommImpl::on_peer_dead(int job_rank, const std::string& text) {
   auto it = std::find(job_ranks_.begin(), job_ranks_.end(), job_rank);
   if (it == job_ranks_.end()) return;
   int r = static_cast<int>(it - job_ranks_.begin());
@@ -331,7 +331,7 @@ void Comm::on_peer_dead(int job_rank, const std::string& text) {
   fail(Status(Code::kRemoteError, cur.empty() ? msg : fmt::format("{} on rank {} failed: {}", cur, rank_, msg)));
 }
 
-void Comm::on_remote_error(const std::string& text) {
+void CommImpl::on_remote_error(const std::string& text) {
   auto bar = text.find('|');
   Code code = Code::kRemoteError;
   std::string msg = text;
@@ -347,7 +347,7 @@ void Comm::on_remote_error(const std::string& text) {
   wake_locked();
 }
 
-std::string Comm::state_text() const {
+std::string CommImpl::state_text() const {
   std::lock_guard<std::mutex> lock(mu_);
   if (busy_ && current_since_ > 0)
     return fmt::format("in {} for {:.1f} s", describe(current_), now_seconds() - current_since_);
@@ -356,7 +356,7 @@ std::string Comm::state_text() const {
   return "idle, no operation yet";
 }
 
-std::string Comm::timeout_report(const OpDesc& d, const std::string& waiting_for) {
+std::string CommImpl::timeout_report(const OpDesc& d, const std::string& waiting_for) {
   std::string mine = "in " + describe(d);
   std::string report, absent;
   std::shared_ptr<Job> job;
@@ -380,13 +380,13 @@ std::string Comm::timeout_report(const OpDesc& d, const std::string& waiting_for
                      describe(d), rank_, timeout_s_, waiting_for, absent.empty() ? "none" : absent, report);
 }
 
-void Comm::abort(const std::string& why) {
+void CommImpl::abort(const std::string& why) {
   fail(Status(Code::kAborted, why));
 }
 
 // Waits until no operation runs (inline on a caller's thread or on the progress thread).
 // Past the deadline the communicator is failed, which ends any operation within a sleep slice.
-Status Comm::wait_idle(std::unique_lock<std::mutex>& lock, Deadline deadline) {
+Status CommImpl::wait_idle(std::unique_lock<std::mutex>& lock, Deadline deadline) {
   ++drain_waiters_;
   bool drained =
       cv_.wait_for(lock, std::chrono::duration<double>(failed_.load() ? 0.0 : deadline.remaining()),
@@ -411,7 +411,7 @@ Status Comm::wait_idle(std::unique_lock<std::mutex>& lock, Deadline deadline) {
 }
 
 // Joins the progress and channel threads, each within the deadline.
-Status Comm::join_threads(Deadline deadline) {
+Status CommImpl::join_threads(Deadline deadline) {
   if (thread_.joinable()) {
     if (thread_.get_id() == std::this_thread::get_id()) {
       thread_.detach();  // destroy called from an operation's own callback: it exits on return
@@ -439,7 +439,7 @@ Status Comm::join_threads(Deadline deadline) {
   return Status::ok();
 }
 
-Status Comm::destroy() {
+Status CommImpl::destroy() {
   auto deadline = Deadline::after_seconds(timeout_s_);
   {
     std::unique_lock<std::mutex> lock(mu_);
@@ -464,7 +464,7 @@ Status Comm::destroy() {
   }
   std::vector<std::unique_ptr<Channel>> channels;
   std::shared_ptr<Job> job;
-  std::deque<std::pair<std::shared_ptr<Work>, OpFn>> queue;
+  std::deque<std::pair<std::shared_ptr<Request>, OpFn>> queue;
   {
     std::lock_guard<std::mutex> lock(mu_);
     channels.swap(channels_);  // under the lock: news from the watch thread walks channels_
@@ -483,7 +483,7 @@ Status Comm::destroy() {
   return Status::ok();
 }
 
-Result<std::shared_ptr<Comm>> Comm::split(int color, int key) {
+Result<std::shared_ptr<CommImpl>> CommImpl::split(int color, int key) {
   std::shared_ptr<Job> job;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -506,7 +506,7 @@ Result<std::shared_ptr<Comm>> Comm::split(int color, int key) {
     sscanf(v.c_str(), "%d %d", &c, &k);
     if (c == color && color >= 0) members.push_back({{k, r}, r});
   }
-  if (color < 0) return std::shared_ptr<Comm>();
+  if (color < 0) return std::shared_ptr<CommImpl>();
   std::sort(members.begin(), members.end());
   std::vector<int> job_ranks;
   int new_rank = -1;
@@ -516,7 +516,7 @@ Result<std::shared_ptr<Comm>> Comm::split(int color, int key) {
   }
   std::string prefix = fmt::format("{}.s{}c{}", prefix_, n, color);
   uint64_t uid = transport::hash64(prefix.data(), prefix.size(), uid_);
-  return Comm::create(job, prefix, uid, new_rank, job_ranks, deadline);
+  return CommImpl::create(job, prefix, uid, new_rank, job_ranks, deadline);
 }
 
 }  // namespace chorus

@@ -1,14 +1,14 @@
-// Comm: a communicator -- its ranks, its links, its queue of operations and the progress
+// CommImpl: a communicator -- its ranks, its links, its queue of operations and the progress
 // thread that runs them in call order.
 //
-// Threading: any thread may submit operations, wait on Work, abort or destroy. One progress
+// Threading: any thread may submit operations, wait on Request, abort or destroy. One progress
 // thread per communicator drives the links; operations never run concurrently. A failure
 // (dead peer, mismatch, timeout, abort) is sticky: the running operation and every later one
 // fail with the first error, as NCCL's async error does.
 //
 // Teardown: destroy() is bounded by the timeout and safe from any thread, also while another
 // thread is inside an operation (it fails that operation when it does not end in time, waits
-// for it, then joins the threads). It releases the links, threads and buffers; the Comm object
+// for it, then joins the threads). It releases the links, threads and buffers; the CommImpl object
 // itself stays valid, so a late call on it is answered with an error instead of a crash.
 #pragma once
 
@@ -47,10 +47,11 @@ struct StagingBuffers {
   std::vector<char> scratch;  // a reduced piece on its way to user memory by streaming stores
 };
 
-// The state behind a chorusRequest_t / chorus::Work.
-class Work {
+// One submitted operation: the state behind a chorusRequest_t (which the public C++ layer wraps
+// as chorus::Work, include/chorus/chorus.hpp).
+class Request {
  public:
-  explicit Work(OpDesc desc) : desc_(desc) {}
+  explicit Request(OpDesc desc) : desc_(desc) {}
   // true when finished within `seconds` (< 0: no limit besides the operation's own deadline).
   bool wait(double seconds);
   bool test() const;
@@ -87,12 +88,14 @@ struct Channel {
   Status result;
 };
 
-class Comm : public std::enable_shared_from_this<Comm> {
+// The communicator itself: the state behind a chorusComm_t (which the public C++ layer wraps as
+// chorus::Communicator). Ranks, channels and their links, the progress threads, the tuner.
+class CommImpl : public std::enable_shared_from_this<CommImpl> {
  public:
   // Collective over `job_ranks` (job rank of each comm rank). prefix/uid identify the comm.
-  static Result<std::shared_ptr<Comm>> create(std::shared_ptr<Job> job, std::string prefix, uint64_t uid,
+  static Result<std::shared_ptr<CommImpl>> create(std::shared_ptr<Job> job, std::string prefix, uint64_t uid,
                                               int rank, std::vector<int> job_ranks, Deadline deadline);
-  ~Comm();
+  ~CommImpl();
 
   int rank() const { return rank_; }
   int size() const { return static_cast<int>(job_ranks_.size()); }
@@ -119,8 +122,8 @@ class Comm : public std::enable_shared_from_this<Comm> {
   // other parts stop at once).
   Status run_channels(int n, FunctionRef<Status(int)> fn);
 
-  // Queues an operation; the Work reports its end. Fails at once on a broken communicator.
-  Result<std::shared_ptr<Work>> submit(OpDesc desc, OpFn fn);
+  // Queues an operation; the Request reports its end. Fails at once on a broken communicator.
+  Result<std::shared_ptr<Request>> submit(OpDesc desc, OpFn fn);
   // Runs a blocking call on the caller's thread when nothing is queued or running, skipping
   // the hand-off to the progress thread (two thread wake-ups). false: busy, submit instead.
   bool try_run_inline(const OpDesc& desc, const OpFn& fn, Status* result);
@@ -128,7 +131,7 @@ class Comm : public std::enable_shared_from_this<Comm> {
   uint64_t next_collective_seq() { return ++coll_seq_; }
   uint64_t next_p2p_seq(int peer, bool send);
 
-  Result<std::shared_ptr<Comm>> split(int color, int key);
+  Result<std::shared_ptr<CommImpl>> split(int color, int key);
   void abort(const std::string& why);
   // Waits for queued work (bounded by the timeout), stops the progress thread, closes links.
   // Safe from any thread and more than once; bounded by the timeout.
@@ -142,7 +145,7 @@ class Comm : public std::enable_shared_from_this<Comm> {
 
  private:
   friend class OpCtx;
-  Comm() = default;
+  CommImpl() = default;
   void progress_loop();
   void channel_loop(int k);
   Status create_channels(const transport::Transports& transports, Deadline deadline);
@@ -179,7 +182,7 @@ class Comm : public std::enable_shared_from_this<Comm> {
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::pair<std::shared_ptr<Work>, OpFn>> queue_;
+  std::deque<std::pair<std::shared_ptr<Request>, OpFn>> queue_;
   bool stopping_ = false;
   bool running_op_ = false;
   std::atomic<bool> failed_{false};
@@ -198,8 +201,8 @@ class Comm : public std::enable_shared_from_this<Comm> {
 // What an algorithm sees while it runs: the links, and a wait that progresses them.
 class OpCtx {
  public:
-  OpCtx(Comm& comm, const OpDesc& desc, int channel = 0);
-  Comm& comm() { return comm_; }
+  OpCtx(CommImpl& comm, const OpDesc& desc, int channel = 0);
+  CommImpl& comm() { return comm_; }
   // Narrows this context to a part of the operation (channel 0's part of a split call).
   void set_count(uint64_t count);
   int rank() const { return comm_.rank_; }
@@ -250,7 +253,7 @@ class OpCtx {
   // ranks fall out of step at arbitrary points of an operation and ordering bugs show here.
   void jitter();
   Result<bool> sleep_once(FunctionRef<bool()> done, bool* slept);
-  Comm& comm_;
+  CommImpl& comm_;
   Channel& ch_;
   OpDesc desc_;
   OpHeader my_header_;

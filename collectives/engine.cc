@@ -21,7 +21,7 @@
 
 namespace chorus {
 
-OpCtx::OpCtx(Comm& comm, const OpDesc& desc, int channel)
+OpCtx::OpCtx(CommImpl& comm, const OpDesc& desc, int channel)
     : comm_(comm), ch_(*comm.channels_[channel]), desc_(desc) {
   my_header_ = make_header(desc, comm.rank_, comm.uid_);
   headers_ = ch_.headers.data();

@@ -68,7 +68,7 @@ Job::~Job() {
   server_.reset();
 }
 
-void Job::add(const std::shared_ptr<Comm>& c) {
+void Job::add(const std::shared_ptr<CommImpl>& c) {
   std::string early;
   std::map<int, std::string> dead;
   {
@@ -82,14 +82,14 @@ void Job::add(const std::shared_ptr<Comm>& c) {
   for (auto& [rank, text] : dead) c->on_peer_dead(rank, text);
 }
 
-void Job::remove(const Comm* c) {
+void Job::remove(const CommImpl* c) {
   std::lock_guard<std::mutex> lock(mu_);
-  std::erase_if(comms_, [c](const std::weak_ptr<Comm>& w) { auto p = w.lock(); return !p || p.get() == c; });
+  std::erase_if(comms_, [c](const std::weak_ptr<CommImpl>& w) { auto p = w.lock(); return !p || p.get() == c; });
 }
 
-std::vector<std::shared_ptr<Comm>> Job::live_comms() {
+std::vector<std::shared_ptr<CommImpl>> Job::live_comms() {
   std::lock_guard<std::mutex> lock(mu_);
-  std::vector<std::shared_ptr<Comm>> out;
+  std::vector<std::shared_ptr<CommImpl>> out;
   for (auto& w : comms_)
     if (auto p = w.lock()) out.push_back(p);
   return out;

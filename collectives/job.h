@@ -14,7 +14,7 @@
 
 namespace chorus {
 
-class Comm;
+class CommImpl;
 
 class Job : public std::enable_shared_from_this<Job> {
  public:
@@ -28,8 +28,8 @@ class Job : public std::enable_shared_from_this<Job> {
   transport::WatchClient* watch() { return watch_.get(); }
   const std::string& method() const { return method_; }
 
-  void add(const std::shared_ptr<Comm>& c);
-  void remove(const Comm* c);
+  void add(const std::shared_ptr<CommImpl>& c);
+  void remove(const CommImpl* c);
   // While a communicator is being created: an error once one of its ranks (job ranks
   // `members`) died or reported that its own creation failed, naming that rank.
   Status creation_news(uint64_t comm_uid, const std::vector<int>& members);
@@ -43,7 +43,7 @@ class Job : public std::enable_shared_from_this<Job> {
   static void release(Job* job);
   void on_event(const transport::WatchEvent& e);
   std::string answer(uint64_t comm_uid);
-  std::vector<std::shared_ptr<Comm>> live_comms();
+  std::vector<std::shared_ptr<CommImpl>> live_comms();
   int store_host_rank();
 
   int rank_ = 0, size_ = 1;
@@ -54,7 +54,7 @@ class Job : public std::enable_shared_from_this<Job> {
   std::unique_ptr<transport::StoreClient> store_;
   std::unique_ptr<transport::WatchClient> watch_;
   std::mutex mu_;
-  std::vector<std::weak_ptr<Comm>> comms_;
+  std::vector<std::weak_ptr<CommImpl>> comms_;
   // News that came before its communicator was registered (a fast peer failed while this rank
   // was still connecting): applied when that communicator is added.
   std::map<uint64_t, std::pair<int, std::string>> early_errors_;  // uid -> (rank, "code|text")

@@ -218,9 +218,9 @@ TEST_CASE("c api boundary: exceptions become codes and messages naming the call"
 
 // The state behind chorusWait: a limit too large for the clock means "until done" (1e300 s and
 // INFINITY once overflowed into an immediate "not done").
-TEST_CASE("Work::wait with an unbounded limit waits until the operation ends", "[work]") {
+TEST_CASE("Request::wait with an unbounded limit waits until the operation ends", "[work]") {
   for (double limit : {-1.0, 1e300, HUGE_VAL, std::nan("")}) {
-    Work w(OpDesc{});
+    Request w(OpDesc{});
     std::thread finisher([&] {
       std::this_thread::sleep_for(std::chrono::milliseconds(30));
       w.finish(Status::ok());
@@ -229,6 +229,6 @@ TEST_CASE("Work::wait with an unbounded limit waits until the operation ends", "
     CHECK(w.wait(limit));
     finisher.join();
   }
-  Work w(OpDesc{});
+  Request w(OpDesc{});
   CHECK_FALSE(w.wait(0.01));  // a finite limit still ends the wait
 }
