@@ -37,18 +37,21 @@ template <bool kBlas>
 void run(benchmark::State& state) {
   const Case& c = kCases[state.range(0)];
   const int lda = c.ta == k::Trans::kNo ? c.kk : c.m, ldb = c.tb == k::Trans::kNo ? c.n : c.kk;
-  std::vector<float> a(static_cast<size_t>(c.m) * c.kk, 0.5f), b(static_cast<size_t>(c.kk) * c.n, 0.25f),
-      out(static_cast<size_t>(c.m) * c.n);
+  std::vector<float> a(static_cast<size_t>(c.m) * c.kk, 0.5f),
+      b(static_cast<size_t>(c.kk) * c.n, 0.25f), out(static_cast<size_t>(c.m) * c.n);
   for (auto _ : state) {
     if (kBlas)
-      k::gemm_blas(c.ta, c.tb, c.m, c.n, c.kk, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, out.data(), c.n);
+      k::gemm_blas(c.ta, c.tb, c.m, c.n, c.kk, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, out.data(),
+                   c.n);
     else
-      k::gemm_blocked(c.ta, c.tb, c.m, c.n, c.kk, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, out.data(), c.n);
+      k::gemm_blocked(c.ta, c.tb, c.m, c.n, c.kk, 1.0f, a.data(), lda, b.data(), ldb, 0.0f,
+                      out.data(), c.n);
     benchmark::DoNotOptimize(out.data());
   }
   state.SetLabel(c.name);
-  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * c.m * c.n * c.kk, benchmark::Counter::kIsIterationInvariantRate,
-                                                 benchmark::Counter::kIs1000);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * c.m * c.n * c.kk, benchmark::Counter::kIsIterationInvariantRate,
+                         benchmark::Counter::kIs1000);
 }
 
 // conv1 of the Fashion-MNIST net at batch 64 (range 0: 1x28x28, 24-wide rows) and of the CIFAR
@@ -58,15 +61,17 @@ void conv1(benchmark::State& state) {
   const bool cifar = state.range(0) == 1;
   k::Conv2dShape s;
   s.n = cifar ? 4 : 64, s.c = cifar ? 3 : 1, s.h = s.w = cifar ? 32 : 28, s.oc = 6, s.kh = s.kw = 5;
-  std::vector<float> x(static_cast<size_t>(s.n) * s.c * s.h * s.w), w(static_cast<size_t>(s.oc) * s.patch()),
-      b(6), y(static_cast<size_t>(s.n) * s.oc * s.oh() * s.ow()), dw(w.size()), db(6),
+  std::vector<float> x(static_cast<size_t>(s.n) * s.c * s.h * s.w),
+      w(static_cast<size_t>(s.oc) * s.patch()), b(6),
+      y(static_cast<size_t>(s.n) * s.oc * s.oh() * s.ow()), dw(w.size()), db(6),
       work(k::conv2d_workspace_floats(s, s.n));
   for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 17) * 0.125f - 1.0f;
   for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(i % 7) * 0.25f - 0.75f;
   for (size_t i = 0; i < y.size(); ++i) y[i] = static_cast<float>(i % 5) * 0.5f - 1.0f;
   for (auto _ : state) {
     if (kBackward)
-      k::conv2d_backward(s, x.data(), w.data(), y.data(), nullptr, dw.data(), db.data(), work.data(), s.n);
+      k::conv2d_backward(s, x.data(), w.data(), y.data(), nullptr, dw.data(), db.data(),
+                         work.data(), s.n);
     else
       k::conv2d_forward(s, x.data(), w.data(), b.data(), y.data(), work.data(), s.n);
     benchmark::DoNotOptimize(y.data());

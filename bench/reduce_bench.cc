@@ -179,9 +179,9 @@ void register_all() {
     reg("reduce_f32_sum_inplace/" + size_name(s), bm_reduce, ck::DType::kF32, ck::RedOp::kSum, s,
         Kind::kInPlace);
   }
-  for (ck::DType t : {ck::DType::kF16, ck::DType::kBF16, ck::DType::kF64, ck::DType::kI8,
-                      ck::DType::kU8, ck::DType::kI32, ck::DType::kU32, ck::DType::kI64,
-                      ck::DType::kU64}) {
+  for (ck::DType t :
+       {ck::DType::kF16, ck::DType::kBF16, ck::DType::kF64, ck::DType::kI8, ck::DType::kU8,
+        ck::DType::kI32, ck::DType::kU32, ck::DType::kI64, ck::DType::kU64}) {
     std::string name = std::string("reduce_") + ck::dtype_name(t) + "_sum/1MiB";
     reg(name, bm_reduce, t, ck::RedOp::kSum, kMiB, Kind::kFast);
   }

@@ -14,10 +14,10 @@
 
 #include <fmt/format.h>
 
-#include "ddp/ops/kernel_table.h"
 #include "ddp/nn/modules.h"
-#include "ddp/ops/ops.h"
 #include "ddp/nn/optim.h"
+#include "ddp/ops/kernel_table.h"
+#include "ddp/ops/ops.h"
 #include "ddp/tensor/random.h"
 #include "kernels/cpu/isa.h"
 
@@ -46,16 +46,19 @@ int main(int argc, char** argv) {
   int64_t batch = 4;
   int reps = 5, threads = 1, warmup = 20;
   double min_time = 2.0;
-  app.add_option("--shape", shape, "1x28x28 (Fashion-MNIST net) or 3x32x32 (CIFAR net)")->capture_default_str();
+  app.add_option("--shape", shape, "1x28x28 (Fashion-MNIST net) or 3x32x32 (CIFAR net)")
+      ->capture_default_str();
   app.add_option("--batch", batch)->capture_default_str();
   app.add_option("--reps", reps)->capture_default_str();
   app.add_option("--min-time", min_time, "seconds per repetition")->capture_default_str();
   app.add_option("--threads", threads)->capture_default_str();
   bool keep_denormals = false;
-  app.add_flag("--keep-denormals", keep_denormals, "compute with denormals (default: flush to zero, like train_cnn)");
+  app.add_flag("--keep-denormals", keep_denormals,
+               "compute with denormals (default: flush to zero, like train_cnn)");
   CLI11_PARSE(app, argc, argv);
   chorus::set_flush_denormal(!keep_denormals);
-  if (chorus::Status st = chorus::kernels::init_isa(); !st.is_ok()) {  // CHORUS_CPU_ISA picks the build
+  if (chorus::Status st = chorus::kernels::init_isa();
+      !st.is_ok()) {  // CHORUS_CPU_ISA picks the build
     fmt::print(stderr, "train_step: {}\n", st.message());
     return 2;
   }
@@ -100,8 +103,10 @@ int main(int argc, char** argv) {
     const auto w0 = std::chrono::steady_clock::now();
     const double c0 = thread_cpu_seconds();
     int64_t it = 0;
-    while (std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count() < min_time) step(it++);
-    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
+    while (std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count() < min_time)
+      step(it++);
+    const double wall =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
     const double cpu = thread_cpu_seconds() - c0;
     wall_ips.push_back(static_cast<double>(it * batch) / wall);
     cpu_ips.push_back(static_cast<double>(it * batch) / cpu);
@@ -109,11 +114,13 @@ int main(int argc, char** argv) {
   }
   const Stat sw = stat(wall_ips), sc = stat(cpu_ips);
   const double n = static_cast<double>(total_iters);
-  fmt::print("train_step shape {} batch {} threads {}{} kernels {}: images/s median {:.0f} [{:.0f}-{:.0f}] (wall), {:.0f} [{:.0f}-{:.0f}] "
-             "(thread cpu), ms/iter fwd {:.3f} bwd {:.3f} step {:.3f}\n",
-             shape, batch, threads, keep_denormals ? " keep-denormals" : "",
-             chorus::kernels::isa_name(chorus::kernels::active_isa()), sw.median, sw.lo, sw.hi, sc.median, sc.lo, sc.hi, 1e3 * fwd / n, 1e3 * bwd / n,
-             1e3 * stp / n);
+  fmt::print(
+      "train_step shape {} batch {} threads {}{} kernels {}: images/s median {:.0f} "
+      "[{:.0f}-{:.0f}] (wall), {:.0f} [{:.0f}-{:.0f}] "
+      "(thread cpu), ms/iter fwd {:.3f} bwd {:.3f} step {:.3f}\n",
+      shape, batch, threads, keep_denormals ? " keep-denormals" : "",
+      chorus::kernels::isa_name(chorus::kernels::active_isa()), sw.median, sw.lo, sw.hi, sc.median,
+      sc.lo, sc.hi, 1e3 * fwd / n, 1e3 * bwd / n, 1e3 * stp / n);
   std::string wall_list, cpu_list;
   for (size_t i = 0; i < wall_ips.size(); ++i) {
     wall_list += fmt::format(" {:.0f}", wall_ips[i]);

@@ -10,8 +10,8 @@ Status run_barrier(OpCtx& ctx) {
   const int n = ctx.size(), r = ctx.rank();
   Steps s(ctx, kernels::DType::kU8, kernels::RedOp::kSum);
   for (int k = 1; k < n; k <<= 1) {
-    CHORUS_TRY(s.send_header((r + k) % n));        // signal rank + 2^k
-    CHORUS_TRY(s.recv_header((r - k + n) % n));    // hear from rank - 2^k
+    CHORUS_TRY(s.send_header((r + k) % n));      // signal rank + 2^k
+    CHORUS_TRY(s.recv_header((r - k + n) % n));  // hear from rank - 2^k
     CHORUS_TRY(s.finish());
   }
   return Status::ok();

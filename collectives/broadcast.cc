@@ -26,9 +26,12 @@ Status run_broadcast(OpCtx& ctx, const void* send, void* recv, size_t bytes, siz
   if (next >= 0) CHORUS_TRY(s.send_header(next));
   for (size_t off = 0; off < bytes; off += chunk_bytes) {
     const size_t len = std::min(chunk_bytes, bytes - off);
-    if (prev < 0) CHORUS_TRY(s.send(next, data + off, len));                // root
-    else if (next >= 0) CHORUS_TRY(s.recv_copy_send(prev, next, data + off, len));  // middle
-    else CHORUS_TRY(s.recv(prev, data + off, len));                          // last
+    if (prev < 0)
+      CHORUS_TRY(s.send(next, data + off, len));  // root
+    else if (next >= 0)
+      CHORUS_TRY(s.recv_copy_send(prev, next, data + off, len));  // middle
+    else
+      CHORUS_TRY(s.recv(prev, data + off, len));  // last
   }
   return s.finish();
 }

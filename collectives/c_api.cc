@@ -40,15 +40,17 @@ thread_local std::string t_last_error;
 // memory. Calls read `live` (one atomic load, no lock, no reference count).
 struct chorusComm {
   uint64_t magic = kCommMagic;
-  std::mutex mu;                      // destroy and abort
-  std::shared_ptr<CommImpl> comm;         // owner; never reset
-  std::atomic<CommImpl*> live{nullptr};   // null once aborted or destroyed
-  std::atomic<int> state{0};          // 0 usable, 1 aborted, 2 destroyed
+  std::mutex mu;                         // destroy and abort
+  std::shared_ptr<CommImpl> comm;        // owner; never reset
+  std::atomic<CommImpl*> live{nullptr};  // null once aborted or destroyed
+  std::atomic<int> state{0};             // 0 usable, 1 aborted, 2 destroyed
 };
 
 namespace chorus::capi {
 
-chorusResult_t to_result(Code c) { return static_cast<chorusResult_t>(static_cast<int>(c)); }
+chorusResult_t to_result(Code c) {
+  return static_cast<chorusResult_t>(static_cast<int>(c));
+}
 
 chorusResult_t report(const Status& s) {
   if (s.is_ok()) return chorusSuccess;
@@ -157,14 +159,20 @@ chorusResult_t init_comm(chorus::Result<chorus::transport::Rendezvous> rdzv, cho
 
 CHORUS_API const char* chorusGetErrorString(chorusResult_t r) {
   switch (r) {
-    case chorusSuccess: return "no error";
-    case chorusUnhandledCudaError: return "unhandled cuda error";
-    case chorusInProgress: return "operation in progress";
-    default: return chorus::code_name(static_cast<Code>(r));
+    case chorusSuccess:
+      return "no error";
+    case chorusUnhandledCudaError:
+      return "unhandled cuda error";
+    case chorusInProgress:
+      return "operation in progress";
+    default:
+      return chorus::code_name(static_cast<Code>(r));
   }
 }
 
-CHORUS_API const char* chorusGetLastError(chorusComm_t) { return t_last_error.c_str(); }
+CHORUS_API const char* chorusGetLastError(chorusComm_t) {
+  return t_last_error.c_str();
+}
 
 CHORUS_API chorusResult_t chorusGetVersion(int* version) try {
   if (!version) return fail(Code::kInvalidArgument, "chorusGetVersion: version is NULL");
@@ -190,7 +198,8 @@ CHORUS_API chorusResult_t chorusCommInitRank(chorusComm_t* comm, int nranks, cho
     return report(s);
   chorus::transport::UniqueIdData data;
   std::memcpy(&data, id.internal, sizeof data);
-  return init_comm(chorus::transport::rendezvous_from_id(data, rank, nranks), comm, "chorusCommInitRank");
+  return init_comm(chorus::transport::rendezvous_from_id(data, rank, nranks), comm,
+                   "chorusCommInitRank");
 }
 CHORUS_CATCH_ALL
 
@@ -198,13 +207,15 @@ CHORUS_API chorusResult_t chorusCommInitFromEnv(chorusComm_t* comm) try {
   if (!comm) return fail(Code::kInvalidArgument, "chorusCommInitFromEnv: comm is NULL");
   auto timeout = chorus::env_timeout();
   if (!timeout.is_ok()) return report(timeout.status().wrap("chorusCommInitFromEnv"));
-  return init_comm(chorus::transport::rendezvous_from_env(chorus::Deadline::after_seconds(*timeout)),
-                   comm, "chorusCommInitFromEnv");
+  return init_comm(
+      chorus::transport::rendezvous_from_env(chorus::Deadline::after_seconds(*timeout)), comm,
+      "chorusCommInitFromEnv");
 }
 CHORUS_CATCH_ALL
 
 CHORUS_API chorusResult_t chorusCommDestroy(chorusComm_t h) try {
-  if (h == nullptr || h->magic != kCommMagic) return fail(Code::kInvalidArgument, "chorusCommDestroy: not a chorus communicator");
+  if (h == nullptr || h->magic != kCommMagic)
+    return fail(Code::kInvalidArgument, "chorusCommDestroy: not a chorus communicator");
   std::shared_ptr<CommImpl> c;
   {
     std::lock_guard<std::mutex> lock(h->mu);
@@ -275,7 +286,9 @@ CHORUS_API chorusResult_t chorusCommSplit(chorusComm_t h, int color, int key,
   auto c = live(h, "chorusCommSplit");
   if (!c.is_ok()) return report(c.status());
   if (color < 0 && color != CHORUS_SPLIT_NOCOLOR)
-    return fail(Code::kInvalidArgument, "chorusCommSplit on rank {}: color {} (use >= 0 or CHORUS_SPLIT_NOCOLOR)", (*c)->rank(), color);
+    return fail(Code::kInvalidArgument,
+                "chorusCommSplit on rank {}: color {} (use >= 0 or CHORUS_SPLIT_NOCOLOR)",
+                (*c)->rank(), color);
   try {
     auto n = (*c)->split(color, key);
     if (!n.is_ok())

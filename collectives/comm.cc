@@ -47,8 +47,9 @@ void Request::finish(Status s) {
 
 // ---- CommImpl ----
 
-Result<std::shared_ptr<CommImpl>> CommImpl::create(std::shared_ptr<Job> job, std::string prefix, uint64_t uid,
-                                           int rank, std::vector<int> job_ranks, Deadline deadline) {
+Result<std::shared_ptr<CommImpl>> CommImpl::create(std::shared_ptr<Job> job, std::string prefix,
+                                                   uint64_t uid, int rank,
+                                                   std::vector<int> job_ranks, Deadline deadline) {
   std::shared_ptr<CommImpl> c(new CommImpl());
   c->job_ = job;
   c->prefix_ = std::move(prefix);
@@ -133,7 +134,9 @@ Status CommImpl::create_channels(const transport::Transports& transports, Deadli
   return Status::ok();
 }
 
-CommImpl::~CommImpl() { (void)destroy(); }
+CommImpl::~CommImpl() {
+  (void)destroy();
+}
 
 int CommImpl::job_rank_of(int pid, const std::string& host) const {
   std::lock_guard<std::mutex> lock(mu_);
@@ -197,8 +200,12 @@ Status CommImpl::error() const {
 Result<std::shared_ptr<Request>> CommImpl::submit(OpDesc desc, OpFn fn) {
   auto work = std::make_shared<Request>(desc);
   std::lock_guard<std::mutex> lock(mu_);
-  if (stopping_) return make_error(Code::kInvalidUsage, "{}: the communicator is being destroyed", describe(desc));
-  if (failed_.load()) return Status(error_.code(), fmt::format("{}: communicator is broken by an earlier error: {}", describe(desc), error_.message()));
+  if (stopping_)
+    return make_error(Code::kInvalidUsage, "{}: the communicator is being destroyed",
+                      describe(desc));
+  if (failed_.load())
+    return Status(error_.code(), fmt::format("{}: communicator is broken by an earlier error: {}",
+                                             describe(desc), error_.message()));
   queue_.emplace_back(work, std::move(fn));
   cv_.notify_all();
   return work;
@@ -210,7 +217,8 @@ void CommImpl::progress_loop() {
     OpFn fn;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return (stopping_ && !running_op_) || (!queue_.empty() && !running_op_); });
+      cv_.wait(lock,
+               [&] { return (stopping_ && !running_op_) || (!queue_.empty() && !running_op_); });
       if (queue_.empty()) {
         thread_exited_ = true;
         cv_.notify_all();
@@ -226,7 +234,8 @@ void CommImpl::progress_loop() {
     }
     Status s;
     if (failed_.load()) {
-      s = Status(error().code(), fmt::format("{}: communicator is broken by an earlier error: {}", describe(work->desc()), error().message()));
+      s = Status(error().code(), fmt::format("{}: communicator is broken by an earlier error: {}",
+                                             describe(work->desc()), error().message()));
     } else {
       OpCtx ctx(*this, work->desc());
       s = fn(ctx);
@@ -249,11 +258,14 @@ bool CommImpl::try_run_inline(const OpDesc& desc, const OpFn& fn, Status* result
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) {
-      *result = make_error(Code::kInvalidUsage, "{}: the communicator is being destroyed", describe(desc));
+      *result = make_error(Code::kInvalidUsage, "{}: the communicator is being destroyed",
+                           describe(desc));
       return true;
     }
     if (failed_.load()) {
-      *result = Status(error_.code(), fmt::format("{}: communicator is broken by an earlier error: {}", describe(desc), error_.message()));
+      *result =
+          Status(error_.code(), fmt::format("{}: communicator is broken by an earlier error: {}",
+                                            describe(desc), error_.message()));
       return true;
     }
     if (!queue_.empty() || running_op_) return false;
@@ -328,7 +340,8 @@ void CommImpl::on_peer_dead(int job_rank, const std::string& text) {
     std::lock_guard<std::mutex> lock(mu_);
     if (busy_) cur = describe(current_);
   }
-  fail(Status(Code::kRemoteError, cur.empty() ? msg : fmt::format("{} on rank {} failed: {}", cur, rank_, msg)));
+  fail(Status(Code::kRemoteError,
+              cur.empty() ? msg : fmt::format("{} on rank {} failed: {}", cur, rank_, msg)));
 }
 
 void CommImpl::on_remote_error(const std::string& text) {
@@ -376,8 +389,9 @@ std::string CommImpl::timeout_report(const OpDesc& d, const std::string& waiting
       absent += std::to_string(r);
     }
   }
-  return fmt::format("{} on rank {} timed out after {:.0f} s{} (CHORUS_TIMEOUT); ranks that never arrived: {}{}",
-                     describe(d), rank_, timeout_s_, waiting_for, absent.empty() ? "none" : absent, report);
+  return fmt::format(
+      "{} on rank {} timed out after {:.0f} s{} (CHORUS_TIMEOUT); ranks that never arrived: {}{}",
+      describe(d), rank_, timeout_s_, waiting_for, absent.empty() ? "none" : absent, report);
 }
 
 void CommImpl::abort(const std::string& why) {

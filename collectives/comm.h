@@ -13,11 +13,11 @@
 #pragma once
 
 #include <atomic>
-#include <cstring>
 #include <condition_variable>
+#include <cstring>
 #include <deque>
-#include <initializer_list>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -43,7 +43,7 @@ struct StagingBuffers {
   static constexpr size_t kBytes = 256 << 10;
   std::vector<char> in;
   std::vector<char> out[kOut];
-  std::vector<char> eager;  // header + data of an eager message over tcp
+  std::vector<char> eager;    // header + data of an eager message over tcp
   std::vector<char> scratch;  // a reduced piece on its way to user memory by streaming stores
 };
 
@@ -93,8 +93,9 @@ struct Channel {
 class CommImpl : public std::enable_shared_from_this<CommImpl> {
  public:
   // Collective over `job_ranks` (job rank of each comm rank). prefix/uid identify the comm.
-  static Result<std::shared_ptr<CommImpl>> create(std::shared_ptr<Job> job, std::string prefix, uint64_t uid,
-                                              int rank, std::vector<int> job_ranks, Deadline deadline);
+  static Result<std::shared_ptr<CommImpl>> create(std::shared_ptr<Job> job, std::string prefix,
+                                                  uint64_t uid, int rank,
+                                                  std::vector<int> job_ranks, Deadline deadline);
   ~CommImpl();
 
   int rank() const { return rank_; }
@@ -171,9 +172,10 @@ class CommImpl : public std::enable_shared_from_this<CommImpl> {
   OpKind last_tune_kind_ = OpKind::kSend;  // kSend is never tuned: the cache starts empty
   size_t last_tune_bytes_ = 0;
   Tuned last_tune_{};
-  int spin_us_ = 50;          // CHORUS_SPIN_US: the most a wait spins before it sleeps
-  std::atomic<int> spin_now_us_{50};  // adapts: halves when spinning did not pay, regrows when it did
-  int jitter_us_ = 0;         // CHORUS_TEST_JITTER_US: test hook, see OpCtx::jitter()
+  int spin_us_ = 50;  // CHORUS_SPIN_US: the most a wait spins before it sleeps
+  std::atomic<int> spin_now_us_{
+      50};             // adapts: halves when spinning did not pay, regrows when it did
+  int jitter_us_ = 0;  // CHORUS_TEST_JITTER_US: test hook, see OpCtx::jitter()
 
   std::atomic<uint64_t> coll_seq_{0};
   std::mutex seq_mu_;
@@ -243,8 +245,12 @@ class OpCtx {
   // Fails on the operation's deadline, a link error, a dead peer or an abort.
   // `waiting_for` is a rank, for the timeout message (-1: unknown).
   Status wait(FunctionRef<bool()> done, int waiting_for);
-  Status wait_send(int peer, uint64_t ticket) { return wait([&] { return link(peer).send_done(ticket); }, peer); }
-  Status wait_recv(int peer, uint64_t ticket) { return wait([&] { return link(peer).recv_done(ticket); }, peer); }
+  Status wait_send(int peer, uint64_t ticket) {
+    return wait([&] { return link(peer).send_done(ticket); }, peer);
+  }
+  Status wait_recv(int peer, uint64_t ticket) {
+    return wait([&] { return link(peer).recv_done(ticket); }, peer);
+  }
 
  private:
   Result<bool> progress_all();
@@ -257,7 +263,7 @@ class OpCtx {
   Channel& ch_;
   OpDesc desc_;
   OpHeader my_header_;
-  OpHeader* headers_;              // received, per peer (the communicator's scratch)
+  OpHeader* headers_;  // received, per peer (the communicator's scratch)
   Status wait_slow(FunctionRef<bool()> done, int waiting_for);
   // The operation's deadline, fixed the first time a wait takes the slow path: operations
   // that never wait long never read the clock.

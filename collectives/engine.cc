@@ -14,8 +14,8 @@
 
 #include <algorithm>
 #include <array>
-#include <span>
 #include <cstring>
+#include <span>
 
 #include "collectives/comm.h"
 
@@ -32,8 +32,12 @@ void OpCtx::set_count(uint64_t count) {
   my_header_ = make_header(desc_, comm_.rank_, comm_.uid_);
 }
 
-uint64_t OpCtx::send_header(int peer) { return link(peer).post_send(&my_header_, sizeof my_header_); }
-uint64_t OpCtx::recv_header(int peer) { return link(peer).post_recv(&headers_[peer], sizeof(OpHeader)); }
+uint64_t OpCtx::send_header(int peer) {
+  return link(peer).post_send(&my_header_, sizeof my_header_);
+}
+uint64_t OpCtx::recv_header(int peer) {
+  return link(peer).post_recv(&headers_[peer], sizeof(OpHeader));
+}
 
 Status OpCtx::exchange_headers(std::initializer_list<int> to, std::initializer_list<int> from) {
   auto seen_before = [](std::initializer_list<int> l, const int* p) {
@@ -74,29 +78,43 @@ Result<const char*> OpCtx::eager_exchange(int peer, const void* data, size_t byt
     return static_cast<const char*>(st.in.data());
   }
   std::pair<char*, size_t> out;
-  CHORUS_TRY(wait([&] { out = d->send_reserve(); return out.second >= total; }, peer));
+  CHORUS_TRY(wait(
+      [&] {
+        out = d->send_reserve();
+        return out.second >= total;
+      },
+      peer));
   std::memcpy(out.first, &my_header_, sizeof(OpHeader));
   if (bytes) std::memcpy(out.first + sizeof(OpHeader), data, bytes);
   d->send_commit(total);
   std::pair<const char*, size_t> in;
-  CHORUS_TRY(wait([&] { in = d->recv_peek(); return in.second > 0; }, peer));
+  CHORUS_TRY(wait(
+      [&] {
+        in = d->recv_peek();
+        return in.second > 0;
+      },
+      peer));
   if (in.second < sizeof(OpHeader))
-    return make_error(Code::kMismatch, "{} on rank {}: rank {} sent a {} byte message where a {} byte header was due",
-                      describe(desc_), comm_.rank_, peer, in.second, sizeof(OpHeader));
+    return make_error(
+        Code::kMismatch,
+        "{} on rank {}: rank {} sent a {} byte message where a {} byte header was due",
+        describe(desc_), comm_.rank_, peer, in.second, sizeof(OpHeader));
   std::memcpy(&headers_[peer], in.first, sizeof(OpHeader));
   CHORUS_TRY(check_header(peer));
   if (in.second != total)
-    return make_error(Code::kRemoteError, "{} on rank {}: rank {} sent {} bytes, expected {}", describe(desc_),
-                      comm_.rank_, peer, in.second, total);
+    return make_error(Code::kRemoteError, "{} on rank {}: rank {} sent {} bytes, expected {}",
+                      describe(desc_), comm_.rank_, peer, in.second, total);
   return in.first + sizeof(OpHeader);
 }
 
 Status OpCtx::drain() {
-  return wait([&] {
-    for (auto& l : ch_.links.links)
-      if (l && l->busy()) return false;
-    return true;
-  }, -1);
+  return wait(
+      [&] {
+        for (auto& l : ch_.links.links)
+          if (l && l->busy()) return false;
+        return true;
+      },
+      -1);
 }
 
 Status OpCtx::check_header(int peer) {
@@ -110,7 +128,8 @@ Status OpCtx::check_header(int peer) {
 Status OpCtx::explain_link_failure(const Status& link_error) {
   for (int i = 0; i < 100 && !comm_.failed_.load(); ++i) usleep(5000);
   if (comm_.failed_.load()) return comm_.error();
-  return Status(link_error.code(), fmt::format("{} on rank {}: {}", describe(desc_), comm_.rank_, link_error.message()));
+  return Status(link_error.code(), fmt::format("{} on rank {}: {}", describe(desc_), comm_.rank_,
+                                               link_error.message()));
 }
 
 Result<bool> OpCtx::progress_all() {
@@ -127,11 +146,13 @@ Result<bool> OpCtx::progress_all() {
 void OpCtx::jitter() {
   // xorshift64, one stream per thread, seeded by rank and thread so every run differs.
   thread_local uint64_t x = 0x9e3779b97f4a7c15ull ^ (static_cast<uint64_t>(comm_.rank_) << 32) ^
-                            static_cast<uint64_t>(now_seconds() * 1e9) ^ reinterpret_cast<uintptr_t>(&x);
+                            static_cast<uint64_t>(now_seconds() * 1e9) ^
+                            reinterpret_cast<uintptr_t>(&x);
   x ^= x << 13;
   x ^= x >> 7;
   x ^= x << 17;
-  if (x % 4 == 0) usleep(static_cast<useconds_t>((x >> 8) % static_cast<uint64_t>(comm_.jitter_us_ + 1)));
+  if (x % 4 == 0)
+    usleep(static_cast<useconds_t>((x >> 8) % static_cast<uint64_t>(comm_.jitter_us_ + 1)));
 }
 
 Deadline& OpCtx::deadline() {
@@ -164,7 +185,8 @@ Result<bool> OpCtx::sleep_once(FunctionRef<bool()> done, bool* slept) {
   for (auto& l : ch_.links.links) {
     if (!l || !l->busy()) continue;
     transport::WakeSource* w = l->wake_source();
-    if (nbusy < busy.size() && std::find(busy.begin(), busy.begin() + nbusy, w) == busy.begin() + nbusy)
+    if (nbusy < busy.size() &&
+        std::find(busy.begin(), busy.begin() + nbusy, w) == busy.begin() + nbusy)
       busy[nbusy++] = w;
     Status alive = l->check_alive();
     if (!alive.is_ok()) return explain_link_failure(alive);

@@ -40,9 +40,15 @@ Status run_group(OpCtx& ctx, const std::vector<GroupItem>& items, uint64_t uid) 
           r.header_posted = true;
         }
         if (!r.data_posted) {
-          if (!ctx.link(peer).recv_done(r.header_ticket)) { all = false; break; }
+          if (!ctx.link(peer).recv_done(r.header_ticket)) {
+            all = false;
+            break;
+          }
           Status s = check_header(r.header, peer, r.item->desc, ctx.rank(), uid);
-          if (!s.is_ok()) { failure = s; return true; }
+          if (!s.is_ok()) {
+            failure = s;
+            return true;
+          }
           r.data_ticket = ctx.link(peer).post_recv(r.item->recv, r.item->bytes);
           r.data_posted = true;
         }

@@ -8,7 +8,7 @@
 namespace chorus {
 
 struct GroupItem {
-  OpDesc desc;          // kind kSend or kRecv, with its per-pair sequence number
+  OpDesc desc;  // kind kSend or kRecv, with its per-pair sequence number
   const void* send = nullptr;
   void* recv = nullptr;
   size_t bytes = 0;

@@ -18,7 +18,8 @@ Result<std::shared_ptr<Job>> Job::create(transport::Rendezvous rdzv, Deadline de
   job->store_host_rank_ = rdzv.store_host_rank;
   job->server_ = std::move(rdzv.server);
   set_log_rank(rdzv.rank);
-  log_info("bootstrap: rank {} of {} ({}), store at {}", rdzv.rank, rdzv.size, rdzv.method, rdzv.store.to_string());
+  log_info("bootstrap: rank {} of {} ({}), store at {}", rdzv.rank, rdzv.size, rdzv.method,
+           rdzv.store.to_string());
   if (rdzv.secret_is_public)
     log_info(
         "bootstrap: the job secret is derived from {}, which is not secret: it keeps other jobs "
@@ -39,10 +40,15 @@ Result<std::shared_ptr<Job>> Job::create(transport::Rendezvous rdzv, Deadline de
   CHORUS_TRY(job->store_->join(deadline));
   std::weak_ptr<Job> weak = job;
   CHORUS_ASSIGN_OR_RETURN(job->watch_, transport::WatchClient::connect(
-      rdzv.store, rdzv.secret, rdzv.rank, rdzv.size,
-      [weak](const transport::WatchEvent& e) { if (auto j = weak.lock()) j->on_event(e); },
-      [weak](uint64_t uid) { auto j = weak.lock(); return j ? j->answer(uid) : std::string("exiting"); },
-      deadline));
+                                           rdzv.store, rdzv.secret, rdzv.rank, rdzv.size,
+                                           [weak](const transport::WatchEvent& e) {
+                                             if (auto j = weak.lock()) j->on_event(e);
+                                           },
+                                           [weak](uint64_t uid) {
+                                             auto j = weak.lock();
+                                             return j ? j->answer(uid) : std::string("exiting");
+                                           },
+                                           deadline));
   return job;
 }
 
@@ -84,7 +90,10 @@ void Job::add(const std::shared_ptr<CommImpl>& c) {
 
 void Job::remove(const CommImpl* c) {
   std::lock_guard<std::mutex> lock(mu_);
-  std::erase_if(comms_, [c](const std::weak_ptr<CommImpl>& w) { auto p = w.lock(); return !p || p.get() == c; });
+  std::erase_if(comms_, [c](const std::weak_ptr<CommImpl>& w) {
+    auto p = w.lock();
+    return !p || p.get() == c;
+  });
 }
 
 std::vector<std::shared_ptr<CommImpl>> Job::live_comms() {

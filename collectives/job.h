@@ -5,8 +5,8 @@
 
 #include <map>
 #include <memory>
-#include <string>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "transport/rendezvous.h"

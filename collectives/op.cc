@@ -5,25 +5,38 @@ namespace chorus {
 
 const char* op_name(OpKind k) {
   switch (k) {
-    case OpKind::kSend: return "send";
-    case OpKind::kRecv: return "recv";
-    case OpKind::kBarrier: return "barrier";
-    case OpKind::kBroadcast: return "broadcast";
-    case OpKind::kAllReduce: return "all_reduce";
-    case OpKind::kReduce: return "reduce";
-    case OpKind::kAllGather: return "all_gather";
-    case OpKind::kReduceScatter: return "reduce_scatter";
+    case OpKind::kSend:
+      return "send";
+    case OpKind::kRecv:
+      return "recv";
+    case OpKind::kBarrier:
+      return "barrier";
+    case OpKind::kBroadcast:
+      return "broadcast";
+    case OpKind::kAllReduce:
+      return "all_reduce";
+    case OpKind::kReduce:
+      return "reduce";
+    case OpKind::kAllGather:
+      return "all_gather";
+    case OpKind::kReduceScatter:
+      return "reduce_scatter";
   }
   return "unknown operation";
 }
 
 const char* algo_name(Algo a) {
   switch (a) {
-    case Algo::kNone: return "none";
-    case Algo::kRing: return "ring";
-    case Algo::kTree: return "tree";
-    case Algo::kRecursiveDoubling: return "rd";
-    case Algo::kChain: return "chain";
+    case Algo::kNone:
+      return "none";
+    case Algo::kRing:
+      return "ring";
+    case Algo::kTree:
+      return "tree";
+    case Algo::kRecursiveDoubling:
+      return "rd";
+    case Algo::kChain:
+      return "chain";
   }
   return "unknown";
 }
@@ -35,33 +48,51 @@ const char* redop_name(int redop) {
 
 std::optional<kernels::DType> kernel_dtype(int t) {
   switch (t) {
-    case chorusFloat32: return kernels::DType::kF32;
-    case chorusFloat64: return kernels::DType::kF64;
-    case chorusFloat16: return kernels::DType::kF16;
-    case chorusBfloat16: return kernels::DType::kBF16;
-    case chorusInt32: return kernels::DType::kI32;
-    case chorusInt64: return kernels::DType::kI64;
-    case chorusUint8: return kernels::DType::kU8;
-    case chorusInt8: return kernels::DType::kI8;
-    case chorusUint32: return kernels::DType::kU32;
-    case chorusUint64: return kernels::DType::kU64;
-    default: return std::nullopt;
+    case chorusFloat32:
+      return kernels::DType::kF32;
+    case chorusFloat64:
+      return kernels::DType::kF64;
+    case chorusFloat16:
+      return kernels::DType::kF16;
+    case chorusBfloat16:
+      return kernels::DType::kBF16;
+    case chorusInt32:
+      return kernels::DType::kI32;
+    case chorusInt64:
+      return kernels::DType::kI64;
+    case chorusUint8:
+      return kernels::DType::kU8;
+    case chorusInt8:
+      return kernels::DType::kI8;
+    case chorusUint32:
+      return kernels::DType::kU32;
+    case chorusUint64:
+      return kernels::DType::kU64;
+    default:
+      return std::nullopt;
   }
 }
 
 std::optional<kernels::RedOp> kernel_redop(int op) {
   switch (op) {
-    case chorusSum: return kernels::RedOp::kSum;
-    case chorusProd: return kernels::RedOp::kProd;
-    case chorusMax: return kernels::RedOp::kMax;
-    case chorusMin: return kernels::RedOp::kMin;
-    case chorusAvg: return kernels::RedOp::kAvg;
-    default: return std::nullopt;
+    case chorusSum:
+      return kernels::RedOp::kSum;
+    case chorusProd:
+      return kernels::RedOp::kProd;
+    case chorusMax:
+      return kernels::RedOp::kMax;
+    case chorusMin:
+      return kernels::RedOp::kMin;
+    case chorusAvg:
+      return kernels::RedOp::kAvg;
+    default:
+      return std::nullopt;
   }
 }
 
 const char* dtype_name(int dtype) {
-  static const char* names[] = {"i8", "u8", "i32", "u32", "i64", "u64", "f16", "f32", "f64", "bf16"};
+  static const char* names[] = {"i8",  "u8",  "i32", "u32", "i64",
+                                "u64", "f16", "f32", "f64", "bf16"};
   return dtype >= 0 && dtype < chorusNumTypes ? names[dtype] : "unknown-type";
 }
 
@@ -75,20 +106,24 @@ std::string describe(const OpDesc& d) {
     case OpKind::kBarrier:
       return fmt::format("barrier #{}", d.seq);
     case OpKind::kBroadcast:
-      return fmt::format("broadcast #{} (count {} {}, root {})", d.seq, d.count, dtype_name(d.dtype), d.root);
+      return fmt::format("broadcast #{} (count {} {}, root {})", d.seq, d.count,
+                         dtype_name(d.dtype), d.root);
     case OpKind::kSend:
-      return fmt::format("send #{} to rank {} (count {} {}, tag {})", d.seq, d.peer, d.count, dtype_name(d.dtype), d.tag);
+      return fmt::format("send #{} to rank {} (count {} {}, tag {})", d.seq, d.peer, d.count,
+                         dtype_name(d.dtype), d.tag);
     case OpKind::kRecv:
-      return fmt::format("recv #{} from rank {} (count {} {}, tag {})", d.seq, d.peer, d.count, dtype_name(d.dtype), d.tag);
+      return fmt::format("recv #{} from rank {} (count {} {}, tag {})", d.seq, d.peer, d.count,
+                         dtype_name(d.dtype), d.tag);
     case OpKind::kAllReduce:
     case OpKind::kReduceScatter:
-      return fmt::format("{} #{} (count {} {}, {}, {})", op_name(d.kind), d.seq, d.count, dtype_name(d.dtype),
-                         redop_name(d.redop), algo_name(d.algo));
+      return fmt::format("{} #{} (count {} {}, {}, {})", op_name(d.kind), d.seq, d.count,
+                         dtype_name(d.dtype), redop_name(d.redop), algo_name(d.algo));
     case OpKind::kReduce:
-      return fmt::format("reduce #{} (count {} {}, {}, root {}, {})", d.seq, d.count, dtype_name(d.dtype),
-                         redop_name(d.redop), d.root, algo_name(d.algo));
+      return fmt::format("reduce #{} (count {} {}, {}, root {}, {})", d.seq, d.count,
+                         dtype_name(d.dtype), redop_name(d.redop), d.root, algo_name(d.algo));
     case OpKind::kAllGather:
-      return fmt::format("all_gather #{} (count {} {}, {})", d.seq, d.count, dtype_name(d.dtype), algo_name(d.algo));
+      return fmt::format("all_gather #{} (count {} {}, {})", d.seq, d.count, dtype_name(d.dtype),
+                         algo_name(d.algo));
   }
   return "unknown operation";
 }

@@ -13,7 +13,16 @@
 
 namespace chorus {
 
-enum class OpKind : uint16_t { kSend = 1, kRecv, kBarrier, kBroadcast, kAllReduce, kReduce, kAllGather, kReduceScatter };
+enum class OpKind : uint16_t {
+  kSend = 1,
+  kRecv,
+  kBarrier,
+  kBroadcast,
+  kAllReduce,
+  kReduce,
+  kAllGather,
+  kReduceScatter
+};
 
 // Algorithms the tuner picks from (and CHORUS_ALGO names).
 enum class Algo : int32_t { kNone = 0, kRing, kTree, kRecursiveDoubling, kChain };
@@ -21,13 +30,13 @@ const char* algo_name(Algo a);
 
 struct OpDesc {
   OpKind kind = OpKind::kBarrier;
-  uint64_t seq = 0;      // collectives: per communicator; send/recv: per (pair, direction)
+  uint64_t seq = 0;  // collectives: per communicator; send/recv: per (pair, direction)
   uint64_t count = 0;
   int dtype = chorusUint8;
-  int root = -1;         // broadcast
-  int redop = -1;        // reductions (later)
-  int peer = -1;         // send/recv: the other rank
-  int tag = 0;           // send/recv
+  int root = -1;            // broadcast
+  int redop = -1;           // reductions (later)
+  int peer = -1;            // send/recv: the other rank
+  int tag = 0;              // send/recv
   Algo algo = Algo::kNone;  // reductions and gathers: every rank must run the same algorithm
   uint32_t piece = 0;       // ... with the same piece size (it shapes the stream)
   int nchannels = 1;        // ... cut into this many parts, part k on channel k

@@ -33,7 +33,12 @@ Status copy_local(const char* send, char* recv, size_t bytes) {
 }
 
 Steps::Steps(OpCtx& ctx, kernels::DType dtype, kernels::RedOp op, Executor& exec)
-    : ctx_(ctx), exec_(exec), dtype_(dtype), op_(op), esize_(kernels::dtype_size(dtype)), stage_(ctx.staging()) {}
+    : ctx_(ctx),
+      exec_(exec),
+      dtype_(dtype),
+      op_(op),
+      esize_(kernels::dtype_size(dtype)),
+      stage_(ctx.staging()) {}
 
 // ---- pieces: where a piece's input comes from and where its output goes ----
 
@@ -43,7 +48,12 @@ Result<const char*> Steps::take_input(int from, char* recv_into, size_t* n) {
   transport::Link& l = ctx_.link(from);
   if (transport::DirectSlots* d = l.direct()) {
     std::pair<const char*, size_t> in;
-    CHORUS_TRY(ctx_.wait([&] { in = d->recv_peek(); return in.second > 0; }, from));
+    CHORUS_TRY(ctx_.wait(
+        [&] {
+          in = d->recv_peek();
+          return in.second > 0;
+        },
+        from));
     *n = std::min(*n, in.second);
     return in.first;
   }
@@ -64,7 +74,12 @@ Result<char*> Steps::take_output(int to, size_t* n) {
   transport::DirectSlots* d = ctx_.link(to).direct();
   if (!d) return static_cast<char*>(nullptr);
   std::pair<char*, size_t> out;
-  CHORUS_TRY(ctx_.wait([&] { out = d->send_reserve(); return out.second >= esize_; }, to));
+  CHORUS_TRY(ctx_.wait(
+      [&] {
+        out = d->send_reserve();
+        return out.second >= esize_;
+      },
+      to));
   size_t cap = out.second - out.second % esize_;
   *n = std::min(*n, cap);
   return out.first;
@@ -101,8 +116,10 @@ void Steps::post(int to, const char* buf, size_t n) {
   for (int k = 0; k < kOutStages; ++k)
     if (stage_used_[k] && stage_.out[k].data() == buf) stage_ticket_[k] = {to, t};
   auto it = std::find_if(pending_.begin(), pending_.end(), [&](auto& p) { return p.first == to; });
-  if (it == pending_.end()) pending_.push_back({to, t});
-  else it->second = t;
+  if (it == pending_.end())
+    pending_.push_back({to, t});
+  else
+    it->second = t;
 }
 
 // A staging buffer for a result that must be posted to a link without direct slots.
@@ -114,7 +131,8 @@ char* Steps::stage_out(int to, size_t n) {
     Status s = ctx_.wait_send(peer, ticket);
     (void)s;  // a failure here resurfaces at the next wait, which checks the same state
   }
-  if (stage_.out[k].size() < std::max(n, kStageBytes)) stage_.out[k].resize(std::max(n, kStageBytes));
+  if (stage_.out[k].size() < std::max(n, kStageBytes))
+    stage_.out[k].resize(std::max(n, kStageBytes));
   stage_used_[k] = true;
   stage_ticket_[k] = {to, 0};
   return stage_.out[k].data();
@@ -126,8 +144,10 @@ char* Steps::scratch(size_t n) {
 }
 
 void Steps::store(char* dst, const char* src, size_t n) {
-  if (streaming_) exec_.copy_streaming(dst, src, n);
-  else exec_.copy(dst, src, n);
+  if (streaming_)
+    exec_.copy_streaming(dst, src, n);
+  else
+    exec_.copy(dst, src, n);
 }
 
 // out = in op own, or own op in (set_own_first).
@@ -188,7 +208,8 @@ Status Steps::recv_reduce_send(int from, int to, const char* own, size_t bytes) 
 }
 
 // dst <- (from op own); to <- dst. Into a slot and dst in one pass when nothing else is due.
-Status Steps::recv_reduce_copy_send(int from, int to, const char* own, char* dst, size_t bytes, bool avg) {
+Status Steps::recv_reduce_copy_send(int from, int to, const char* own, char* dst, size_t bytes,
+                                    bool avg) {
   for (size_t off = 0; off < bytes;) {
     CHORUS_ASSIGN_OR_RETURN(Piece p, begin_piece(from, to, nullptr, bytes - off));
     char* d = dst + off;
@@ -239,8 +260,10 @@ Status Steps::recv_copy_send(int from, int to, char* dst, size_t bytes) {
 Status Steps::send_header(int to) {
   uint64_t t = ctx_.send_header(to);
   auto it = std::find_if(pending_.begin(), pending_.end(), [&](auto& p) { return p.first == to; });
-  if (it == pending_.end()) pending_.push_back({to, t});
-  else it->second = t;
+  if (it == pending_.end())
+    pending_.push_back({to, t});
+  else
+    it->second = t;
   return Status::ok();
 }
 
@@ -258,7 +281,12 @@ Status Steps::send_message(int to, const char* own, size_t bytes) {
     return send(to, own, bytes);
   }
   std::pair<char*, size_t> out;
-  CHORUS_TRY(ctx_.wait([&] { out = d->send_reserve(); return out.second >= sizeof(OpHeader) + bytes; }, to));
+  CHORUS_TRY(ctx_.wait(
+      [&] {
+        out = d->send_reserve();
+        return out.second >= sizeof(OpHeader) + bytes;
+      },
+      to));
   ctx_.write_header(out.first);
   if (bytes) exec_.copy(out.first + sizeof(OpHeader), own, bytes);
   d->send_commit(sizeof(OpHeader) + bytes);
@@ -284,6 +312,5 @@ Status Steps::finish() {
   pending_.clear();
   return Status::ok();
 }
-
 
 }  // namespace chorus

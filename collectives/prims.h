@@ -41,7 +41,8 @@ class Steps {
   Status recv(int from, char* dst, size_t bytes);
   Status recv_reduce_send(int from, int to, const char* own, size_t bytes);
   // avg: divide the (final) sum by the number of ranks before it is stored and sent on.
-  Status recv_reduce_copy_send(int from, int to, const char* own, char* dst, size_t bytes, bool avg = false);
+  Status recv_reduce_copy_send(int from, int to, const char* own, char* dst, size_t bytes,
+                               bool avg = false);
   Status recv_reduce_copy(int from, const char* own, char* dst, size_t bytes, bool avg = false);
   Status recv_copy_send(int from, int to, char* dst, size_t bytes);
   Status send_header(int to);
@@ -99,7 +100,9 @@ class Steps {
 
 // Buffers from this size up are written with streaming stores (they do not fit in L2 anyway).
 constexpr size_t kStreamingBytes = 4 << 20;
-inline bool use_streaming(size_t total_bytes) { return total_bytes >= kStreamingBytes; }
+inline bool use_streaming(size_t total_bytes) {
+  return total_bytes >= kStreamingBytes;
+}
 
 // Runs an operation cut into ctx.desc().nchannels parts of whole elements: part k (elements
 // [begin, begin + count)) on channel k, all at once; with one channel, the whole on ctx.
@@ -107,6 +110,5 @@ Status run_parts(OpCtx& ctx, FunctionRef<Status(OpCtx&, uint64_t begin, uint64_t
 
 // One rank: the result is the input (avg over one rank divides by one).
 Status copy_local(const char* send, char* recv, size_t bytes);
-
 
 }  // namespace chorus

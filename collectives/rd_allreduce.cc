@@ -36,10 +36,13 @@ Status run_rd_allreduce(OpCtx& ctx, const char* send, char* recv) {
   // Headers with everyone this rank talks to (eager rounds carry their own).
   int fold_peer = r < 2 * rem ? (r % 2 == 0 ? r + 1 : r - 1) : -1;
   int partners[8] = {-1, -1, -1, -1, -1, -1, -1, -1};
-  for (int k = 0; k < rounds && k < 8 && vrank >= 0 && !eager; ++k) partners[k] = real(vrank ^ (1 << k));
+  for (int k = 0; k < rounds && k < 8 && vrank >= 0 && !eager; ++k)
+    partners[k] = real(vrank ^ (1 << k));
   // (more than 256 ranks: the rounds past 8 check their header on first contact below)
-  CHORUS_TRY(ctx.exchange_headers({fold_peer, partners[0], partners[1], partners[2], partners[3], partners[4], partners[5], partners[6], partners[7]},
-                                  {fold_peer, partners[0], partners[1], partners[2], partners[3], partners[4], partners[5], partners[6], partners[7]}));
+  CHORUS_TRY(ctx.exchange_headers({fold_peer, partners[0], partners[1], partners[2], partners[3],
+                                   partners[4], partners[5], partners[6], partners[7]},
+                                  {fold_peer, partners[0], partners[1], partners[2], partners[3],
+                                   partners[4], partners[5], partners[6], partners[7]}));
   for (int k = 8; k < rounds && vrank >= 0 && !eager; ++k) {
     int peer = real(vrank ^ (1 << k));
     CHORUS_TRY(ctx.exchange_headers({peer}, {peer}));

@@ -27,10 +27,10 @@ Status run_ring_allgather(OpCtx& ctx, const char* send, char* recv) {
   const size_t piece = std::max<size_t>(es, d.piece - d.piece % es);
   for (size_t off = 0; off < block; off += piece) {
     size_t len = std::min(piece, block - off);
-    CHORUS_TRY(s.send(next, mine + off, len));                                   // step 0: ours
-    for (int j = 1; j < n - 1; ++j)                                              // n-2 steps: store, pass on
+    CHORUS_TRY(s.send(next, mine + off, len));  // step 0: ours
+    for (int j = 1; j < n - 1; ++j)             // n-2 steps: store, pass on
       CHORUS_TRY(s.recv_copy_send(prev, next, recv + mod(r - j) * block + off, len));
-    CHORUS_TRY(s.recv(prev, recv + mod(r + 1) * block + off, len));              // last: store
+    CHORUS_TRY(s.recv(prev, recv + mod(r + 1) * block + off, len));  // last: store
   }
   return s.finish();
 }

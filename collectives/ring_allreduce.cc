@@ -43,19 +43,20 @@ Status run_ring_allreduce(OpCtx& ctx, const char* send, char* recv) {
   auto mod = [n](int x) { return ((x % n) + n) % n; };
   for (size_t p = 0; p < npieces; ++p) {
     auto at = [&](int c) { return piece_of(d.count, n, chunk_elems, piece_elems, c, p); };
-    Piece x = at(mod(r - 1));                       // step 0: push our part of chunk r-1
+    Piece x = at(mod(r - 1));  // step 0: push our part of chunk r-1
     CHORUS_TRY(s.send(next, send + x.begin * es, x.len * es));
-    for (int j = 2; j < n; ++j) {                   // n-2 steps: add ours, pass it on
+    for (int j = 2; j < n; ++j) {  // n-2 steps: add ours, pass it on
       x = at(mod(r - j));
       CHORUS_TRY(s.recv_reduce_send(prev, next, send + x.begin * es, x.len * es));
     }
-    x = at(r);                                      // chunk r is complete here: keep and pass on
-    CHORUS_TRY(s.recv_reduce_copy_send(prev, next, send + x.begin * es, recv + x.begin * es, x.len * es, avg));
-    for (int j = 1; j < n - 1; ++j) {               // n-2 steps: copy and pass on
+    x = at(r);  // chunk r is complete here: keep and pass on
+    CHORUS_TRY(s.recv_reduce_copy_send(prev, next, send + x.begin * es, recv + x.begin * es,
+                                       x.len * es, avg));
+    for (int j = 1; j < n - 1; ++j) {  // n-2 steps: copy and pass on
       x = at(mod(r - j));
       CHORUS_TRY(s.recv_copy_send(prev, next, recv + x.begin * es, x.len * es));
     }
-    x = at(mod(r + 1));                             // the last complete chunk arrives
+    x = at(mod(r + 1));  // the last complete chunk arrives
     CHORUS_TRY(s.recv(prev, recv + x.begin * es, x.len * es));
   }
   return s.finish();

@@ -25,10 +25,11 @@ Status run_ring_reduce_scatter(OpCtx& ctx, const char* send, char* recv) {
   const bool avg = d.redop == chorusAvg;
   for (size_t off = 0; off < block; off += piece) {
     size_t len = std::min(piece, block - off);
-    CHORUS_TRY(s.send(next, send + mod(r - 1) * block + off, len));                        // step 0
-    for (int j = 2; j < n; ++j)                                                            // add, pass on
+    CHORUS_TRY(s.send(next, send + mod(r - 1) * block + off, len));  // step 0
+    for (int j = 2; j < n; ++j)                                      // add, pass on
       CHORUS_TRY(s.recv_reduce_send(prev, next, send + mod(r - j) * block + off, len));
-    CHORUS_TRY(s.recv_reduce_copy(prev, send + r * block + off, recv + off, len, avg));    // ours: store
+    CHORUS_TRY(
+        s.recv_reduce_copy(prev, send + r * block + off, recv + off, len, avg));  // ours: store
   }
   return s.finish();
 }

@@ -70,8 +70,10 @@ Status run_tree_allreduce(OpCtx& ctx, const char* send, char* recv) {
   if (n == 1) return copy_local(send, recv, d.count * es);
   const bool avg = d.redop == chorusAvg;
   TreeNode trees[2] = {heap_node(r, n, false), heap_node(r, n, true)};
-  CHORUS_TRY(ctx.exchange_headers({trees[0].parent, trees[0].child[0], trees[0].child[1], trees[1].parent, trees[1].child[0], trees[1].child[1]},
-                                  {trees[0].parent, trees[0].child[0], trees[0].child[1], trees[1].parent, trees[1].child[0], trees[1].child[1]}));
+  CHORUS_TRY(ctx.exchange_headers({trees[0].parent, trees[0].child[0], trees[0].child[1],
+                                   trees[1].parent, trees[1].child[0], trees[1].child[1]},
+                                  {trees[0].parent, trees[0].child[0], trees[0].child[1],
+                                   trees[1].parent, trees[1].child[0], trees[1].child[1]}));
   Steps s(ctx, dt, *kernel_redop(d.redop));
   s.set_streaming(use_streaming(d.count * es));
   const size_t half[2] = {(d.count + 1) / 2, d.count / 2};

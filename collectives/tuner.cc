@@ -24,7 +24,8 @@ int log2_ceil(int n) {
 
 }  // namespace
 
-double model_allreduce_seconds(Algo a, size_t bytes, int n, double alpha, double beta, double gamma) {
+double model_allreduce_seconds(Algo a, size_t bytes, int n, double alpha, double beta,
+                               double gamma) {
   const double s = static_cast<double>(bytes);
   switch (a) {
     case Algo::kRecursiveDoubling: {
@@ -43,11 +44,15 @@ double model_allreduce_seconds(Algo a, size_t bytes, int n, double alpha, double
 Result<TunerConfig> TunerConfig::from_env() {
   TunerConfig c;
   if (auto forced = env_get("CHORUS_ALGO")) {
-    if (*forced == "ring") c.forced_algo = Algo::kRing;
-    else if (*forced == "tree") c.forced_algo = Algo::kTree;
-    else if (*forced == "rd") c.forced_algo = Algo::kRecursiveDoubling;
+    if (*forced == "ring")
+      c.forced_algo = Algo::kRing;
+    else if (*forced == "tree")
+      c.forced_algo = Algo::kTree;
+    else if (*forced == "rd")
+      c.forced_algo = Algo::kRecursiveDoubling;
     else if (*forced != "auto")
-      return make_error(Code::kInvalidArgument, "CHORUS_ALGO='{}': expected ring, tree, rd or auto", *forced);
+      return make_error(Code::kInvalidArgument, "CHORUS_ALGO='{}': expected ring, tree, rd or auto",
+                        *forced);
   }
   CHORUS_ASSIGN_OR_RETURN(int64_t chunk, env_int_in("CHORUS_CHUNK_BYTES", 0, 0, int64_t{1} << 30));
   c.chunk_bytes = static_cast<size_t>(chunk);
@@ -95,11 +100,14 @@ Tuned tune(const TuneInput& in, const TunerConfig& cfg) {
   if (t.algo == Algo::kRecursiveDoubling) piece = m.max_piece;
   // Channels: a call is cut into parts that run at once, one per channel (a thread and links
   // of its own), when each part still moves a worthwhile amount. Gathers and scatters keep one.
-  const bool splittable = in.kind == OpKind::kAllReduce || in.kind == OpKind::kReduce || in.kind == OpKind::kBroadcast;
+  const bool splittable =
+      in.kind == OpKind::kAllReduce || in.kind == OpKind::kReduce || in.kind == OpKind::kBroadcast;
   t.nchannels = 1;
-  if (splittable && in.channels > 1 && in.bytes >= static_cast<size_t>(in.channels) * kMinChannelBytes)
+  if (splittable && in.channels > 1 &&
+      in.bytes >= static_cast<size_t>(in.channels) * kMinChannelBytes)
     t.nchannels = in.channels;
-  if (t.nchannels > 1) piece = std::min(piece, std::max<size_t>(8 << 10, (per / t.nchannels + 4095) & ~size_t{4095}));
+  if (t.nchannels > 1)
+    piece = std::min(piece, std::max<size_t>(8 << 10, (per / t.nchannels + 4095) & ~size_t{4095}));
   if (cfg.chunk_bytes > 0) piece = cfg.chunk_bytes;
   t.piece = static_cast<uint32_t>(piece);
 
@@ -108,9 +116,9 @@ Tuned tune(const TuneInput& in, const TunerConfig& cfg) {
     static std::set<std::tuple<int, int, uint32_t>> printed;
     std::lock_guard<std::mutex> lock(mu);
     if (printed.insert({static_cast<int>(in.kind), static_cast<int>(t.algo), t.piece}).second)
-      log_info("tuner: {} of {} bytes on {} ranks ({}): algorithm {}, piece {} bytes, {} channel(s)",
-               op_name(in.kind), in.bytes, in.nranks, m.name, algo_name(t.algo), t.piece,
-               t.nchannels);
+      log_info(
+          "tuner: {} of {} bytes on {} ranks ({}): algorithm {}, piece {} bytes, {} channel(s)",
+          op_name(in.kind), in.bytes, in.nranks, m.name, algo_name(t.algo), t.piece, t.nchannels);
   }
   return t;
 }

@@ -3,12 +3,12 @@
 // Each transport backend gives its links' latency alpha (seconds per message) and bandwidth
 // beta (bytes per second) in its LinkModel (transport/transport.h); reductions also cost gamma
 // (bytes per second reduced). Defaults were measured with bench/ on the project machine (see
-// bench/RESULTS.md); CHORUS_ALPHA_US and CHORUS_BETA_GBPS replace them. CHORUS_ALGO (ring|tree|rd), CHORUS_CHUNK_BYTES and CHORUS_NCHANNELS override
-// the choice (read when a communicator is created); the tuner cuts a call into as many parts as
-// there are channels when each part is at least 256 KiB. CHORUS_DEBUG=INFO prints each distinct
-// choice once.
-// The inputs are the same on every rank (sizes, rank count, the slowest link's model), so
-// every rank picks the same; the operation header double-checks it.
+// bench/RESULTS.md); CHORUS_ALPHA_US and CHORUS_BETA_GBPS replace them. CHORUS_ALGO (ring|tree|rd),
+// CHORUS_CHUNK_BYTES and CHORUS_NCHANNELS override the choice (read when a communicator is
+// created); the tuner cuts a call into as many parts as there are channels when each part is at
+// least 256 KiB. CHORUS_DEBUG=INFO prints each distinct choice once. The inputs are the same on
+// every rank (sizes, rank count, the slowest link's model), so every rank picks the same; the
+// operation header double-checks it.
 #pragma once
 
 #include <cstddef>
@@ -21,10 +21,10 @@ namespace chorus {
 
 struct TuneInput {
   OpKind kind;
-  size_t bytes;      // the whole buffer (all-gather: the result)
+  size_t bytes;  // the whole buffer (all-gather: the result)
   int nranks;
   transport::LinkModel link;  // of the slowest link any pair of ranks uses
-  int channels;      // channels the communicator has
+  int channels;               // channels the communicator has
 };
 
 struct Tuned {
@@ -45,6 +45,7 @@ struct TunerConfig {
 
 Tuned tune(const TuneInput& in, const TunerConfig& cfg);
 // Modelled seconds of an all-reduce algorithm (exposed for tests and bench/).
-double model_allreduce_seconds(Algo a, size_t bytes, int n, double alpha, double beta, double gamma);
+double model_allreduce_seconds(Algo a, size_t bytes, int n, double alpha, double beta,
+                               double gamma);
 
 }  // namespace chorus

@@ -17,7 +17,10 @@ class Deadline {
   static Deadline after_seconds(double s) { return Deadline(now_seconds() + s, s); }
   static Deadline never() { return Deadline(1e300, 1e300); }
   bool expired() const { return now_seconds() >= at_; }
-  double remaining() const { double r = at_ - now_seconds(); return r > 0 ? r : 0; }
+  double remaining() const {
+    double r = at_ - now_seconds();
+    return r > 0 ? r : 0;
+  }
   // Milliseconds to wait, clamped to [0, cap_ms]; for poll/epoll/futex slices.
   int slice_ms(int cap_ms) const {
     double r = remaining() * 1000.0;

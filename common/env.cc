@@ -25,11 +25,16 @@ std::optional<int64_t> parse_size(const std::string& text) {
   if (end == text.c_str() || errno == ERANGE) return std::nullopt;
   std::string suffix(end);
   int64_t mult = 1;
-  if (suffix == "") mult = 1;
-  else if (suffix == "K" || suffix == "k" || suffix == "KiB" || suffix == "KB") mult = 1LL << 10;
-  else if (suffix == "M" || suffix == "m" || suffix == "MiB" || suffix == "MB") mult = 1LL << 20;
-  else if (suffix == "G" || suffix == "g" || suffix == "GiB" || suffix == "GB") mult = 1LL << 30;
-  else return std::nullopt;
+  if (suffix == "")
+    mult = 1;
+  else if (suffix == "K" || suffix == "k" || suffix == "KiB" || suffix == "KB")
+    mult = 1LL << 10;
+  else if (suffix == "M" || suffix == "m" || suffix == "MiB" || suffix == "MB")
+    mult = 1LL << 20;
+  else if (suffix == "G" || suffix == "g" || suffix == "GiB" || suffix == "GB")
+    mult = 1LL << 30;
+  else
+    return std::nullopt;
   int64_t out = 0;
   if (__builtin_mul_overflow(static_cast<int64_t>(v), mult, &out)) return std::nullopt;
   return out;
@@ -60,8 +65,7 @@ Result<double> env_seconds(const char* name, double fallback) {
   errno = 0;
   double d = std::strtod(v->c_str(), &end);
   if (end == v->c_str() || *end != '\0' || errno == ERANGE || !std::isfinite(d) || d < 0)
-    return make_error(Code::kInvalidArgument,
-                      "env {}='{}' is not a finite number >= 0", name, *v);
+    return make_error(Code::kInvalidArgument, "env {}='{}' is not a finite number >= 0", name, *v);
   return d;
 }
 

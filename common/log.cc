@@ -27,7 +27,8 @@ std::optional<LogLevel> parse_level(std::string v) {
 
 LogLevel log_level() {
   // A bad value logs at WARN here; communicator creation refuses it (check_log_level_env).
-  static const LogLevel level = parse_level(env_str("CHORUS_DEBUG", "WARN")).value_or(LogLevel::kWarn);
+  static const LogLevel level =
+      parse_level(env_str("CHORUS_DEBUG", "WARN")).value_or(LogLevel::kWarn);
   return level;
 }
 
@@ -39,14 +40,17 @@ Status check_log_level_env() {
   return Status::ok();
 }
 
-void set_log_rank(int rank) { g_rank.store(rank); }
+void set_log_rank(int rank) {
+  g_rank.store(rank);
+}
 
 void log(LogLevel level, const std::string& message) {
   static const char* names[] = {"TRACE", "INFO", "WARN", "ERROR", ""};
   std::lock_guard<std::mutex> lock(g_mu);
   int rank = g_rank.load();
   if (rank >= 0)
-    std::fprintf(stderr, "chorus rank %d %s: %s\n", rank, names[static_cast<int>(level)], message.c_str());
+    std::fprintf(stderr, "chorus rank %d %s: %s\n", rank, names[static_cast<int>(level)],
+                 message.c_str());
   else
     std::fprintf(stderr, "chorus %s: %s\n", names[static_cast<int>(level)], message.c_str());
   std::fflush(stderr);

@@ -20,15 +20,18 @@ Status check_log_level_env();
 
 template <typename... Args>
 void log_info(fmt::format_string<Args...> f, Args&&... args) {
-  if (log_level() <= LogLevel::kInfo) log(LogLevel::kInfo, fmt::format(f, std::forward<Args>(args)...));
+  if (log_level() <= LogLevel::kInfo)
+    log(LogLevel::kInfo, fmt::format(f, std::forward<Args>(args)...));
 }
 template <typename... Args>
 void log_warn(fmt::format_string<Args...> f, Args&&... args) {
-  if (log_level() <= LogLevel::kWarn) log(LogLevel::kWarn, fmt::format(f, std::forward<Args>(args)...));
+  if (log_level() <= LogLevel::kWarn)
+    log(LogLevel::kWarn, fmt::format(f, std::forward<Args>(args)...));
 }
 template <typename... Args>
 void log_error(fmt::format_string<Args...> f, Args&&... args) {
-  if (log_level() <= LogLevel::kError) log(LogLevel::kError, fmt::format(f, std::forward<Args>(args)...));
+  if (log_level() <= LogLevel::kError)
+    log(LogLevel::kError, fmt::format(f, std::forward<Args>(args)...));
 }
 
 }  // namespace chorus

@@ -32,7 +32,9 @@ std::string SockAddr::to_string() const {
 
 namespace {
 
-std::string errno_str(int e) { return strerror(e); }
+std::string errno_str(int e) {
+  return strerror(e);
+}
 
 std::string addr_string(const sockaddr* sa) {
   char buf[INET6_ADDRSTRLEN] = {0};
@@ -56,7 +58,8 @@ Result<sockaddr_storage> resolve(const std::string& host, int port, socklen_t* l
   std::string port_s = std::to_string(port);
   int rc = getaddrinfo(host.c_str(), port_s.c_str(), &hints, &res);
   if (rc != 0 || res == nullptr)
-    return make_error(Code::kInvalidArgument, "cannot resolve host '{}': {}", host, gai_strerror(rc));
+    return make_error(Code::kInvalidArgument, "cannot resolve host '{}': {}", host,
+                      gai_strerror(rc));
   sockaddr_storage ss{};
   memcpy(&ss, res->ai_addr, res->ai_addrlen);
   *len = res->ai_addrlen;
@@ -68,11 +71,13 @@ Result<sockaddr_storage> resolve(const std::string& host, int port, socklen_t* l
 
 Result<std::string> interface_address(const std::string& ifname) {
   ifaddrs* ifa = nullptr;
-  if (getifaddrs(&ifa) != 0) return make_error(Code::kSystemError, "getifaddrs: {}", errno_str(errno));
+  if (getifaddrs(&ifa) != 0)
+    return make_error(Code::kSystemError, "getifaddrs: {}", errno_str(errno));
   std::string v4, v6, names;
   for (ifaddrs* p = ifa; p; p = p->ifa_next) {
     if (!p->ifa_addr) continue;
-    if (names.find(p->ifa_name) == std::string::npos) names += std::string(names.empty() ? "" : ", ") + p->ifa_name;
+    if (names.find(p->ifa_name) == std::string::npos)
+      names += std::string(names.empty() ? "" : ", ") + p->ifa_name;
     if (ifname != p->ifa_name) continue;
     if (p->ifa_addr->sa_family == AF_INET && v4.empty()) v4 = addr_string(p->ifa_addr);
     if (p->ifa_addr->sa_family == AF_INET6 && v6.empty()) v6 = addr_string(p->ifa_addr);
@@ -80,7 +85,8 @@ Result<std::string> interface_address(const std::string& ifname) {
   freeifaddrs(ifa);
   if (!v4.empty()) return v4;
   if (!v6.empty()) return v6;
-  return make_error(Code::kInvalidArgument, "no interface named '{}' with an address (have: {})", ifname, names);
+  return make_error(Code::kInvalidArgument, "no interface named '{}' with an address (have: {})",
+                    ifname, names);
 }
 
 Result<std::string> local_address() {
@@ -90,7 +96,8 @@ Result<std::string> local_address() {
     return r;
   }
   ifaddrs* ifa = nullptr;
-  if (getifaddrs(&ifa) != 0) return make_error(Code::kSystemError, "getifaddrs: {}", errno_str(errno));
+  if (getifaddrs(&ifa) != 0)
+    return make_error(Code::kSystemError, "getifaddrs: {}", errno_str(errno));
   std::string best = "127.0.0.1";
   for (ifaddrs* p = ifa; p; p = p->ifa_next) {
     if (!p->ifa_addr || p->ifa_addr->sa_family != AF_INET) continue;
@@ -151,7 +158,8 @@ Result<Fd> tcp_listen(const std::string& host, int port, SockAddr* bound) {
   setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   if (bind(fd.get(), reinterpret_cast<sockaddr*>(&ss), len) != 0)
     return make_error(Code::kSystemError, "bind {}:{}: {}", host, port, errno_str(errno));
-  if (listen(fd.get(), 1024) != 0) return make_error(Code::kSystemError, "listen: {}", errno_str(errno));
+  if (listen(fd.get(), 1024) != 0)
+    return make_error(Code::kSystemError, "listen: {}", errno_str(errno));
   CHORUS_TRY(set_nonblocking(fd.get()));
   if (bound) {
     sockaddr_storage got{};
@@ -189,7 +197,8 @@ Result<Fd> tcp_connect(const SockAddr& to, Deadline deadline) {
     last_errno = errno;
     if (last_errno != ECONNREFUSED && last_errno != ETIMEDOUT && last_errno != ECONNRESET &&
         last_errno != EHOSTUNREACH && last_errno != ENETUNREACH && last_errno != EAGAIN)
-      return make_error(Code::kSystemError, "connect to {}: {}", to.to_string(), errno_str(last_errno));
+      return make_error(Code::kSystemError, "connect to {}: {}", to.to_string(),
+                        errno_str(last_errno));
     if (deadline.expired())
       return make_error(Code::kTimeout, "connect to {}: {} after {:.0f} s", to.to_string(),
                         errno_str(last_errno), deadline.total());
@@ -202,7 +211,8 @@ Result<Fd> tcp_accept(int listen_fd, Deadline deadline, SockAddr* peer) {
   while (true) {
     sockaddr_storage ss{};
     socklen_t len = sizeof ss;
-    int fd = accept4(listen_fd, reinterpret_cast<sockaddr*>(&ss), &len, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    int fd =
+        accept4(listen_fd, reinterpret_cast<sockaddr*>(&ss), &len, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd >= 0) {
       Fd owned(fd);
       CHORUS_TRY(set_nodelay(fd));
@@ -214,7 +224,8 @@ Result<Fd> tcp_accept(int listen_fd, Deadline deadline, SockAddr* peer) {
     }
     if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
       return make_error(Code::kSystemError, "accept: {}", errno_str(errno));
-    if (deadline.expired()) return make_error(Code::kTimeout, "accept: no connection within {:.0f} s", deadline.total());
+    if (deadline.expired())
+      return make_error(Code::kTimeout, "accept: no connection within {:.0f} s", deadline.total());
     CHORUS_TRY(poll_fd(listen_fd, POLLIN, deadline.slice_ms(100)));
   }
 }
@@ -270,7 +281,8 @@ Status send_all(int fd, const void* buf, size_t n, Deadline deadline, const std:
     if (done == n) break;
     if (*r == 0) {
       if (deadline.expired())
-        return make_error(Code::kTimeout, "send to {}: {} of {} bytes after {:.1f} s", what, done, n, deadline.total());
+        return make_error(Code::kTimeout, "send to {}: {} of {} bytes after {:.1f} s", what, done,
+                          n, deadline.total());
       CHORUS_TRY(poll_fd(fd, POLLOUT, deadline.slice_ms(100)));
     }
   }
@@ -281,12 +293,15 @@ Status recv_all(int fd, void* buf, size_t n, Deadline deadline, const std::strin
   size_t done = 0;
   while (done < n) {
     auto r = recv_some(fd, static_cast<char*>(buf) + done, n - done, what);
-    if (!r.is_ok()) return Status(r.status().code(), fmt::format("{} after {} of {} bytes", r.status().message(), done, n));
+    if (!r.is_ok())
+      return Status(r.status().code(),
+                    fmt::format("{} after {} of {} bytes", r.status().message(), done, n));
     done += *r;
     if (done == n) break;
     if (*r == 0) {
       if (deadline.expired())
-        return make_error(Code::kTimeout, "recv from {}: {} of {} bytes after {:.1f} s", what, done, n, deadline.total());
+        return make_error(Code::kTimeout, "recv from {}: {} of {} bytes after {:.1f} s", what, done,
+                          n, deadline.total());
       CHORUS_TRY(poll_fd(fd, POLLIN, deadline.slice_ms(100)));
     }
   }

@@ -7,15 +7,24 @@ namespace chorus {
 
 const char* code_name(Code c) {
   switch (c) {
-    case Code::kOk: return "ok";
-    case Code::kSystemError: return "system error";
-    case Code::kInternalError: return "internal error";
-    case Code::kInvalidArgument: return "invalid argument";
-    case Code::kInvalidUsage: return "invalid usage";
-    case Code::kRemoteError: return "remote error";
-    case Code::kTimeout: return "timeout";
-    case Code::kAborted: return "aborted";
-    case Code::kMismatch: return "mismatch";
+    case Code::kOk:
+      return "ok";
+    case Code::kSystemError:
+      return "system error";
+    case Code::kInternalError:
+      return "internal error";
+    case Code::kInvalidArgument:
+      return "invalid argument";
+    case Code::kInvalidUsage:
+      return "invalid usage";
+    case Code::kRemoteError:
+      return "remote error";
+    case Code::kTimeout:
+      return "timeout";
+    case Code::kAborted:
+      return "aborted";
+    case Code::kMismatch:
+      return "mismatch";
   }
   return "unknown";
 }
@@ -26,7 +35,9 @@ std::string Status::to_string() const {
 }
 
 namespace detail {
-bool trace_enabled() { return log_level() <= LogLevel::kTrace; }
+bool trace_enabled() {
+  return log_level() <= LogLevel::kTrace;
+}
 void trace_hop(const char* file, int line, const Status& s) {
   log(LogLevel::kTrace, fmt::format("{}:{}: {}", file, line, s.to_string()));
 }

@@ -58,7 +58,7 @@ Status make_error(Code code, fmt::format_string<Args...> f, Args&&... args) {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : value_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : value_(std::move(value)) {}         // NOLINT: implicit by design
   Result(Status status) : status_(std::move(status)) {  // NOLINT
     if (status_.is_ok()) status_ = Status(Code::kInternalError, "result built from ok status");
   }
@@ -77,39 +77,42 @@ class [[nodiscard]] Result {
 namespace detail {
 void trace_hop(const char* file, int line, const Status& s);
 bool trace_enabled();
-inline const Status& as_status(const Status& s) { return s; }
+inline const Status& as_status(const Status& s) {
+  return s;
+}
 template <typename T>
-const Status& as_status(const Result<T>& r) { return r.status(); }
+const Status& as_status(const Result<T>& r) {
+  return r.status();
+}
 }  // namespace detail
 
 }  // namespace chorus
 
 // Returns early with the error of a Status or Result; logs file:line when CHORUS_DEBUG=TRACE.
-#define CHORUS_TRY(expr)                                                        \
-  do {                                                                          \
-    auto&& chorus_try_v_ = (expr);                                              \
-    if (!chorus_try_v_.is_ok()) {                                               \
+#define CHORUS_TRY(expr)                                                                  \
+  do {                                                                                    \
+    auto&& chorus_try_v_ = (expr);                                                        \
+    if (!chorus_try_v_.is_ok()) {                                                         \
       const ::chorus::Status& chorus_try_s_ = ::chorus::detail::as_status(chorus_try_v_); \
-      if (::chorus::detail::trace_enabled())                                    \
-        ::chorus::detail::trace_hop(__FILE__, __LINE__, chorus_try_s_);         \
-      return chorus_try_s_;                                                     \
-    }                                                                           \
+      if (::chorus::detail::trace_enabled())                                              \
+        ::chorus::detail::trace_hop(__FILE__, __LINE__, chorus_try_s_);                   \
+      return chorus_try_s_;                                                               \
+    }                                                                                     \
   } while (0)
 
 #define CHORUS_CONCAT_INNER_(a, b) a##b
 #define CHORUS_CONCAT_(a, b) CHORUS_CONCAT_INNER_(a, b)
 // CHORUS_ASSIGN_OR_RETURN(auto x, f()): declares x from f()'s value or returns its error.
-#define CHORUS_ASSIGN_OR_RETURN(decl, expr)                                     \
-  auto CHORUS_CONCAT_(chorus_r_, __LINE__) = (expr);                            \
-  CHORUS_TRY(CHORUS_CONCAT_(chorus_r_, __LINE__));                              \
+#define CHORUS_ASSIGN_OR_RETURN(decl, expr)          \
+  auto CHORUS_CONCAT_(chorus_r_, __LINE__) = (expr); \
+  CHORUS_TRY(CHORUS_CONCAT_(chorus_r_, __LINE__));   \
   decl = std::move(CHORUS_CONCAT_(chorus_r_, __LINE__)).value()
 
 // A broken internal invariant is a bug: print where, and abort.
-#define CHORUS_ASSERT(cond)                                                     \
-  do {                                                                          \
-    if (!(cond)) {                                                              \
-      std::fprintf(stderr, "chorus: internal error: %s at %s:%d\n", #cond,      \
-                   __FILE__, __LINE__);                                         \
-      std::abort();                                                             \
-    }                                                                           \
+#define CHORUS_ASSERT(cond)                                                                     \
+  do {                                                                                          \
+    if (!(cond)) {                                                                              \
+      std::fprintf(stderr, "chorus: internal error: %s at %s:%d\n", #cond, __FILE__, __LINE__); \
+      std::abort();                                                                             \
+    }                                                                                           \
   } while (0)

@@ -12,8 +12,8 @@
 #include "ddp/dist/dist_utils.h"
 #include "ddp/dist/distributed.h"
 #include "ddp/nn/modules.h"
-#include "ddp/ops/ops.h"
 #include "ddp/nn/optim.h"
+#include "ddp/ops/ops.h"
 #include "ddp/tensor/random.h"
 
 namespace {
@@ -25,7 +25,9 @@ struct ToyModel : chorus::Module {
     net1 = register_module("net1", std::make_shared<chorus::Linear>(10, 10, g));
     net2 = register_module("net2", std::make_shared<chorus::Linear>(10, 5, g));
   }
-  chorus::Tensor forward(const chorus::Tensor& x) override { return net2->forward(chorus::relu(net1->forward(x))); }
+  chorus::Tensor forward(const chorus::Tensor& x) override {
+    return net2->forward(chorus::relu(net1->forward(x)));
+  }
 };
 
 }  // namespace
@@ -35,7 +37,8 @@ int main() {
     auto comm = chorus::Communicator::from_env();
     const int rank = comm.rank();
     std::printf("running basic DDP example on rank %d of %d\n", rank, comm.size());
-    chorus::Generator init(1000 + static_cast<uint64_t>(rank));  // different on purpose: DDP broadcasts rank 0's
+    chorus::Generator init(
+        1000 + static_cast<uint64_t>(rank));  // different on purpose: DDP broadcasts rank 0's
     ToyModel model(init);
     chorus::DistributedDataParallel ddp(model, comm);
     chorus::Sgd opt(model.parameters(), {.lr = 0.001f});
@@ -51,7 +54,8 @@ int main() {
       ddp.finish_gradient_sync();
       opt.step();
       const double global = chorus::reduce_mean(comm, loss.item());
-      chorus::print_primary(&comm, "step {}: loss {:.4f} (mean over {} ranks)\n", step, global, comm.size());
+      chorus::print_primary(&comm, "step {}: loss {:.4f} (mean over {} ranks)\n", step, global,
+                            comm.size());
     }
     // The ranks hold the same parameters: compare a checksum with rank 0's.
     double sum = 0;
@@ -59,7 +63,8 @@ int main() {
       for (float v : t.to_vector()) sum += v;
     double root = sum;
     comm.broadcast(&root, 1, chorusFloat64, 0);
-    std::printf("rank %d: parameter checksum %.9f, %s rank 0\n", rank, sum, sum == root ? "same as" : "DIFFERENT FROM");
+    std::printf("rank %d: parameter checksum %.9f, %s rank 0\n", rank, sum,
+                sum == root ? "same as" : "DIFFERENT FROM");
     comm.barrier();  // every rank, not inside `if rank == 0`
     return sum == root ? 0 : 1;
   } catch (const std::exception& e) {

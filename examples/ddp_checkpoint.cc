@@ -12,17 +12,19 @@
 #include <memory>
 #include <string>
 
-#include "ddp/train/checkpoint.h"
 #include "ddp/dist/dist_utils.h"
 #include "ddp/dist/distributed.h"
 #include "ddp/nn/modules.h"
-#include "ddp/ops/ops.h"
 #include "ddp/nn/optim.h"
+#include "ddp/ops/ops.h"
 #include "ddp/tensor/random.h"
+#include "ddp/train/checkpoint.h"
 
 int main(int argc, char** argv) {
   try {
-    const std::string dir = argc > 1 ? argv[1] : (std::filesystem::temp_directory_path() / "chorus-ddp-checkpoint").string();
+    const std::string dir =
+        argc > 1 ? argv[1]
+                 : (std::filesystem::temp_directory_path() / "chorus-ddp-checkpoint").string();
     auto comm = chorus::Communicator::from_env();
     const int rank = comm.rank();
     std::printf("running checkpoint DDP example on rank %d\n", rank);
@@ -49,11 +51,13 @@ int main(int argc, char** argv) {
       loss.backward();
       ddp.finish_gradient_sync();
       opt.step();
-      chorus::print_primary(&comm, "step {}: loss {:.4f}\n", step, chorus::reduce_mean(comm, loss.item()));
+      chorus::print_primary(&comm, "step {}: loss {:.4f}\n", step,
+                            chorus::reduce_mean(comm, loss.item()));
     }
     state.global_step = 3;
     const std::string after = chorus::save_checkpoint(&comm, dir, model, opt, state);
-    chorus::print_primary(&comm, "saved {} (kept for testing; loaded from {} before training)\n", after, path);
+    chorus::print_primary(&comm, "saved {} (kept for testing; loaded from {} before training)\n",
+                          after, path);
     return 0;  // the communicator is destroyed here, once
   } catch (const std::exception& e) {
     std::fprintf(stderr, "ddp_checkpoint: error: %s\n", e.what());

@@ -21,15 +21,15 @@
 
 #include <fmt/format.h>
 
-#include "ddp/ops/kernel_table.h"
 #include "ddp/data/data_loader.h"
-#include "ddp/train/checkpoint.h"
 #include "ddp/data/dataset.h"
+#include "ddp/data/sampler.h"
 #include "ddp/dist/dist_utils.h"
 #include "ddp/dist/distributed.h"
-#include "ddp/data/sampler.h"
 #include "ddp/nn/modules.h"
 #include "ddp/nn/optim.h"
+#include "ddp/ops/kernel_table.h"
+#include "ddp/train/checkpoint.h"
 #include "ddp/train/trainer.h"
 
 namespace {
@@ -42,50 +42,60 @@ struct Data {
 chorus::Shape parse_shape(const std::string& s) {
   int c = 0, h = 0, w = 0;
   if (std::sscanf(s.c_str(), "%dx%dx%d", &c, &h, &w) != 3 || c < 1 || h < 1 || w < 1)
-    throw std::invalid_argument(fmt::format("--synthetic-shape: expected CxHxW like 3x32x32, got '{}'", s));
+    throw std::invalid_argument(
+        fmt::format("--synthetic-shape: expected CxHxW like 3x32x32, got '{}'", s));
   return chorus::Shape{c, h, w};
 }
 
-Data load_data(const std::string& spec, int64_t synthetic_size, const std::string& synthetic_shape, uint64_t seed) {
+Data load_data(const std::string& spec, int64_t synthetic_size, const std::string& synthetic_shape,
+               uint64_t seed) {
   const auto colon = spec.find(':');
   const std::string kind = spec.substr(0, colon);
   const std::string dir = colon == std::string::npos ? "" : spec.substr(colon + 1);
   if (kind == "fashion-mnist" || kind == "mnist") {
     const std::string d = dir.empty() ? chorus::kFashionMnistDir : dir;
-    return {chorus::load_mnist_dir(d, true), chorus::load_mnist_dir(d, false), kind + " (" + d + ")"};
+    return {chorus::load_mnist_dir(d, true), chorus::load_mnist_dir(d, false),
+            kind + " (" + d + ")"};
   }
   if (kind == "cifar10") {
-    if (dir.empty()) throw std::invalid_argument("--data: expected cifar10:DIR, got cifar10 without a directory");
-    return {chorus::load_cifar10_dir(dir, true), chorus::load_cifar10_dir(dir, false), "cifar10 (" + dir + ")"};
+    if (dir.empty())
+      throw std::invalid_argument("--data: expected cifar10:DIR, got cifar10 without a directory");
+    return {chorus::load_cifar10_dir(dir, true), chorus::load_cifar10_dir(dir, false),
+            "cifar10 (" + dir + ")"};
   }
   if (kind == "synthetic") {
     const chorus::Shape shape = parse_shape(synthetic_shape);
     const int64_t test_size = std::max<int64_t>(1, synthetic_size / 5);
-    return {chorus::make_synthetic(synthetic_size, shape, 10, seed), chorus::make_synthetic(test_size, shape, 10, seed, 1),
+    return {chorus::make_synthetic(synthetic_size, shape, 10, seed),
+            chorus::make_synthetic(test_size, shape, 10, seed, 1),
             fmt::format("synthetic {} x {}", synthetic_size, shape.str())};
   }
-  throw std::invalid_argument(
-      fmt::format("--data: expected fashion-mnist[:DIR], mnist:DIR, cifar10:DIR or synthetic, got '{}'", spec));
+  throw std::invalid_argument(fmt::format(
+      "--data: expected fashion-mnist[:DIR], mnist:DIR, cifar10:DIR or synthetic, got '{}'", spec));
 }
 
 // Launched as one rank of several (chorus-run, torchrun-style variables, mpirun or srun)?
 bool launched_distributed() {
   for (const char* k : {"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"})
-    if (const char* v = std::getenv(k)) return std::atoi(v) >= 1 && (std::string(k) != "SLURM_NTASKS" || std::getenv("SLURM_PROCID"));
+    if (const char* v = std::getenv(k))
+      return std::atoi(v) >= 1 && (std::string(k) != "SLURM_NTASKS" || std::getenv("SLURM_PROCID"));
   return false;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"train the PyTorch CIFAR-10 tutorial CNN with chorus, in one process or DDP over chorus-run/mpirun"};
+  CLI::App app{
+      "train the PyTorch CIFAR-10 tutorial CNN with chorus, in one process or DDP over "
+      "chorus-run/mpirun"};
   std::string data_spec = "fashion-mnist", synthetic_shape = "3x32x32";
   int epochs = 3, threads = 1;
   int64_t batch_size = 64, synthetic_size = 10000, max_steps = -1;
   float lr = 0.01f, momentum = 0.9f, weight_decay = 0.0f;
   bool nesterov = false, no_progress = false, keep_denormals = false;
   uint64_t seed = 0;
-  app.add_option("--data", data_spec, "fashion-mnist[:DIR] | mnist:DIR | cifar10:DIR | synthetic")->capture_default_str();
+  app.add_option("--data", data_spec, "fashion-mnist[:DIR] | mnist:DIR | cifar10:DIR | synthetic")
+      ->capture_default_str();
   app.add_option("--epochs", epochs)->capture_default_str();
   app.add_option("--batch-size", batch_size)->capture_default_str();
   app.add_option("--lr", lr)->capture_default_str();
@@ -94,27 +104,38 @@ int main(int argc, char** argv) {
   app.add_flag("--nesterov", nesterov);
   app.add_option("--seed", seed)->capture_default_str();
   app.add_option("--threads", threads, "intra-op threads")->capture_default_str();
-  app.add_option("--synthetic-size", synthetic_size, "training samples for --data synthetic")->capture_default_str();
-  app.add_option("--synthetic-shape", synthetic_shape, "CxHxW for --data synthetic")->capture_default_str();
-  app.add_option("--max-steps", max_steps, "stop each epoch after this many steps (< 0: whole epoch)");
+  app.add_option("--synthetic-size", synthetic_size, "training samples for --data synthetic")
+      ->capture_default_str();
+  app.add_option("--synthetic-shape", synthetic_shape, "CxHxW for --data synthetic")
+      ->capture_default_str();
+  app.add_option("--max-steps", max_steps,
+                 "stop each epoch after this many steps (< 0: whole epoch)");
   app.add_flag("--no-progress", no_progress, "no progress bar or progress lines");
-  app.add_flag("--keep-denormals", keep_denormals,
-               "compute with denormal floats (default: flush them to zero, see ddp/ops/kernel_table.h)");
+  app.add_flag(
+      "--keep-denormals", keep_denormals,
+      "compute with denormal floats (default: flush them to zero, see ddp/ops/kernel_table.h)");
   std::string device = "cpu", checkpoint_dir;
   int64_t log_every = 0, checkpoint_every = 0, fail_at_step = -1;
   double first_bucket_mb = 1.0, bucket_cap_mb = 25.0;
   bool per_rank = false, single = false;
   int fail_rank = 0;
-  app.add_option("--device", device, "cpu | cuda | cuda:N (cuda = cuda:$LOCAL_RANK)")->capture_default_str();
-  app.add_option("--log-every", log_every, "one global loss/accuracy/images-per-s line every N steps (0: progress bar)");
+  app.add_option("--device", device, "cpu | cuda | cuda:N (cuda = cuda:$LOCAL_RANK)")
+      ->capture_default_str();
+  app.add_option("--log-every", log_every,
+                 "one global loss/accuracy/images-per-s line every N steps (0: progress bar)");
   app.add_flag("--per-rank", per_rank, "also print each rank's own interval line");
   app.add_option("--checkpoint-dir", checkpoint_dir,
                  "write snapshots here (each epoch) and resume from the newest one found at start");
-  app.add_option("--checkpoint-every", checkpoint_every, "also a snapshot every N steps (needs --checkpoint-dir)");
-  app.add_option("--first-bucket-mb", first_bucket_mb, "DDP: size of the first gradient bucket, MiB")->capture_default_str();
-  app.add_option("--bucket-cap-mb", bucket_cap_mb, "DDP: size cap of the other buckets, MiB")->capture_default_str();
+  app.add_option("--checkpoint-every", checkpoint_every,
+                 "also a snapshot every N steps (needs --checkpoint-dir)");
+  app.add_option("--first-bucket-mb", first_bucket_mb,
+                 "DDP: size of the first gradient bucket, MiB")
+      ->capture_default_str();
+  app.add_option("--bucket-cap-mb", bucket_cap_mb, "DDP: size cap of the other buckets, MiB")
+      ->capture_default_str();
   app.add_flag("--single", single, "ignore launcher variables: train in this process alone");
-  app.add_option("--fail-at-step", fail_at_step, "testing: SIGKILL --fail-rank after this global step (first launch only)")
+  app.add_option("--fail-at-step", fail_at_step,
+                 "testing: SIGKILL --fail-rank after this global step (first launch only)")
       ->group("");
   app.add_option("--fail-rank", fail_rank, "testing: the rank --fail-at-step kills")->group("");
   CLI11_PARSE(app, argc, argv);
@@ -132,7 +153,8 @@ int main(int argc, char** argv) {
     Data data;
     // Rank 0 reads (and, for a real download, would fetch) the data first; the others follow.
     if (comm)
-      chorus::rank_zero_first(*comm, [&] { data = load_data(data_spec, synthetic_size, synthetic_shape, seed); });
+      chorus::rank_zero_first(
+          *comm, [&] { data = load_data(data_spec, synthetic_size, synthetic_shape, seed); });
     else
       data = load_data(data_spec, synthetic_size, synthetic_shape, seed);
     const chorus::Shape s = data.train->sample_shape();
@@ -151,20 +173,27 @@ int main(int argc, char** argv) {
     } else {
       chorus::DeviceSpec::parse(device, 0);
       if (device != "cpu")
-        throw std::invalid_argument(fmt::format("train_cnn: device {}: this build's tensor core runs on cpu only", device));
+        throw std::invalid_argument(
+            fmt::format("train_cnn: device {}: this build's tensor core runs on cpu only", device));
     }
-    chorus::Sgd optimizer(model.parameters(), {.lr = lr, .momentum = momentum, .dampening = 0.0f,
-                                               .weight_decay = weight_decay, .nesterov = nesterov});
+    chorus::Sgd optimizer(model.parameters(), {.lr = lr,
+                                               .momentum = momentum,
+                                               .dampening = 0.0f,
+                                               .weight_decay = weight_decay,
+                                               .nesterov = nesterov});
     chorus::TrainState resume;
     if (!checkpoint_dir.empty()) {
       if (auto snap = chorus::load_latest_snapshot(checkpoint_dir)) {
         if (snap->state.world_size != world || snap->state.batch_size != batch_size)
-          chorus::print_primary(comm, "train_cnn: note: {} was written by {} rank(s) at batch {}; now {} at batch {}\n",
-                                snap->path, snap->state.world_size, snap->state.batch_size, world, batch_size);
+          chorus::print_primary(
+              comm,
+              "train_cnn: note: {} was written by {} rank(s) at batch {}; now {} at batch {}\n",
+              snap->path, snap->state.world_size, snap->state.batch_size, world, batch_size);
         chorus::apply_snapshot(*snap, model, optimizer);
         resume = snap->state;
-        chorus::print_primary(comm, "train_cnn: resuming from {} (epoch {}, step {} of it, global step {})\n", snap->path,
-                              resume.epoch, resume.step_in_epoch, resume.global_step);
+        chorus::print_primary(
+            comm, "train_cnn: resuming from {} (epoch {}, step {} of it, global step {})\n",
+            snap->path, resume.epoch, resume.step_in_epoch, resume.global_step);
       }
     }
     chorus::DistributedSampler sampler(data.train->size(), world, rank, /*shuffle=*/true, seed);
@@ -201,27 +230,33 @@ int main(int argc, char** argv) {
           ::kill(::getpid(), SIGKILL);
         }
       };
-    chorus::print_primary(
-        comm, "train_cnn: data {}, train {} test {}, params {}, ranks {}, batch {} per rank ({} in all), lr {}, momentum {}, seed {}, threads {}\n",
-        data.name, data.train->size(), data.test->size(), chorus::count_parameters(model), world, batch_size,
-        batch_size * world, lr, momentum, seed, threads);
+    chorus::print_primary(comm,
+                          "train_cnn: data {}, train {} test {}, params {}, ranks {}, batch {} per "
+                          "rank ({} in all), lr {}, momentum {}, seed {}, threads {}\n",
+                          data.name, data.train->size(), data.test->size(),
+                          chorus::count_parameters(model), world, batch_size, batch_size * world,
+                          lr, momentum, seed, threads);
     if (ddp) {
       const auto& b = ddp->reducer().buckets();
-      chorus::print_primary(comm, "train_cnn: ddp over {} ranks, {} gradient bucket(s), device {}\n", world, b.size(),
-                            ddp->device().str());
+      chorus::print_primary(comm,
+                            "train_cnn: ddp over {} ranks, {} gradient bucket(s), device {}\n",
+                            world, b.size(), ddp->device().str());
     }
     chorus::Trainer trainer(model, optimizer, loader, data.test.get(), to);
     trainer.run([&](const chorus::EpochStats& e) {
       chorus::print_primary(
-          comm, "epoch {}: train loss {:.4f}, train acc {:.4f}, {:.0f} images/s, test acc {:.4f} | {:.2f} s, cpu {:.2f} s{}\n",
+          comm,
+          "epoch {}: train loss {:.4f}, train acc {:.4f}, {:.0f} images/s, test acc {:.4f} | "
+          "{:.2f} s, cpu {:.2f} s{}\n",
           e.epoch, e.train_loss, e.train_acc, e.images_per_s, e.test_acc, e.seconds, e.cpu_seconds,
-          ddp ? fmt::format(", grad sync wait {:.2f} s ({:.1f}% of the epoch, rank 0)", e.sync_wait_seconds,
-                            100.0 * e.sync_wait_seconds / e.seconds)
+          ddp ? fmt::format(", grad sync wait {:.2f} s ({:.1f}% of the epoch, rank 0)",
+                            e.sync_wait_seconds, 100.0 * e.sync_wait_seconds / e.seconds)
               : std::string());
     });
     rusage ru{};
     getrusage(RUSAGE_SELF, &ru);
-    chorus::print_primary(comm, "peak memory (max rss) {:.1f} MiB\n", static_cast<double>(ru.ru_maxrss) / 1024.0);
+    chorus::print_primary(comm, "peak memory (max rss) {:.1f} MiB\n",
+                          static_cast<double>(ru.ru_maxrss) / 1024.0);
   } catch (const std::exception& e) {
     fmt::print(stderr, "train_cnn: error: {}\n", e.what());
     return 1;

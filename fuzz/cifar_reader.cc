@@ -8,8 +8,8 @@
 #include <stdexcept>
 #include <vector>
 
-#include "ddp/tensor/buffer_cache.h"
 #include "ddp/data/dataset.h"
+#include "ddp/tensor/buffer_cache.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<uint8_t> pixels;

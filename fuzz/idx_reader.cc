@@ -9,8 +9,8 @@
 #include <stdexcept>
 #include <vector>
 
-#include "ddp/tensor/buffer_cache.h"
 #include "ddp/data/dataset.h"
+#include "ddp/tensor/buffer_cache.h"
 
 namespace {
 

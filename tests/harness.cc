@@ -43,7 +43,9 @@ int free_port() {
   return port;
 }
 
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
 
 ShellResult run_shell(const std::string& cmd) {
   ShellResult r;
@@ -73,7 +75,8 @@ std::vector<RankResult> run_ranks(int n, const std::function<int(int)>& fn, cons
       // A rank must not outlive the test (a killed test leaves no orphans), and must not run
       // Catch's fatal-signal handlers, inherited from the parent (they allocate).
       prctl(PR_SET_PDEATHSIG, SIGKILL);
-      for (int sig : {SIGSEGV, SIGABRT, SIGTERM, SIGINT, SIGILL, SIGFPE, SIGBUS, SIGPIPE}) signal(sig, SIG_DFL);
+      for (int sig : {SIGSEGV, SIGABRT, SIGTERM, SIGINT, SIGILL, SIGFPE, SIGBUS, SIGPIPE})
+        signal(sig, SIG_DFL);
       dup2(fd, 1);
       dup2(fd, 2);
       setenv("RANK", std::to_string(r).c_str(), 1);
@@ -103,19 +106,23 @@ std::vector<RankResult> run_ranks(int n, const std::function<int(int)>& fn, cons
   int left = n;
   bool over = false;
   while (left > 0) {
-    const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double el =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     over = el > opt.limit_seconds;
     for (int r = 0; r < n; ++r) {
       if (pids[r] == 0) continue;
       int st = 0;
       if (waitpid(pids[r], &st, WNOHANG) != pids[r]) {
         if (!over) continue;
-        // Past the limit: a rank still running is hung. SIGKILL ends it; reap it with a bounded wait.
+        // Past the limit: a rank still running is hung. SIGKILL ends it; reap it with a bounded
+        // wait.
         kill(pids[r], SIGKILL);
         for (int i = 0; i < 1000 && waitpid(pids[r], &st, WNOHANG) != pids[r]; ++i) usleep(1000);
         out[r].exit_code = -SIGKILL;
         char note[96];
-        std::snprintf(note, sizeof note, "[harness: killed after the time limit of %.0f s: a hang]\n", opt.limit_seconds);
+        std::snprintf(note, sizeof note,
+                      "[harness: killed after the time limit of %.0f s: a hang]\n",
+                      opt.limit_seconds);
         out[r].output += note;
       } else {
         out[r].exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st);

@@ -10,20 +10,21 @@
 namespace chorus::test {
 
 struct RankResult {
-  int exit_code = -1;   // -signal when killed
-  std::string output;   // what the rank wrote to stdout and stderr
-  double seconds = 0;   // from start until this rank ended
+  int exit_code = -1;  // -signal when killed
+  std::string output;  // what the rank wrote to stdout and stderr
+  double seconds = 0;  // from start until this rank ended
 };
 
 struct RunOptions {
   std::map<std::string, std::string> env;  // extra variables for every rank
   double limit_seconds = 60;               // ranks still alive then are killed (a hang = failure)
-  int world_size = -1;                     // WORLD_SIZE to announce (-1: the number of ranks started)
-  int port = 0;                            // 0: pick a free one
+  int world_size = -1;  // WORLD_SIZE to announce (-1: the number of ranks started)
+  int port = 0;         // 0: pick a free one
 };
 
 // Runs fn(rank) in n forked processes; fn's return value is the exit code (exceptions -> 1).
-std::vector<RankResult> run_ranks(int n, const std::function<int(int rank)>& fn, const RunOptions& opt = {});
+std::vector<RankResult> run_ranks(int n, const std::function<int(int rank)>& fn,
+                                  const RunOptions& opt = {});
 int free_port();
 
 // Runs `cmd` through /bin/sh with stderr joined to stdout; status as pclose() returns it.

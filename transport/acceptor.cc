@@ -113,8 +113,7 @@ void Acceptor::accept_new() {
       refuse(*p, "no random bytes for a nonce");
       continue;
     }
-    p->hs =
-        std::make_unique<ServerHandshake>(secret_, opt_.allowed_kinds, nonce);
+    p->hs = std::make_unique<ServerHandshake>(secret_, opt_.allowed_kinds, nonce);
     pending_.push_back(std::move(p));
   }
 }

@@ -30,7 +30,8 @@ Result<PeerInfo> decode(const std::string& s, int rank) {
   std::istringstream in(s);
   PeerInfo p;
   std::string pid, port;
-  if (!std::getline(in, p.host) || !std::getline(in, pid) || !std::getline(in, p.addr.host) || !std::getline(in, port))
+  if (!std::getline(in, p.host) || !std::getline(in, pid) || !std::getline(in, p.addr.host) ||
+      !std::getline(in, port))
     return make_error(Code::kRemoteError, "bootstrap: malformed address record from rank {}", rank);
   CHORUS_ASSIGN_OR_RETURN(p.pid, record_int(pid, "pid", 1, (1L << 31) - 1, rank));
   CHORUS_ASSIGN_OR_RETURN(p.addr.port, record_int(port, "port", 1, 65535, rank));
@@ -62,12 +63,13 @@ Result<std::vector<std::vector<int>>> assign_peers(const Transports& transports,
     if (r == rank) continue;
     Transport* t = transports.choose(peers[rank], peers[r]);
     if (!t)
-      return make_error(Code::kInvalidUsage,
-                        "links: no transport connects rank {} (host {}) to rank {} (host {}); "
-                        "CHORUS_TRANSPORT={} allows {}",
-                        rank, peers[rank].host, r, peers[r].host,
-                        transports.only().empty() ? "(unset)" : transports.only(),
-                        transports.only().empty() ? Transports::registered_names() : transports.only());
+      return make_error(
+          Code::kInvalidUsage,
+          "links: no transport connects rank {} (host {}) to rank {} (host {}); "
+          "CHORUS_TRANSPORT={} allows {}",
+          rank, peers[rank].host, r, peers[r].host,
+          transports.only().empty() ? "(unset)" : transports.only(),
+          transports.only().empty() ? Transports::registered_names() : transports.only());
     for (size_t k = 0; k < transports.all().size(); ++k)
       if (transports.all()[k].get() == t) by_backend[k].push_back(r);
   }
@@ -77,8 +79,9 @@ Result<std::vector<std::vector<int>>> assign_peers(const Transports& transports,
 }  // namespace
 
 Result<LinkSet> connect_links(StoreClient& store, const std::string& prefix, uint64_t uid,
-                              const Secret& secret, int rank, int size, const Transports& transports,
-                              Deadline deadline, const std::function<Status()>& interrupt) {
+                              const Secret& secret, int rank, int size,
+                              const Transports& transports, Deadline deadline,
+                              const std::function<Status()>& interrupt) {
   LinkSet set;
   set.links.resize(size);
   set.peers.resize(size);
@@ -92,7 +95,8 @@ Result<LinkSet> connect_links(StoreClient& store, const std::string& prefix, uin
   std::string summary;
   for (size_t k = 0; k < by_backend.size(); ++k) {
     Transport& t = *transports.all()[k];
-    summary += fmt::format("{}{} {} peer(s)", summary.empty() ? "" : ", ", by_backend[k].size(), t.name());
+    summary +=
+        fmt::format("{}{} {} peer(s)", summary.empty() ? "" : ", ", by_backend[k].size(), t.name());
     if (by_backend[k].empty()) continue;
     Status s = t.connect(ctx, by_backend[k], set);
     if (!s.is_ok()) {

@@ -16,7 +16,8 @@ namespace chorus::transport {
 // `interrupt` is polled while waiting for peers: an error from it (a peer failed or died)
 // ends the set-up at once. On failure, backends release what dead peers left (shm segments).
 Result<LinkSet> connect_links(StoreClient& store, const std::string& prefix, uint64_t uid,
-                              const Secret& secret, int rank, int size, const Transports& transports,
-                              Deadline deadline, const std::function<Status()>& interrupt = {});
+                              const Secret& secret, int rank, int size,
+                              const Transports& transports, Deadline deadline,
+                              const std::function<Status()>& interrupt = {});
 
 }  // namespace chorus::transport

@@ -30,7 +30,9 @@ std::string Transports::registered_names() {
   return out;
 }
 
-Result<Transports> Transports::from_env() { return open(env_str("CHORUS_TRANSPORT", "")); }
+Result<Transports> Transports::from_env() {
+  return open(env_str("CHORUS_TRANSPORT", ""));
+}
 
 Result<Transports> Transports::open(const std::string& only) {
   Transports t;

@@ -56,14 +56,18 @@ void job_secret(Rendezvous& r, const std::string& fallback_text) {
 }
 
 Status check_rank(Rendezvous& r, const char* rank_var, const char* size_var) {
-  if (r.size < 1) return make_error(Code::kInvalidArgument, "{}={}: a job needs at least one rank", size_var, r.size);
+  if (r.size < 1)
+    return make_error(Code::kInvalidArgument, "{}={}: a job needs at least one rank", size_var,
+                      r.size);
   if (r.rank >= r.size)
-    return make_error(Code::kInvalidArgument, "{}={} is outside {}={} (ranks are 0..{})", rank_var, r.rank, size_var, r.size, r.size - 1);
+    return make_error(Code::kInvalidArgument, "{}={} is outside {}={} (ranks are 0..{})", rank_var,
+                      r.rank, size_var, r.size, r.size - 1);
   return Status::ok();
 }
 
 // Rank, size and local rank from one launcher's variables, checked.
-Status read_ranks(Rendezvous& r, const char* rank_var, const char* size_var, const char* local_var, bool local_defaults_to_rank) {
+Status read_ranks(Rendezvous& r, const char* rank_var, const char* size_var, const char* local_var,
+                  bool local_defaults_to_rank) {
   CHORUS_ASSIGN_OR_RETURN(r.rank, env_rank_var(rank_var));
   CHORUS_ASSIGN_OR_RETURN(r.size, env_rank_var(size_var));
   CHORUS_TRY(check_rank(r, rank_var, size_var));
@@ -75,7 +79,8 @@ Status read_ranks(Rendezvous& r, const char* rank_var, const char* size_var, con
 Result<int> master_port() {
   CHORUS_ASSIGN_OR_RETURN(int64_t port, env_int("MASTER_PORT", -1));
   if (port == -1) return make_error(Code::kInvalidArgument, "MASTER_PORT is not set");
-  if (port < 1 || port > 65535) return make_error(Code::kInvalidArgument, "MASTER_PORT={} is not a port (1..65535)", port);
+  if (port < 1 || port > 65535)
+    return make_error(Code::kInvalidArgument, "MASTER_PORT={} is not a port (1..65535)", port);
   return static_cast<int>(port);
 }
 
@@ -211,7 +216,10 @@ Result<Rendezvous> rendezvous_from_env(Deadline deadline) {
     r.method = "torchrun";
     CHORUS_TRY(read_ranks(r, "RANK", "WORLD_SIZE", "LOCAL_RANK", true));
     auto addr = env_get("MASTER_ADDR");
-    if (!addr) return make_error(Code::kInvalidArgument, "RANK/WORLD_SIZE are set but MASTER_ADDR is not (launch with chorus-run or torchrun, or export MASTER_ADDR and MASTER_PORT)");
+    if (!addr)
+      return make_error(Code::kInvalidArgument,
+                        "RANK/WORLD_SIZE are set but MASTER_ADDR is not (launch with chorus-run or "
+                        "torchrun, or export MASTER_ADDR and MASTER_PORT)");
     CHORUS_ASSIGN_OR_RETURN(int port, master_port());
     job_secret(r, fmt::format("{}:{}/{}", *addr, port, r.size));
     CHORUS_TRY(with_master(r, *addr, port));
@@ -219,7 +227,8 @@ Result<Rendezvous> rendezvous_from_env(Deadline deadline) {
   }
   if (env_get("OMPI_COMM_WORLD_RANK")) {
     r.method = "mpirun";
-    CHORUS_TRY(read_ranks(r, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", true));
+    CHORUS_TRY(read_ranks(r, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+                          "OMPI_COMM_WORLD_LOCAL_RANK", true));
     auto addr = env_get("MASTER_ADDR");
     job_secret(
         r, fmt::format("{}:{}/{}", addr.value_or("mpirun"), env_str("MASTER_PORT", "-"), r.size));
@@ -234,7 +243,9 @@ Result<Rendezvous> rendezvous_from_env(Deadline deadline) {
   if (env_get("SLURM_PROCID") && env_get("SLURM_NTASKS")) {
     r.method = "slurm";
     CHORUS_TRY(read_ranks(r, "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", false));
-    std::string addr = env_str("MASTER_ADDR", slurm_first_host(env_str("SLURM_STEP_NODELIST", env_str("SLURM_JOB_NODELIST", "127.0.0.1"))));
+    std::string addr = env_str(
+        "MASTER_ADDR", slurm_first_host(env_str("SLURM_STEP_NODELIST",
+                                                env_str("SLURM_JOB_NODELIST", "127.0.0.1"))));
     int port = 0;
     if (env_get("MASTER_PORT")) {
       CHORUS_ASSIGN_OR_RETURN(port, master_port());
@@ -315,7 +326,10 @@ Result<UniqueIdData> make_unique_id(bool in_process) {
 
 Result<Rendezvous> rendezvous_from_id(const UniqueIdData& id, int rank, int size) {
   if (id.magic != kMagic || id.version != kProtocolVersion)
-    return make_error(Code::kInvalidArgument, "unique id is not from chorusGetUniqueId of this version (magic {:#x}, version {})", id.magic, id.version);
+    return make_error(
+        Code::kInvalidArgument,
+        "unique id is not from chorusGetUniqueId of this version (magic {:#x}, version {})",
+        id.magic, id.version);
   if (size < 1 || rank < 0 || rank >= size)
     return make_error(Code::kInvalidArgument, "rank {} is outside a world of {} ranks", rank, size);
   Rendezvous r;

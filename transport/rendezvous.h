@@ -31,7 +31,7 @@ struct Rendezvous {
   int rank = 0;
   int size = 1;
   int local_rank = 0;
-  SockAddr store;                       // where to connect
+  SockAddr store;  // where to connect
   Secret secret{};
   std::string secret_origin;            // for the INFO line: where the secret came from
   bool secret_is_public = false;        // derived from text others can know

@@ -69,7 +69,8 @@ bool all_digits(const std::string& v) {
 
 Result<int> parse_int(const std::string& v, const char* field, long lo, long hi) {
   if (!all_digits(v))
-    return make_error(Code::kRemoteError, "rendezvous file: {} '{}' is not a number in {}..{}", field, v, lo, hi);
+    return make_error(Code::kRemoteError, "rendezvous file: {} '{}' is not a number in {}..{}",
+                      field, v, lo, hi);
   char* end = nullptr;
   errno = 0;
   long x = std::strtol(v.c_str(), &end, 10);

@@ -62,7 +62,8 @@ Result<std::unique_ptr<StoreServer>> StoreServer::start(const std::string& host,
 StoreServer::~StoreServer() {
   if (on_stop_) on_stop_();
   const bool serving = !finished_.load();
-  if (serving) broadcast(WatchType::kShutdown, -1, 0, 0, -1, "the bootstrap store is shutting down", nullptr);
+  if (serving)
+    broadcast(WatchType::kShutdown, -1, 0, 0, -1, "the bootstrap store is shutting down", nullptr);
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;  // from here on the acceptor thread cannot detach itself (see accept_loop)
@@ -140,7 +141,8 @@ void StoreServer::admit(Accepted a) {
     limit = 4 * (world_ > 0 ? world_ : world) + 64;  // a unique id's store learns the world late
   }
   if (workers_.size() >= static_cast<size_t>(limit)) {
-    auto msg = fmt::format("the bootstrap store already serves {} connections (limit {})", workers_.size(), limit);
+    auto msg = fmt::format("the bootstrap store already serves {} connections (limit {})",
+                           workers_.size(), limit);
     log_warn("bootstrap: refused connection from {} (rank {}): {}", a.peer, a.hello.rank, msg);
     (void)send_verdict(a.fd.get(), Code::kInvalidUsage, msg);
     return;

@@ -21,7 +21,7 @@ std::string host_id() {
   std::string boot;
   std::ifstream f("/proc/sys/kernel/random/boot_id");
   std::getline(f, boot);
-  struct stat st{};
+  struct stat st {};
   std::string netns = stat("/proc/self/ns/net", &st) == 0 ? std::to_string(st.st_ino) : "?";
   return host_name() + "/" + boot + "/net:" + netns;
 }

@@ -23,7 +23,7 @@ namespace chorus::transport {
 struct PeerInfo {
   std::string host;  // host_id()
   int pid = 0;
-  SockAddr addr;     // this rank's tcp listener
+  SockAddr addr;  // this rank's tcp listener
 };
 
 // The tuner's view of a backend: latency per message, bandwidth, and the largest piece a

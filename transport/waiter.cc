@@ -55,8 +55,10 @@ void Waiter::disarm() {
 void Waiter::sleep(std::span<WakeSource* const> busy, int ms) {
   bool polled_busy = false, bell_busy = false;
   for (WakeSource* s : busy) {
-    if (s->has_doorbell()) bell_busy = true;
-    else polled_busy = true;
+    if (s->has_doorbell())
+      bell_busy = true;
+    else
+      polled_busy = true;
   }
   if (polled_busy) {
     epoll_event evs[16];

@@ -103,12 +103,15 @@ Tag client_proof(const Secret& secret, const Hello& hello, const Nonce& server_n
   return transcript_mac(secret, kClientLabel, hello, server_nonce);
 }
 
-std::string server_info_text(int pid, const std::string& host) { return fmt::format("{}\n{}", pid, host); }
+std::string server_info_text(int pid, const std::string& host) {
+  return fmt::format("{}\n{}", pid, host);
+}
 
 ServerInfo parse_server_info(const std::string& text) {
   ServerInfo info;
   auto nl = text.find('\n');
-  if (nl == std::string::npos || nl == 0 || nl > 10 || text.find_first_not_of("0123456789") != nl) return info;
+  if (nl == std::string::npos || nl == 0 || nl > 10 || text.find_first_not_of("0123456789") != nl)
+    return info;
   info.pid = static_cast<int>(std::strtol(text.c_str(), nullptr, 10));
   info.host = text.substr(nl + 1);
   return info;
@@ -208,8 +211,10 @@ void ServerHandshake::feed(const void* p, size_t n) {
     b += k;
     n -= k;
     if (want() > 0) break;
-    if (state_ == State::kReadHello) on_hello();
-    else if (state_ == State::kReadProof) on_proof();
+    if (state_ == State::kReadHello)
+      on_hello();
+    else if (state_ == State::kReadProof)
+      on_proof();
   }
 }
 
@@ -292,11 +297,20 @@ void ClientHandshake::feed(const void* p, size_t n) {
     n -= k;
     if (want() > 0) break;  // a step completes once it has all its bytes (a text may be empty)
     switch (state_) {
-      case State::kReadChallenge: on_challenge(); break;
-      case State::kReadChallengeText: on_challenge_text(); break;
-      case State::kReadVerdict: on_verdict(); break;
-      case State::kReadVerdictText: on_verdict_text(); break;
-      default: break;
+      case State::kReadChallenge:
+        on_challenge();
+        break;
+      case State::kReadChallengeText:
+        on_challenge_text();
+        break;
+      case State::kReadVerdict:
+        on_verdict();
+        break;
+      case State::kReadVerdictText:
+        on_verdict_text();
+        break;
+      default:
+        break;
     }
   }
 }

@@ -62,8 +62,8 @@ struct Challenge {
   int32_t code = 0;       // 0: go on; else a refusal, the reason in the text
   uint32_t text_len = 0;  // followed by text: the reason of a refusal (empty otherwise)
   int32_t reserved = 0;
-  Nonce nonce{};          // the server's challenge to the client
-  Tag proof{};            // mac(secret, "server", hello || nonce)
+  Nonce nonce{};  // the server's challenge to the client
+  Tag proof{};    // mac(secret, "server", hello || nonce)
 };
 static_assert(sizeof(Challenge) == 48, "Challenge is a fixed wire format");
 

@@ -51,8 +51,8 @@ double bus_factor(Coll c, int nranks) {
 const std::vector<TypeInfo>& all_types() {
   static const std::vector<TypeInfo> types = {
       {chorusFloat32, "float", 4},     {chorusFloat64, "double", 8}, {chorusFloat16, "half", 2},
-      {chorusBfloat16, "bfloat16", 2}, {chorusInt8, "int8", 1},     {chorusUint8, "uint8", 1},
-      {chorusInt32, "int32", 4},       {chorusUint32, "uint32", 4}, {chorusInt64, "int64", 8},
+      {chorusBfloat16, "bfloat16", 2}, {chorusInt8, "int8", 1},      {chorusUint8, "uint8", 1},
+      {chorusInt32, "int32", 4},       {chorusUint32, "uint32", 4},  {chorusInt64, "int64", 8},
       {chorusUint64, "uint64", 8}};
   return types;
 }

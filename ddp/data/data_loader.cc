@@ -13,12 +13,16 @@ namespace chorus {
 DataLoader::DataLoader(std::shared_ptr<const Dataset> data, LoaderOptions options, OrderFn order)
     : data_(std::move(data)), options_(options), order_fn_(std::move(order)) {
   if (options_.batch_size < 1)
-    throw std::invalid_argument(fmt::format("data loader: expected batch size >= 1, got {}", options_.batch_size));
+    throw std::invalid_argument(
+        fmt::format("data loader: expected batch size >= 1, got {}", options_.batch_size));
   if (options_.prefetch < 0)
-    throw std::invalid_argument(fmt::format("data loader: expected prefetch >= 0, got {}", options_.prefetch));
+    throw std::invalid_argument(
+        fmt::format("data loader: expected prefetch >= 0, got {}", options_.prefetch));
 }
 
-DataLoader::~DataLoader() { end_epoch(); }
+DataLoader::~DataLoader() {
+  end_epoch();
+}
 
 void DataLoader::end_epoch() {
   {
@@ -37,7 +41,8 @@ int64_t DataLoader::samples_per_epoch() const {
 
 int64_t DataLoader::batches_per_epoch() const {
   const int64_t n = order_fn_ ? static_cast<int64_t>(order_.size()) : data_->size();
-  return options_.drop_last ? n / options_.batch_size : (n + options_.batch_size - 1) / options_.batch_size;
+  return options_.drop_last ? n / options_.batch_size
+                            : (n + options_.batch_size - 1) / options_.batch_size;
 }
 
 void DataLoader::begin_epoch(int64_t epoch) {
@@ -52,7 +57,8 @@ void DataLoader::begin_epoch(int64_t epoch) {
   }
   for (int64_t i : order_)
     if (i < 0 || i >= data_->size())
-      throw std::invalid_argument(fmt::format("data loader: expected indices in [0, {}), got {}", data_->size(), i));
+      throw std::invalid_argument(
+          fmt::format("data loader: expected indices in [0, {}), got {}", data_->size(), i));
   num_batches_ = batches_per_epoch();
   next_batch_ = 0;
   produced_ = consumed_ = 0;
@@ -63,7 +69,8 @@ void DataLoader::begin_epoch(int64_t epoch) {
 
 Batch DataLoader::assemble(int64_t b) const {
   const int64_t first = b * options_.batch_size;
-  const int64_t count = std::min<int64_t>(options_.batch_size, static_cast<int64_t>(order_.size()) - first);
+  const int64_t count =
+      std::min<int64_t>(options_.batch_size, static_cast<int64_t>(order_.size()) - first);
   const Shape s = data_->sample_shape();
   const int64_t per = s.numel();
   Batch batch;

@@ -55,7 +55,6 @@ class DataLoader {
   const Dataset& dataset() const { return *data_; }
 
  private:
-
   Batch assemble(int64_t first) const;
   void produce();
 

@@ -74,15 +74,19 @@ std::shared_ptr<TensorDataset> mnist_from_idx(const IdxArray& images, const std:
                                               const IdxArray& labels, const std::string& label_path,
                                               const Normalize& norm = {});
 
-// Fashion-MNIST / MNIST from dir: {train,t10k}-{images-idx3,labels-idx1}-ubyte, with or without .gz.
-std::shared_ptr<TensorDataset> load_mnist_dir(const std::string& dir, bool train, const Normalize& norm = {});
+// Fashion-MNIST / MNIST from dir: {train,t10k}-{images-idx3,labels-idx1}-ubyte, with or without
+// .gz.
+std::shared_ptr<TensorDataset> load_mnist_dir(const std::string& dir, bool train,
+                                              const Normalize& norm = {});
 // The default data: Debian's dataset-fashion-mnist.
 constexpr const char* kFashionMnistDir = "/usr/share/datasets/fashion-mnist";
 
 // CIFAR-10 binary: data_batch_1..5.bin (train) or test_batch.bin; each record is 1 label byte +
 // 3072 pixel bytes (3x32x32).
-std::shared_ptr<TensorDataset> load_cifar10_dir(const std::string& dir, bool train, const Normalize& norm = {});
-std::shared_ptr<TensorDataset> load_cifar10_files(const std::vector<std::string>& files, const Normalize& norm = {});
+std::shared_ptr<TensorDataset> load_cifar10_dir(const std::string& dir, bool train,
+                                                const Normalize& norm = {});
+std::shared_ptr<TensorDataset> load_cifar10_files(const std::vector<std::string>& files,
+                                                  const Normalize& norm = {});
 constexpr size_t kCifarRecord = 1 + 3 * 32 * 32;
 // Appends the records of one batch in memory (`path` names it in messages) to pixels and labels.
 void parse_cifar10(const uint8_t* data, size_t size, const std::string& path,
@@ -91,7 +95,7 @@ void parse_cifar10(const uint8_t* data, size_t size, const std::string& path,
 // A learnable synthetic set: class k has a fixed random template (drawn from seed); a sample is its
 // class template plus unit Gaussian noise (drawn from seed and split, so split 0 = train and
 // split 1 = test share templates but no samples). Same arguments -> same data.
-std::shared_ptr<TensorDataset> make_synthetic(int64_t n, const Shape& sample_shape, int num_classes, uint64_t seed,
-                                              uint64_t split = 0);
+std::shared_ptr<TensorDataset> make_synthetic(int64_t n, const Shape& sample_shape, int num_classes,
+                                              uint64_t seed, uint64_t split = 0);
 
 }  // namespace chorus

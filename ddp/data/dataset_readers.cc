@@ -26,7 +26,8 @@ std::vector<uint8_t> read_all(const std::string& path) {
       int err = 0;
       std::string msg = gzerror(f, &err);
       gzclose(f);
-      throw std::runtime_error(fmt::format("data: {}: corrupt compressed data after {} bytes: {}", path, out.size(), msg));
+      throw std::runtime_error(fmt::format("data: {}: corrupt compressed data after {} bytes: {}",
+                                           path, out.size(), msg));
     }
     if (got == 0) break;
     out.insert(out.end(), chunk.begin(), chunk.begin() + got);
@@ -36,7 +37,8 @@ std::vector<uint8_t> read_all(const std::string& path) {
   if (err != Z_OK && err != Z_STREAM_END) {
     std::string m = msg;
     gzclose(f);
-    throw std::runtime_error(fmt::format("data: {}: corrupt compressed data after {} bytes: {}", path, out.size(), m));
+    throw std::runtime_error(
+        fmt::format("data: {}: corrupt compressed data after {} bytes: {}", path, out.size(), m));
   }
   gzclose(f);
   return out;
@@ -62,8 +64,9 @@ IdxArray parse_idx(const uint8_t* data, size_t size, const std::string& path, in
   const uint32_t magic = big_endian(data);
   const uint32_t expected_magic = 0x0800u | static_cast<uint32_t>(expected_ndim);
   if (magic != expected_magic)
-    throw std::runtime_error(fmt::format("idx: {}: expected magic number 0x{:08x} (unsigned bytes, {} dims), got 0x{:08x}",
-                                         path, expected_magic, expected_ndim, magic));
+    throw std::runtime_error(fmt::format(
+        "idx: {}: expected magic number 0x{:08x} (unsigned bytes, {} dims), got 0x{:08x}", path,
+        expected_magic, expected_ndim, magic));
   const size_t header = 4 + 4 * static_cast<size_t>(expected_ndim);
   if (size < header)
     throw std::runtime_error(
@@ -106,12 +109,13 @@ std::shared_ptr<TensorDataset> mnist_from_idx(const IdxArray& images, const std:
       throw std::runtime_error(fmt::format("idx: {}: dimension {} ({}) is {}, expected >= 1",
                                            image_path, d, kImageDims[d], images.dims[d]));
   if (images.dims[0] != labels.dims[0])
-    throw std::runtime_error(fmt::format("idx: {}: expected {} labels to match {}, got {}", label_path, images.dims[0],
-                                         image_path, labels.dims[0]));
+    throw std::runtime_error(fmt::format("idx: {}: expected {} labels to match {}, got {}",
+                                         label_path, images.dims[0], image_path, labels.dims[0]));
   std::vector<int32_t> y(labels.bytes.begin(), labels.bytes.end());
   for (size_t i = 0; i < y.size(); ++i)
     if (y[i] > 9)
-      throw std::runtime_error(fmt::format("idx: {}: expected labels 0..9, got {} at index {}", label_path, y[i], i));
+      throw std::runtime_error(
+          fmt::format("idx: {}: expected labels 0..9, got {} at index {}", label_path, y[i], i));
   const Shape shape{images.dims[0], 1, images.dims[1], images.dims[2]};
   auto ds = std::make_shared<TensorDataset>(normalise_bytes(images.bytes.data(), shape, norm),
                                             std::move(y), 10);
@@ -160,7 +164,8 @@ std::shared_ptr<TensorDataset> load_cifar10_files(const std::vector<std::string>
   return ds;
 }
 
-std::shared_ptr<TensorDataset> load_cifar10_dir(const std::string& dir, bool train, const Normalize& norm) {
+std::shared_ptr<TensorDataset> load_cifar10_dir(const std::string& dir, bool train,
+                                                const Normalize& norm) {
   std::vector<std::string> files;
   if (train) {
     for (int i = 1; i <= 5; ++i) files.push_back(fmt::format("{}/data_batch_{}.bin", dir, i));

@@ -10,14 +10,21 @@
 
 namespace chorus {
 
-DistributedSampler::DistributedSampler(int64_t dataset_size, int num_replicas, int rank, bool shuffle, uint64_t seed,
-                                       bool drop_last)
-    : n_(dataset_size), num_replicas_(num_replicas), rank_(rank), shuffle_(shuffle), seed_(seed), drop_last_(drop_last) {
+DistributedSampler::DistributedSampler(int64_t dataset_size, int num_replicas, int rank,
+                                       bool shuffle, uint64_t seed, bool drop_last)
+    : n_(dataset_size),
+      num_replicas_(num_replicas),
+      rank_(rank),
+      shuffle_(shuffle),
+      seed_(seed),
+      drop_last_(drop_last) {
   if (num_replicas < 1)
-    throw std::invalid_argument(fmt::format("distributed sampler: expected num_replicas >= 1, got {}", num_replicas));
+    throw std::invalid_argument(
+        fmt::format("distributed sampler: expected num_replicas >= 1, got {}", num_replicas));
   if (rank < 0 || rank >= num_replicas)
     throw std::invalid_argument(
-        fmt::format("distributed sampler: invalid rank {}, rank should be in the interval [0, {}]", rank, num_replicas - 1));
+        fmt::format("distributed sampler: invalid rank {}, rank should be in the interval [0, {}]",
+                    rank, num_replicas - 1));
   if (dataset_size < 0) throw std::invalid_argument("distributed sampler: negative data set size");
   // PyTorch: drop_last and an uneven split -> ceil((n - R) / R), else ceil(n / R).
   if (drop_last_ && n_ % num_replicas_ != 0)
@@ -37,13 +44,15 @@ std::vector<int64_t> DistributedSampler::indices() const {
   }
   const auto total = static_cast<size_t>(total_size());
   if (!drop_last_) {
-    for (size_t i = 0; order.size() < total && n_ > 0; ++i) order.push_back(order[i % static_cast<size_t>(n_)]);
+    for (size_t i = 0; order.size() < total && n_ > 0; ++i)
+      order.push_back(order[i % static_cast<size_t>(n_)]);
   } else {
     order.resize(total);
   }
   std::vector<int64_t> mine;
   mine.reserve(static_cast<size_t>(num_samples_));
-  for (size_t i = static_cast<size_t>(rank_); i < total; i += static_cast<size_t>(num_replicas_)) mine.push_back(order[i]);
+  for (size_t i = static_cast<size_t>(rank_); i < total; i += static_cast<size_t>(num_replicas_))
+    mine.push_back(order[i]);
   return mine;
 }
 

@@ -38,7 +38,9 @@ DeviceSpec DeviceSpec::parse(const std::string& text, int local_rank) {
   throw std::invalid_argument(fmt::format("device: expected cpu, cuda or cuda:N, got '{}'", text));
 }
 
-std::string DeviceSpec::str() const { return kind == "cpu" ? "cpu" : fmt::format("cuda:{}", index); }
+std::string DeviceSpec::str() const {
+  return kind == "cpu" ? "cpu" : fmt::format("cuda:{}", index);
+}
 
 std::vector<std::string> all_gather_strings(Communicator& comm, const std::string& mine) {
   const int n = comm.size();
@@ -50,7 +52,8 @@ std::vector<std::string> all_gather_strings(Communicator& comm, const std::strin
   std::memcpy(send.data(), mine.data(), mine.size());
   comm.all_gather(send.data(), recv.data(), static_cast<size_t>(width), chorusUint8);
   std::vector<std::string> out;
-  for (int r = 0; r < n; ++r) out.emplace_back(recv.data() + r * width, static_cast<size_t>(lens[static_cast<size_t>(r)]));
+  for (int r = 0; r < n; ++r)
+    out.emplace_back(recv.data() + r * width, static_cast<size_t>(lens[static_cast<size_t>(r)]));
   return out;
 }
 
@@ -59,12 +62,14 @@ void check_devices(Communicator& comm, const DeviceSpec& device) {
   gethostname(host, sizeof host - 1);
   const auto all = all_gather_strings(comm, std::string(host) + "\n" + device.str());
   for (size_t a = 0; a < all.size(); ++a) {
-    const auto [ha, da] = std::pair(all[a].substr(0, all[a].find('\n')), all[a].substr(all[a].find('\n') + 1));
+    const auto [ha, da] =
+        std::pair(all[a].substr(0, all[a].find('\n')), all[a].substr(all[a].find('\n') + 1));
     if (da == "cpu") continue;
     for (size_t b = a + 1; b < all.size(); ++b) {
       if (all[b] != all[a]) continue;
       throw std::invalid_argument(fmt::format(
-          "ddp: ranks {} and {} on host {} were both given device {}; each process needs its own device: "
+          "ddp: ranks {} and {} on host {} were both given device {}; each process needs its own "
+          "device: "
           "pass --device cuda (maps rank to cuda:$LOCAL_RANK) or --device cuda:$LOCAL_RANK",
           a, b, ha, da));
     }
@@ -84,7 +89,8 @@ std::string describe(const std::vector<NamedTensor>& params) {
 std::vector<std::string> lines(const std::string& s) {
   std::vector<std::string> out;
   size_t start = 0;
-  for (size_t nl; (nl = s.find('\n', start)) != std::string::npos; start = nl + 1) out.push_back(s.substr(start, nl - start));
+  for (size_t nl; (nl = s.find('\n', start)) != std::string::npos; start = nl + 1)
+    out.push_back(s.substr(start, nl - start));
   return out;
 }
 
@@ -137,7 +143,8 @@ Reducer::Reducer(Communicator& comm, std::vector<NamedTensor> params, ReducerOpt
   for (int i = static_cast<int>(params.size()) - 1; i >= 0; --i) {
     auto& [name, t] = params[static_cast<size_t>(i)];
     if (!t.requires_grad()) continue;
-    if (groups.empty() || bytes >= (groups.size() == 1 ? options_.first_bucket_bytes : options_.bucket_cap_bytes)) {
+    if (groups.empty() ||
+        bytes >= (groups.size() == 1 ? options_.first_bucket_bytes : options_.bucket_cap_bytes)) {
       groups.emplace_back();
       bytes = 0;
     }
@@ -161,7 +168,8 @@ Reducer::Reducer(Communicator& comm, std::vector<NamedTensor> params, ReducerOpt
   // Gradients become views into the buckets (keeping any values already there).
   for (size_t s = 0; s < slots_.size(); ++s) {
     Slot& slot = slots_[s];
-    Tensor view = Tensor::alias(buckets_[static_cast<size_t>(slot.bucket)].flat, slot.offset, slot.param.shape());
+    Tensor view = Tensor::alias(buckets_[static_cast<size_t>(slot.bucket)].flat, slot.offset,
+                                slot.param.shape());
     if (slot.param.grad().defined()) view.copy_from(slot.param.grad());
     slot.param.set_grad(view);
     // The hook outlives the Reducer on the parameter: it does nothing once the Reducer is gone.
@@ -172,7 +180,9 @@ Reducer::Reducer(Communicator& comm, std::vector<NamedTensor> params, ReducerOpt
   ready_.assign(slots_.size(), 0);
 }
 
-const std::vector<BucketInfo>& Reducer::buckets() const { return info_; }
+const std::vector<BucketInfo>& Reducer::buckets() const {
+  return info_;
+}
 
 void Reducer::prepare_for_backward() {
   if (armed_) {
@@ -192,7 +202,8 @@ void Reducer::on_grad_ready(int s) {
   if (!armed_) return;  // no_sync (or a backward outside DDP's forward): accumulate only
   Slot& slot = slots_[static_cast<size_t>(s)];
   if (ready_[static_cast<size_t>(s)])
-    throw std::logic_error(fmt::format("ddp: gradient of {} became ready twice in one backward", slot.name));
+    throw std::logic_error(
+        fmt::format("ddp: gradient of {} became ready twice in one backward", slot.name));
   ready_[static_cast<size_t>(s)] = 1;
   Bucket& bucket = buckets_[static_cast<size_t>(slot.bucket)];
   Tensor view = Tensor::alias(bucket.flat, slot.offset, slot.param.shape());
@@ -210,9 +221,11 @@ void Reducer::on_grad_ready(int s) {
 }
 
 void Reducer::launch_ready_buckets() {
-  while (next_launch_ < static_cast<int>(buckets_.size()) && buckets_[static_cast<size_t>(next_launch_)].pending == 0) {
+  while (next_launch_ < static_cast<int>(buckets_.size()) &&
+         buckets_[static_cast<size_t>(next_launch_)].pending == 0) {
     Bucket& b = buckets_[static_cast<size_t>(next_launch_)];
-    b.work = comm_.iall_reduce(b.flat.data(), b.flat.data(), static_cast<size_t>(b.flat.numel()), chorusFloat32, chorusSum);
+    b.work = comm_.iall_reduce(b.flat.data(), b.flat.data(), static_cast<size_t>(b.flat.numel()),
+                               chorusFloat32, chorusSum);
     b.launched = true;
     ++next_launch_;
   }
@@ -235,14 +248,16 @@ void Reducer::finish() {
       }
     // Drain what was launched so the communicator stays usable for the error path.
     for (int i = 0; i < next_launch_; ++i) buckets_[static_cast<size_t>(i)].work.wait();
-    throw std::runtime_error(fmt::format(
-        "ddp: {} parameter(s) received no gradient in this backward: {}. Every parameter must take part in "
-        "the loss on every rank (or was backward not called after forward?)",
-        count, missing));
+    throw std::runtime_error(
+        fmt::format("ddp: {} parameter(s) received no gradient in this backward: {}. Every "
+                    "parameter must take part in "
+                    "the loss on every rank (or was backward not called after forward?)",
+                    count, missing));
   }
   const auto t0 = std::chrono::steady_clock::now();
   for (Bucket& b : buckets_) b.work.wait();
-  stats_.wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  stats_.wait_seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ++stats_.syncs;
 }
 
@@ -266,12 +281,12 @@ int env_local_rank() {
 namespace {
 
 // Runs the construction-time checks before the Reducer member is built.
-std::vector<NamedTensor> checked_parameters(Module& module, Communicator& comm, const DdpOptions& options,
-                                           const DeviceSpec& device) {
+std::vector<NamedTensor> checked_parameters(Module& module, Communicator& comm,
+                                            const DdpOptions& options, const DeviceSpec& device) {
   check_devices(comm, device);
   if (device.kind != "cpu")
-    throw std::invalid_argument(fmt::format("ddp: device {} requested, but this build's tensor core runs on cpu only",
-                                            device.str()));
+    throw std::invalid_argument(fmt::format(
+        "ddp: device {} requested, but this build's tensor core runs on cpu only", device.str()));
   auto params = module.named_parameters();
   verify_parameters_across_ranks(comm, params);
   if (options.broadcast_parameters) broadcast_parameters(comm, params, 0);
@@ -280,7 +295,8 @@ std::vector<NamedTensor> checked_parameters(Module& module, Communicator& comm, 
 
 }  // namespace
 
-DistributedDataParallel::DistributedDataParallel(Module& module, Communicator& comm, DdpOptions options)
+DistributedDataParallel::DistributedDataParallel(Module& module, Communicator& comm,
+                                                 DdpOptions options)
     : module_(module),
       comm_(comm),
       device_(DeviceSpec::parse(options.device, env_local_rank())),

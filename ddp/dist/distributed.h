@@ -66,8 +66,8 @@ struct BucketInfo {
 
 // Per-step timing of the gradient sync (seconds), for the communication-share report.
 struct SyncStats {
-  double wait_seconds = 0;     // time finish_gradient_sync() spent waiting for all-reduces
-  int64_t syncs = 0;           // synchronised steps
+  double wait_seconds = 0;  // time finish_gradient_sync() spent waiting for all-reduces
+  int64_t syncs = 0;        // synchronised steps
 };
 
 class Reducer {
@@ -136,7 +136,9 @@ class DistributedDataParallel : public Module {
   // While the returned guard lives, backward does not communicate (gradient accumulation).
   class NoSyncGuard {
    public:
-    explicit NoSyncGuard(DistributedDataParallel& d) : d_(d), previous_(d.sync_) { d.sync_ = false; }
+    explicit NoSyncGuard(DistributedDataParallel& d) : d_(d), previous_(d.sync_) {
+      d.sync_ = false;
+    }
     ~NoSyncGuard() { d_.sync_ = previous_; }
     NoSyncGuard(const NoSyncGuard&) = delete;
     NoSyncGuard& operator=(const NoSyncGuard&) = delete;

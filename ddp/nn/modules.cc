@@ -63,39 +63,55 @@ void Module::load_state_dict(const StateDict& state) {
   for (const auto& [name, p] : params) {
     auto it = given.find(name);
     if (it == given.end())
-      throw std::invalid_argument(fmt::format("load_state_dict: expected parameter '{}', got none", name));
-    check_shape(("load_state_dict: parameter '" + name + "'").c_str(), p.shape(), it->second->shape());
+      throw std::invalid_argument(
+          fmt::format("load_state_dict: expected parameter '{}', got none", name));
+    check_shape(("load_state_dict: parameter '" + name + "'").c_str(), p.shape(),
+                it->second->shape());
   }
   if (given.size() != params.size()) {
     for (const auto& [name, t] : state) {
       bool known = false;
       for (const auto& [pname, p] : params) known = known || pname == name;
       if (!known)
-        throw std::invalid_argument(fmt::format("load_state_dict: expected {} known parameters, got unexpected '{}'",
-                                                params.size(), name));
+        throw std::invalid_argument(
+            fmt::format("load_state_dict: expected {} known parameters, got unexpected '{}'",
+                        params.size(), name));
     }
   }
   for (auto& [name, p] : params) p.copy_from(*given[name]);
 }
 
-Conv2d::Conv2d(int in_channels, int out_channels, int kernel, Generator& gen, int stride, int padding)
+Conv2d::Conv2d(int in_channels, int out_channels, int kernel, Generator& gen, int stride,
+               int padding)
     : stride_(stride), padding_(padding) {
   const int64_t fan_in = static_cast<int64_t>(in_channels) * kernel * kernel;
-  weight = register_parameter("weight", uniform_param(Shape{out_channels, in_channels, kernel, kernel}, fan_in, gen));
+  weight = register_parameter(
+      "weight", uniform_param(Shape{out_channels, in_channels, kernel, kernel}, fan_in, gen));
   bias = register_parameter("bias", uniform_param(Shape{out_channels}, fan_in, gen));
 }
 
-Tensor Conv2d::forward(const Tensor& x) { return conv2d(x, weight, bias, stride_, padding_); }
+Tensor Conv2d::forward(const Tensor& x) {
+  return conv2d(x, weight, bias, stride_, padding_);
+}
 
 Linear::Linear(int in_features, int out_features, Generator& gen) {
-  weight = register_parameter("weight", uniform_param(Shape{out_features, in_features}, in_features, gen));
+  weight = register_parameter("weight",
+                              uniform_param(Shape{out_features, in_features}, in_features, gen));
   bias = register_parameter("bias", uniform_param(Shape{out_features}, in_features, gen));
 }
 
-Tensor Linear::forward(const Tensor& x) { return linear(x, weight, bias); }
-Tensor MaxPool2d::forward(const Tensor& x) { return max_pool2d(x, kernel_, stride_); }
-Tensor ReLU::forward(const Tensor& x) { return relu(x); }
-Tensor Flatten::forward(const Tensor& x) { return flatten(x, 1); }
+Tensor Linear::forward(const Tensor& x) {
+  return linear(x, weight, bias);
+}
+Tensor MaxPool2d::forward(const Tensor& x) {
+  return max_pool2d(x, kernel_, stride_);
+}
+Tensor ReLU::forward(const Tensor& x) {
+  return relu(x);
+}
+Tensor Flatten::forward(const Tensor& x) {
+  return flatten(x, 1);
+}
 
 Sequential& Sequential::add(std::shared_ptr<Module> m) {
   register_module(std::to_string(layers_.size()), m);

@@ -30,7 +30,9 @@ class Module {
   // Every parameter of this module and its children, depth first in registration order.
   std::vector<NamedTensor> named_parameters() const;
   std::vector<Tensor> parameters() const;
-  const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& children() const { return children_; }
+  const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& children() const {
+    return children_;
+  }
 
   void train(bool on = true);
   void eval() { train(false); }
@@ -59,7 +61,8 @@ class Module {
 
 class Conv2d : public Module {
  public:
-  Conv2d(int in_channels, int out_channels, int kernel, Generator& gen, int stride = 1, int padding = 0);
+  Conv2d(int in_channels, int out_channels, int kernel, Generator& gen, int stride = 1,
+         int padding = 0);
   Tensor forward(const Tensor& x) override;
   Tensor weight, bias;
 

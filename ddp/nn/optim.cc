@@ -9,20 +9,22 @@ namespace chorus {
 
 Sgd::Sgd(std::vector<Tensor> params, SgdOptions options)
     : params_(std::move(params)), buffers_(params_.size()), options_(options) {
-  if (options_.lr < 0.0f) throw std::invalid_argument(fmt::format("sgd: expected lr >= 0, got {}", options_.lr));
+  if (options_.lr < 0.0f)
+    throw std::invalid_argument(fmt::format("sgd: expected lr >= 0, got {}", options_.lr));
   if (options_.nesterov && (options_.momentum <= 0.0f || options_.dampening != 0.0f))
     throw std::invalid_argument(fmt::format(
-        "sgd: nesterov expects momentum > 0 and dampening 0, got momentum {} and dampening {}", options_.momentum,
-        options_.dampening));
+        "sgd: nesterov expects momentum > 0 and dampening 0, got momentum {} and dampening {}",
+        options_.momentum, options_.dampening));
 }
 
 namespace {
 
 // One parameter's update; the branches are loop-invariant, so the compiler unswitches them and
 // vectorises each variant (restrict: param, grad and buffer never overlap).
-void sgd_update(const SgdOptions& options, long n, float* __restrict w, const float* __restrict grad,
-                float* __restrict buf, bool first) {
-  const SgdOptions o = options;  // a local copy: stores to w cannot alias it, so the loop vectorises
+void sgd_update(const SgdOptions& options, long n, float* __restrict w,
+                const float* __restrict grad, float* __restrict buf, bool first) {
+  const SgdOptions o =
+      options;  // a local copy: stores to w cannot alias it, so the loop vectorises
   for (long j = 0; j < n; ++j) {
     float d = grad[j];
     if (o.weight_decay != 0.0f) d = d + o.weight_decay * w[j];  // d_p = d_p.add(param, alpha=wd)
@@ -30,8 +32,9 @@ void sgd_update(const SgdOptions& options, long n, float* __restrict w, const fl
       if (first)
         buf[j] = d;  // buf = clone(d_p)
       else
-        buf[j] = buf[j] * o.momentum + (1.0f - o.dampening) * d;  // buf.mul_(m).add_(d_p, alpha=1-damp)
-      d = o.nesterov ? d + o.momentum * buf[j] : buf[j];         // d_p = d_p.add(buf, alpha=m) | buf
+        buf[j] =
+            buf[j] * o.momentum + (1.0f - o.dampening) * d;  // buf.mul_(m).add_(d_p, alpha=1-damp)
+      d = o.nesterov ? d + o.momentum * buf[j] : buf[j];     // d_p = d_p.add(buf, alpha=m) | buf
     }
     w[j] = w[j] + (-o.lr) * d;  // param.add_(d_p, alpha=-lr)
   }

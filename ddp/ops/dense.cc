@@ -3,9 +3,9 @@
 
 #include <stdexcept>
 
-#include "ddp/tensor/autograd.h"
 #include "ddp/ops/kernel_table.h"
 #include "ddp/ops/ops.h"
+#include "ddp/tensor/autograd.h"
 
 namespace chorus {
 namespace {
@@ -32,15 +32,18 @@ class LinearNode final : public Node {
   const char* name() const override { return "linear"; }
   void backward(const Tensor& dy, std::span<Tensor> grads) override {
     const KernelTable& kt = kernel_table_for(dy.device());
-    const int n = static_cast<int>(x_.dim(0)), in = static_cast<int>(x_.dim(1)), out = static_cast<int>(w_.dim(0));
+    const int n = static_cast<int>(x_.dim(0)), in = static_cast<int>(x_.dim(1)),
+              out = static_cast<int>(w_.dim(0));
     if (edge(0).defined()) {
       Tensor dx = Tensor::empty(x_.shape(), dy.device());
-      kt.gemm(Trans::kNo, Trans::kNo, n, in, out, 1.0f, dy.data(), out, w_.data(), in, 0.0f, dx.data(), in);
+      kt.gemm(Trans::kNo, Trans::kNo, n, in, out, 1.0f, dy.data(), out, w_.data(), in, 0.0f,
+              dx.data(), in);
       grads[0] = dx;
     }
     if (edge(1).defined()) {
       Tensor dw = Tensor::empty(w_.shape(), dy.device());
-      kt.gemm(Trans::kYes, Trans::kNo, out, in, n, 1.0f, dy.data(), out, x_.data(), in, 0.0f, dw.data(), in);
+      kt.gemm(Trans::kYes, Trans::kNo, out, in, n, 1.0f, dy.data(), out, x_.data(), in, 0.0f,
+              dw.data(), in);
       grads[1] = dw;
     }
     if (edge(2).defined()) {
@@ -59,7 +62,9 @@ class ReshapeNode final : public Node {
  public:
   explicit ReshapeNode(const Shape& in) : in_(in) {}
   const char* name() const override { return "reshape"; }
-  void backward(const Tensor& dy, std::span<Tensor> grads) override { grads[0] = Tensor::alias(dy, 0, in_); }
+  void backward(const Tensor& dy, std::span<Tensor> grads) override {
+    grads[0] = Tensor::alias(dy, 0, in_);
+  }
 
  private:
   Shape in_;
@@ -135,14 +140,17 @@ Tensor relu(const Tensor& x) {
 
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
   if (x.ndim() != 2 || w.ndim() != 2 || x.dim(1) != w.dim(1))
-    throw std::invalid_argument(fmt::format("linear: expected input (N, {}) for weight {}, got {}", 
-                                            w.ndim() == 2 ? w.dim(1) : -1, w.shape().str(), x.shape().str()));
+    throw std::invalid_argument(fmt::format("linear: expected input (N, {}) for weight {}, got {}",
+                                            w.ndim() == 2 ? w.dim(1) : -1, w.shape().str(),
+                                            x.shape().str()));
   if (b.defined()) check_shape("linear bias", Shape{w.dim(0)}, b.shape());
   const KernelTable& kt = kernel_table_for(x.device());
-  const int n = static_cast<int>(x.dim(0)), in = static_cast<int>(x.dim(1)), out = static_cast<int>(w.dim(0));
+  const int n = static_cast<int>(x.dim(0)), in = static_cast<int>(x.dim(1)),
+            out = static_cast<int>(w.dim(0));
   Tensor y = Tensor::empty(Shape{n, out}, x.device());
   // y (N,out) = x (N,in) w^T (in,out) + b
-  kt.gemm(Trans::kNo, Trans::kYes, n, out, in, 1.0f, x.data(), in, w.data(), in, 0.0f, y.data(), out);
+  kt.gemm(Trans::kNo, Trans::kYes, n, out, in, 1.0f, x.data(), in, w.data(), in, 0.0f, y.data(),
+          out);
   if (b.defined()) kt.add_row_bias(n, out, b.data(), y.data());
   if (any_requires_grad({&x, &w, &b})) {
     auto node = std::make_shared<LinearNode>(x.detach(), w.detach());
@@ -154,8 +162,9 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
 
 Tensor reshape(const Tensor& x, const Shape& shape) {
   if (shape.numel() != x.numel())
-    throw std::invalid_argument(fmt::format("reshape: expected a shape of {} elements like {}, got {}", x.numel(),
-                                            x.shape().str(), shape.str()));
+    throw std::invalid_argument(
+        fmt::format("reshape: expected a shape of {} elements like {}, got {}", x.numel(),
+                    x.shape().str(), shape.str()));
   Tensor y = Tensor::alias(x, 0, shape);
   if (any_requires_grad({&x})) {
     auto node = std::make_shared<ReshapeNode>(x.shape());
@@ -167,7 +176,8 @@ Tensor reshape(const Tensor& x, const Shape& shape) {
 
 Tensor flatten(const Tensor& x, int start_dim) {
   if (start_dim < 0 || start_dim >= x.ndim())
-    throw std::invalid_argument(fmt::format("flatten: expected start_dim in [0, {}), got {}", x.ndim(), start_dim));
+    throw std::invalid_argument(
+        fmt::format("flatten: expected start_dim in [0, {}), got {}", x.ndim(), start_dim));
   std::vector<int64_t> dims;
   int64_t tail = 1;
   for (int i = 0; i < x.ndim(); ++i) {
@@ -204,7 +214,11 @@ Tensor mul(const Tensor& a, const Tensor& b) {
   return y;
 }
 
-Tensor sum(const Tensor& x) { return reduce_all(x, 1.0f); }
-Tensor mean(const Tensor& x) { return reduce_all(x, 1.0f / static_cast<float>(x.numel())); }
+Tensor sum(const Tensor& x) {
+  return reduce_all(x, 1.0f);
+}
+Tensor mean(const Tensor& x) {
+  return reduce_all(x, 1.0f / static_cast<float>(x.numel()));
+}
 
 }  // namespace chorus

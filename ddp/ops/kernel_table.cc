@@ -53,8 +53,8 @@ const KernelTable& kernel_table_for(Device device) {
     (void)isa_ok;
     return kCpuKernels;
   }
-  throw std::invalid_argument(fmt::format("dispatch: expected device cpu, got {} (no kernels built)",
-                                          device_name(device)));
+  throw std::invalid_argument(
+      fmt::format("dispatch: expected device cpu, got {} (no kernels built)", device_name(device)));
 }
 
 void set_cpu_threads(int threads) {

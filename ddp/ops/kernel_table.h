@@ -16,15 +16,15 @@ using kernels::cpu::PoolShape;
 using kernels::cpu::Trans;
 
 struct KernelTable {
-  void (*gemm)(Trans, Trans, int m, int n, int k, float alpha, const float* a, int lda, const float* b,
-               int ldb, float beta, float* c, int ldc);
-  void (*conv2d_forward)(const Conv2dShape&, const float* x, const float* w, const float* b, float* y,
-                         float* workspace, int chunk);
-  void (*conv2d_backward)(const Conv2dShape&, const float* x, const float* w, const float* dy, float* dx,
-                          float* dw, float* db, float* workspace, int chunk);
+  void (*gemm)(Trans, Trans, int m, int n, int k, float alpha, const float* a, int lda,
+               const float* b, int ldb, float beta, float* c, int ldc);
+  void (*conv2d_forward)(const Conv2dShape&, const float* x, const float* w, const float* b,
+                         float* y, float* workspace, int chunk);
+  void (*conv2d_backward)(const Conv2dShape&, const float* x, const float* w, const float* dy,
+                          float* dx, float* dw, float* db, float* workspace, int chunk);
   void (*max_pool2d_forward)(const PoolShape&, const float* x, float* y, uint8_t* argmax);
-  void (*max_pool2d_backward)(const PoolShape&, const float* x, const float* y, const uint8_t* argmax,
-                              const float* dy, float* dx);
+  void (*max_pool2d_backward)(const PoolShape&, const float* x, const float* y,
+                              const uint8_t* argmax, const float* dy, float* dx);
   void (*relu_forward)(long n, const float* x, float* y);
   void (*relu_backward)(long n, const float* y, const float* dy, float* dx);
   void (*add)(long n, const float* a, const float* b, float* y);

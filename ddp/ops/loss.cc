@@ -3,9 +3,9 @@
 
 #include <stdexcept>
 
-#include "ddp/tensor/autograd.h"
 #include "ddp/ops/kernel_table.h"
 #include "ddp/ops/ops.h"
+#include "ddp/tensor/autograd.h"
 
 namespace chorus {
 namespace {
@@ -17,8 +17,9 @@ class LogSoftmaxNode final : public Node {
   const char* name() const override { return "log_softmax"; }
   void backward(const Tensor& dy, std::span<Tensor> grads) override {
     Tensor dx = Tensor::empty(dy.shape(), dy.device());
-    kernel_table_for(dy.device()).log_softmax_backward(static_cast<int>(dy.dim(0)), static_cast<int>(dy.dim(1)),
-                                                  y_.data(), dy.data(), dx.data());
+    kernel_table_for(dy.device())
+        .log_softmax_backward(static_cast<int>(dy.dim(0)), static_cast<int>(dy.dim(1)), y_.data(),
+                              dy.data(), dx.data());
     grads[0] = dx;
   }
 
@@ -34,8 +35,9 @@ class NllNode final : public Node {
   const char* name() const override { return "nll_loss"; }
   void backward(const Tensor& dy, std::span<Tensor> grads) override {
     Tensor dx = Tensor::empty(in_, dy.device());
-    kernel_table_for(dy.device()).nll_backward(static_cast<int>(in_[0]), static_cast<int>(in_[1]), labels_.data(),
-                                          dy.item() * scale_, dx.data());
+    kernel_table_for(dy.device())
+        .nll_backward(static_cast<int>(in_[0]), static_cast<int>(in_[1]), labels_.data(),
+                      dy.item() * scale_, dx.data());
     grads[0] = dx;
   }
 
@@ -47,7 +49,8 @@ class NllNode final : public Node {
 
 void check_matrix(const char* op, const Tensor& x) {
   if (x.ndim() != 2)
-    throw std::invalid_argument(fmt::format("{}: expected a 2-d input (N, K), got {}", op, x.shape().str()));
+    throw std::invalid_argument(
+        fmt::format("{}: expected a 2-d input (N, K), got {}", op, x.shape().str()));
 }
 
 }  // namespace
@@ -55,8 +58,9 @@ void check_matrix(const char* op, const Tensor& x) {
 Tensor log_softmax(const Tensor& x) {
   check_matrix("log_softmax", x);
   Tensor y = Tensor::empty(x.shape(), x.device());
-  kernel_table_for(x.device()).log_softmax_forward(static_cast<int>(x.dim(0)), static_cast<int>(x.dim(1)), x.data(),
-                                              y.data());
+  kernel_table_for(x.device())
+      .log_softmax_forward(static_cast<int>(x.dim(0)), static_cast<int>(x.dim(1)), x.data(),
+                           y.data());
   if (any_requires_grad({&x})) {
     auto node = std::make_shared<LogSoftmaxNode>(y.detach());
     node->set_inputs({&x});
@@ -69,10 +73,12 @@ Tensor nll_loss(const Tensor& logp, std::span<const int32_t> labels, Reduction r
   check_matrix("nll_loss", logp);
   const int n = static_cast<int>(logp.dim(0)), k = static_cast<int>(logp.dim(1));
   if (static_cast<int64_t>(labels.size()) != n)
-    throw std::invalid_argument(fmt::format("nll_loss: expected {} labels, got {}", n, labels.size()));
+    throw std::invalid_argument(
+        fmt::format("nll_loss: expected {} labels, got {}", n, labels.size()));
   for (size_t i = 0; i < labels.size(); ++i)
     if (labels[i] < 0 || labels[i] >= k)
-      throw std::invalid_argument(fmt::format("nll_loss: expected labels in [0, {}), got {} at {}", k, labels[i], i));
+      throw std::invalid_argument(
+          fmt::format("nll_loss: expected labels in [0, {}), got {} at {}", k, labels[i], i));
   const float scale = reduction == Reduction::kMean ? 1.0f / static_cast<float>(n) : 1.0f;
   Tensor y = Tensor::empty(Shape{1}, logp.device());
   const float total = kernel_table_for(logp.device()).nll_forward(n, k, logp.data(), labels.data());
@@ -92,7 +98,8 @@ Tensor cross_entropy(const Tensor& logits, std::span<const int32_t> labels, Redu
 std::vector<int32_t> argmax(const Tensor& x) {
   check_matrix("argmax", x);
   std::vector<int32_t> out(static_cast<size_t>(x.dim(0)));
-  kernel_table_for(x.device()).argmax_rows(static_cast<int>(x.dim(0)), static_cast<int>(x.dim(1)), x.data(), out.data());
+  kernel_table_for(x.device())
+      .argmax_rows(static_cast<int>(x.dim(0)), static_cast<int>(x.dim(1)), x.data(), out.data());
   return out;
 }
 

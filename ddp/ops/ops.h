@@ -28,13 +28,14 @@ Tensor reshape(const Tensor& x, const Shape& shape);  // same storage, same nume
 Tensor flatten(const Tensor& x, int start_dim = 1);   // (N, ...) -> (N, prod(...))
 Tensor add(const Tensor& a, const Tensor& b);         // same shapes
 Tensor mul(const Tensor& a, const Tensor& b);         // same shapes, elementwise
-Tensor sum(const Tensor& x);                           // -> (1)
-Tensor mean(const Tensor& x);                          // -> (1)
+Tensor sum(const Tensor& x);                          // -> (1)
+Tensor mean(const Tensor& x);                         // -> (1)
 
 // loss.cc
 Tensor log_softmax(const Tensor& x);  // x (N,K), over dim 1
 // logp (N,K), labels N values in [0,K) -> (1)
-Tensor nll_loss(const Tensor& logp, std::span<const int32_t> labels, Reduction reduction = Reduction::kMean);
+Tensor nll_loss(const Tensor& logp, std::span<const int32_t> labels,
+                Reduction reduction = Reduction::kMean);
 Tensor cross_entropy(const Tensor& logits, std::span<const int32_t> labels,
                      Reduction reduction = Reduction::kMean);
 std::vector<int32_t> argmax(const Tensor& x);  // x (N,K) -> N indices, first maximum wins

@@ -94,8 +94,12 @@ ThreadPool& pool() {
 
 }  // namespace
 
-void set_intra_op_threads(int n) { pool().resize(n < 1 ? 1 : n); }
-int intra_op_threads() { return pool().size(); }
+void set_intra_op_threads(int n) {
+  pool().resize(n < 1 ? 1 : n);
+}
+int intra_op_threads() {
+  return pool().size();
+}
 
 void parallel_parts(int parts, const std::function<void(int part)>& fn) {
   if (parts <= 1) return fn(0);

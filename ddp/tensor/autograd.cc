@@ -77,9 +77,15 @@ void Node::set_inputs(std::initializer_list<const Tensor*> inputs) {
   }
 }
 
-bool grad_mode_enabled() { return t_grad_enabled; }
-NoGradGuard::NoGradGuard() : previous_(t_grad_enabled) { t_grad_enabled = false; }
-NoGradGuard::~NoGradGuard() { t_grad_enabled = previous_; }
+bool grad_mode_enabled() {
+  return t_grad_enabled;
+}
+NoGradGuard::NoGradGuard() : previous_(t_grad_enabled) {
+  t_grad_enabled = false;
+}
+NoGradGuard::~NoGradGuard() {
+  t_grad_enabled = previous_;
+}
 
 bool any_requires_grad(std::initializer_list<const Tensor*> inputs) {
   if (!t_grad_enabled) return false;
@@ -95,10 +101,11 @@ void record(Tensor& out, std::shared_ptr<Node> node) {
 
 void run_backward(const Tensor& root) {
   if (root.numel() != 1)
-    throw std::invalid_argument(fmt::format("backward: expected a one-element loss, got shape {}",
-                                            root.shape().str()));
+    throw std::invalid_argument(
+        fmt::format("backward: expected a one-element loss, got shape {}", root.shape().str()));
   if (!root.requires_grad())
-    throw std::invalid_argument("backward: expected a tensor that requires grad, got one that does not");
+    throw std::invalid_argument(
+        "backward: expected a tensor that requires grad, got one that does not");
   Tensor one = Tensor::full(root.shape(), 1.0f, root.device());
   if (!root.grad_fn()) {
     accumulate_into_leaf(*root.impl(), one);

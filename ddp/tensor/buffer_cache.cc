@@ -20,7 +20,9 @@ Cache& cache() {
   return *c;
 }
 
-size_t padded_bytes(size_t count) { return ((count * sizeof(float) + 63) / 64) * 64 + 64; }
+size_t padded_bytes(size_t count) {
+  return ((count * sizeof(float) + 63) / 64) * 64 + 64;
+}
 
 }  // namespace
 

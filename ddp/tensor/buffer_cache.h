@@ -6,7 +6,7 @@
 
 namespace chorus {
 
-float* buffer_cache_get(size_t count);            // 64-byte aligned, uninitialised
+float* buffer_cache_get(size_t count);             // 64-byte aligned, uninitialised
 void buffer_cache_put(float* data, size_t count);  // returns it for reuse
 void buffer_cache_release();                       // frees every idle buffer
 

@@ -25,7 +25,8 @@ uint64_t Generator::below(uint64_t n) {
 std::vector<int64_t> Generator::permutation(int64_t n) {
   std::vector<int64_t> p(static_cast<size_t>(n));
   std::iota(p.begin(), p.end(), 0);
-  for (int64_t i = n - 1; i > 0; --i) std::swap(p[static_cast<size_t>(i)], p[below(static_cast<uint64_t>(i) + 1)]);
+  for (int64_t i = n - 1; i > 0; --i)
+    std::swap(p[static_cast<size_t>(i)], p[below(static_cast<uint64_t>(i) + 1)]);
   return p;
 }
 

@@ -62,7 +62,8 @@ int64_t Shape::numel() const {
 
 std::string Shape::str() const {
   std::string s = "(";
-  for (int i = 0; i < ndim_; ++i) s += (i ? ", " : "") + std::to_string(dims_[static_cast<size_t>(i)]);
+  for (int i = 0; i < ndim_; ++i)
+    s += (i ? ", " : "") + std::to_string(dims_[static_cast<size_t>(i)]);
   return s + ")";
 }
 
@@ -72,7 +73,8 @@ bool Shape::operator==(const Shape& o) const {
 
 void check_shape(const char* what, const Shape& expected, const Shape& got) {
   if (!(expected == got))
-    throw std::invalid_argument(fmt::format("{}: expected shape {}, got {}", what, expected.str(), got.str()));
+    throw std::invalid_argument(
+        fmt::format("{}: expected shape {}, got {}", what, expected.str(), got.str()));
 }
 
 // ---- Tensor -------------------------------------------------------------------------------
@@ -84,7 +86,9 @@ Tensor Tensor::empty(const Shape& shape, Device device) {
   return Tensor(std::move(impl));
 }
 
-Tensor Tensor::zeros(const Shape& shape, Device device) { return full(shape, 0.0f, device); }
+Tensor Tensor::zeros(const Shape& shape, Device device) {
+  return full(shape, 0.0f, device);
+}
 
 Tensor Tensor::full(const Shape& shape, float value, Device device) {
   Tensor t = empty(shape, device);
@@ -94,8 +98,9 @@ Tensor Tensor::full(const Shape& shape, float value, Device device) {
 
 Tensor Tensor::from(const Shape& shape, const std::vector<float>& values) {
   if (static_cast<int64_t>(values.size()) != shape.numel())
-    throw std::invalid_argument(fmt::format("tensor from values: expected {} values for shape {}, got {}",
-                                            shape.numel(), shape.str(), values.size()));
+    throw std::invalid_argument(
+        fmt::format("tensor from values: expected {} values for shape {}, got {}", shape.numel(),
+                    shape.str(), values.size()));
   Tensor t = empty(shape);
   std::copy(values.begin(), values.end(), t.data());
   return t;
@@ -104,9 +109,9 @@ Tensor Tensor::from(const Shape& shape, const std::vector<float>& values) {
 Tensor Tensor::alias(const Tensor& base, int64_t offset, const Shape& shape) {
   const int64_t start = base.offset() + offset;
   if (offset < 0 || start + shape.numel() > static_cast<int64_t>(base.storage()->size()))
-    throw std::invalid_argument(fmt::format("alias: view of {} floats at offset {} needs storage of {}, got {}",
-                                            shape.numel(), start, start + shape.numel(),
-                                            base.storage()->size()));
+    throw std::invalid_argument(
+        fmt::format("alias: view of {} floats at offset {} needs storage of {}, got {}",
+                    shape.numel(), start, start + shape.numel(), base.storage()->size()));
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = base.storage();
   impl->offset = start;
@@ -114,11 +119,21 @@ Tensor Tensor::alias(const Tensor& base, int64_t offset, const Shape& shape) {
   return Tensor(std::move(impl));
 }
 
-const Shape& Tensor::shape() const { return impl_->shape; }
-Device Tensor::device() const { return impl_->storage->device(); }
-float* Tensor::data() const { return impl_->storage->data() + impl_->offset; }
-const std::shared_ptr<Storage>& Tensor::storage() const { return impl_->storage; }
-int64_t Tensor::offset() const { return impl_->offset; }
+const Shape& Tensor::shape() const {
+  return impl_->shape;
+}
+Device Tensor::device() const {
+  return impl_->storage->device();
+}
+float* Tensor::data() const {
+  return impl_->storage->data() + impl_->offset;
+}
+const std::shared_ptr<Storage>& Tensor::storage() const {
+  return impl_->storage;
+}
+int64_t Tensor::offset() const {
+  return impl_->offset;
+}
 
 float Tensor::item() const {
   if (numel() != 1)
@@ -126,33 +141,48 @@ float Tensor::item() const {
   return data()[0];
 }
 
-std::vector<float> Tensor::to_vector() const { return {data(), data() + numel()}; }
+std::vector<float> Tensor::to_vector() const {
+  return {data(), data() + numel()};
+}
 
-bool Tensor::requires_grad() const { return impl_->requires_grad; }
+bool Tensor::requires_grad() const {
+  return impl_->requires_grad;
+}
 
 Tensor& Tensor::set_requires_grad(bool on) {
   if (impl_->grad_fn)
-    throw std::invalid_argument("set_requires_grad: expected a leaf tensor, got the output of an op");
+    throw std::invalid_argument(
+        "set_requires_grad: expected a leaf tensor, got the output of an op");
   impl_->requires_grad = on;
   return *this;
 }
 
-bool Tensor::is_leaf() const { return impl_->grad_fn == nullptr; }
-const Tensor& Tensor::grad() const { return impl_->grad; }
+bool Tensor::is_leaf() const {
+  return impl_->grad_fn == nullptr;
+}
+const Tensor& Tensor::grad() const {
+  return impl_->grad;
+}
 
 void Tensor::set_grad(const Tensor& g) {
   if (g.defined()) check_shape("set_grad", shape(), g.shape());
   impl_->grad = g;
 }
 
-const std::shared_ptr<Node>& Tensor::grad_fn() const { return impl_->grad_fn; }
+const std::shared_ptr<Node>& Tensor::grad_fn() const {
+  return impl_->grad_fn;
+}
 
 void Tensor::register_grad_ready_hook(GradReadyHook hook) {
-  if (!is_leaf()) throw std::invalid_argument("register_grad_ready_hook: expected a leaf tensor, got an op output");
+  if (!is_leaf())
+    throw std::invalid_argument(
+        "register_grad_ready_hook: expected a leaf tensor, got an op output");
   impl_->grad_ready_hooks.push_back(std::move(hook));
 }
 
-void Tensor::backward() const { run_backward(*this); }
+void Tensor::backward() const {
+  run_backward(*this);
+}
 
 Tensor Tensor::detach() const {
   auto impl = std::make_shared<TensorImpl>();
@@ -170,10 +200,13 @@ Tensor Tensor::clone() const {
 
 void Tensor::copy_from(const Tensor& src) const {
   if (src.numel() != numel())
-    throw std::invalid_argument(fmt::format("copy_from: expected {} elements, got {}", numel(), src.numel()));
+    throw std::invalid_argument(
+        fmt::format("copy_from: expected {} elements, got {}", numel(), src.numel()));
   std::memmove(data(), src.data(), sizeof(float) * static_cast<size_t>(numel()));
 }
 
-void Tensor::fill(float value) const { std::fill(data(), data() + numel(), value); }
+void Tensor::fill(float value) const {
+  std::fill(data(), data() + numel(), value);
+}
 
 }  // namespace chorus

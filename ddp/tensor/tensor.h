@@ -89,8 +89,8 @@ class Tensor {
   void backward() const;
 
   // ---- no autograd ----
-  Tensor detach() const;  // same storage, no grad_fn, requires_grad false
-  Tensor clone() const;   // new storage, same values, detached
+  Tensor detach() const;                    // same storage, no grad_fn, requires_grad false
+  Tensor clone() const;                     // new storage, same values, detached
   void copy_from(const Tensor& src) const;  // same numel required; writes the data, not the handle
   void fill(float value) const;
 

@@ -28,7 +28,8 @@ std::vector<std::string> snapshots_newest_first(const std::string& dir) {
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     const std::string name = e.path().filename().string();
-    if (name.rfind("snapshot-", 0) == 0 && name.size() > 5 && name.ends_with(".json")) out.push_back(e.path().string());
+    if (name.rfind("snapshot-", 0) == 0 && name.size() > 5 && name.ends_with(".json"))
+      out.push_back(e.path().string());
   }
   std::sort(out.rbegin(), out.rend());
   return out;
@@ -36,8 +37,8 @@ std::vector<std::string> snapshots_newest_first(const std::string& dir) {
 
 }  // namespace
 
-std::string write_snapshot(const std::string& dir, const Module& model, Sgd& optimizer, const TrainState& state,
-                           int keep) {
+std::string write_snapshot(const std::string& dir, const Module& model, Sgd& optimizer,
+                           const TrainState& state, int keep) {
   fs::create_directories(dir);
   const auto params = model.named_parameters();
   std::vector<NamedTensor> tensors;
@@ -49,18 +50,20 @@ std::string write_snapshot(const std::string& dir, const Module& model, Sgd& opt
   const std::string tensor_path = json_path.substr(0, json_path.size() - 5) + ".safetensors";
   const std::string bytes = encode_safetensors(tensors, {{"format", "chorus-snapshot-1"}});
   write_file_atomic(tensor_path, bytes);
-  json j = {{"format", "chorus-snapshot-1"},
-            {"epoch", state.epoch},
-            {"step_in_epoch", state.step_in_epoch},
-            {"global_step", state.global_step},
-            {"sampler", {{"seed", state.seed}, {"shuffle", state.shuffle}, {"epoch", state.epoch - 1}}},
-            {"rng", {{"kind", "mt19937_64"}, {"seed", state.seed}, {"note", "loader order = seed + epoch"}}},
-            {"world_size", state.world_size},
-            {"batch_size", state.batch_size},
-            {"lr", state.lr},
-            {"tensors", fs::path(tensor_path).filename().string()},
-            {"tensors_bytes", bytes.size()},
-            {"tensors_fnv1a64", fmt::format("{:016x}", fnv1a64(bytes))}};
+  json j = {
+      {"format", "chorus-snapshot-1"},
+      {"epoch", state.epoch},
+      {"step_in_epoch", state.step_in_epoch},
+      {"global_step", state.global_step},
+      {"sampler", {{"seed", state.seed}, {"shuffle", state.shuffle}, {"epoch", state.epoch - 1}}},
+      {"rng",
+       {{"kind", "mt19937_64"}, {"seed", state.seed}, {"note", "loader order = seed + epoch"}}},
+      {"world_size", state.world_size},
+      {"batch_size", state.batch_size},
+      {"lr", state.lr},
+      {"tensors", fs::path(tensor_path).filename().string()},
+      {"tensors_bytes", bytes.size()},
+      {"tensors_fnv1a64", fmt::format("{:016x}", fnv1a64(bytes))}};
   write_file_atomic(json_path, j.dump(2) + "\n");
   // Keep the newest `keep` snapshots.
   const auto all = snapshots_newest_first(dir);
@@ -72,8 +75,8 @@ std::string write_snapshot(const std::string& dir, const Module& model, Sgd& opt
   return json_path;
 }
 
-std::string save_checkpoint(Communicator* comm, const std::string& dir, const Module& model, Sgd& optimizer,
-                            const TrainState& state, int keep) {
+std::string save_checkpoint(Communicator* comm, const std::string& dir, const Module& model,
+                            Sgd& optimizer, const TrainState& state, int keep) {
   std::string path = snapshot_json_path(dir, state.global_step);
   if (!comm || comm->rank() == 0) path = write_snapshot(dir, model, optimizer, state, keep);
   if (comm) comm->barrier();
@@ -120,7 +123,8 @@ void apply_snapshot(const Snapshot& snap, Module& model, Sgd& optimizer) {
   try {
     model.load_state_dict(snap.model);
   } catch (const std::exception& e) {
-    throw std::runtime_error(fmt::format("checkpoint: {} does not fit this model: {}", snap.path, e.what()));
+    throw std::runtime_error(
+        fmt::format("checkpoint: {} does not fit this model: {}", snap.path, e.what()));
   }
   const auto params = model.named_parameters();
   auto& bufs = optimizer.momentum_buffers();
@@ -128,7 +132,8 @@ void apply_snapshot(const Snapshot& snap, Module& model, Sgd& optimizer) {
     bufs[i] = Tensor();
     for (const auto& [name, t] : snap.momentum)
       if (name == params[i].first) {
-        check_shape(("checkpoint: momentum of " + name).c_str(), params[i].second.shape(), t.shape());
+        check_shape(("checkpoint: momentum of " + name).c_str(), params[i].second.shape(),
+                    t.shape());
         bufs[i] = t.clone();
       }
   }

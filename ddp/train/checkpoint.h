@@ -21,9 +21,9 @@
 #include <string>
 #include <vector>
 
-#include "ddp/train/checkpoint_format.h"
 #include "ddp/nn/modules.h"
 #include "ddp/nn/optim.h"
+#include "ddp/train/checkpoint_format.h"
 
 namespace chorus {
 
@@ -36,11 +36,11 @@ struct Snapshot {
 
 std::string snapshot_json_path(const std::string& dir, int64_t global_step);
 // Writes a snapshot (whoever calls it); returns the JSON path. Keeps the `keep` newest snapshots.
-std::string write_snapshot(const std::string& dir, const Module& model, Sgd& optimizer, const TrainState& state,
-                           int keep = 3);
+std::string write_snapshot(const std::string& dir, const Module& model, Sgd& optimizer,
+                           const TrainState& state, int keep = 3);
 // Rank 0 writes, then all ranks meet at a barrier (comm may be null: single process).
-std::string save_checkpoint(Communicator* comm, const std::string& dir, const Module& model, Sgd& optimizer,
-                            const TrainState& state, int keep = 3);
+std::string save_checkpoint(Communicator* comm, const std::string& dir, const Module& model,
+                            Sgd& optimizer, const TrainState& state, int keep = 3);
 // Reads and checks one snapshot (its .json path); throws naming the file on any problem.
 Snapshot read_snapshot(const std::string& json_path);
 // Newest readable snapshot in dir (nullopt when there is none); each unreadable newer one is

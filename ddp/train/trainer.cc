@@ -7,9 +7,9 @@
 
 #include <chrono>
 
-#include "ddp/tensor/autograd.h"
 #include "ddp/dist/dist_utils.h"
 #include "ddp/ops/ops.h"
+#include "ddp/tensor/autograd.h"
 #include "ddp/train/progress.h"
 
 namespace chorus {
@@ -23,8 +23,13 @@ double process_cpu_seconds() {
 
 }  // namespace
 
-Trainer::Trainer(Module& model, Sgd& optimizer, DataLoader& train, const Dataset* test, TrainOptions options)
-    : model_(model), optimizer_(optimizer), train_(train), test_(test), options_(std::move(options)) {
+Trainer::Trainer(Module& model, Sgd& optimizer, DataLoader& train, const Dataset* test,
+                 TrainOptions options)
+    : model_(model),
+      optimizer_(optimizer),
+      train_(train),
+      test_(test),
+      options_(std::move(options)) {
   global_step_ = options_.resume.global_step;
 }
 
@@ -64,7 +69,8 @@ EpochStats Trainer::run_epoch(int epoch) {
   model_.train();
   train_.begin_epoch(epoch - 1);
   int64_t steps = train_.batches_per_epoch();
-  if (options_.max_steps_per_epoch >= 0 && options_.max_steps_per_epoch < steps) steps = options_.max_steps_per_epoch;
+  if (options_.max_steps_per_epoch >= 0 && options_.max_steps_per_epoch < steps)
+    steps = options_.max_steps_per_epoch;
   // Resuming inside this epoch: skip the batches already trained on (same order: seed + epoch).
   int64_t first_step = 0;
   if (epoch == options_.resume.epoch) first_step = std::min(options_.resume.step_in_epoch, steps);
@@ -83,11 +89,13 @@ EpochStats Trainer::run_epoch(int epoch) {
   if (options_.ddp) options_.ddp->reducer().reset_stats();
   for (int64_t step = first_step; step < steps && train_.next(batch); ++step) {
     optimizer_.zero_grad();
-    Tensor logits = options_.ddp ? options_.ddp->forward(batch.images) : model_.forward(batch.images);
+    Tensor logits =
+        options_.ddp ? options_.ddp->forward(batch.images) : model_.forward(batch.images);
     Tensor loss = cross_entropy(logits, batch.labels);
     const auto b0 = std::chrono::steady_clock::now();
     loss.backward();
-    st.backward_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - b0).count();
+    st.backward_seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - b0).count();
     if (options_.ddp) options_.ddp->finish_gradient_sync();
     if (options_.after_backward) options_.after_backward();
     optimizer_.step();
@@ -109,14 +117,17 @@ EpochStats Trainer::run_epoch(int epoch) {
       const auto now = std::chrono::steady_clock::now();
       const double secs = std::chrono::duration<double>(now - interval_t0).count();
       if (options_.per_rank_log && comm)
-        fmt::print(options_.out, "rank {} epoch {} step {}/{}: loss {:.4f} acc {:.4f} | {:.0f} images/s (this rank)\n",
-                   comm->rank(), epoch, step + 1, steps, interval.loss / interval.images,
-                   interval.correct / interval.images, interval.images / secs);
+        fmt::print(
+            options_.out,
+            "rank {} epoch {} step {}/{}: loss {:.4f} acc {:.4f} | {:.0f} images/s (this rank)\n",
+            comm->rank(), epoch, step + 1, steps, interval.loss / interval.images,
+            interval.correct / interval.images, interval.images / secs);
       const Sums g = global_sums(comm, interval);
       if (primary)
-        fmt::print(options_.out, "epoch {} step {}/{}: loss {:.4f} acc {:.4f} | {:.0f} images/s ({} rank{})\n", epoch,
-                   step + 1, steps, g.loss / g.images, g.correct / g.images, g.images / secs, comm ? comm->size() : 1,
-                   comm && comm->size() > 1 ? "s" : "");
+        fmt::print(options_.out,
+                   "epoch {} step {}/{}: loss {:.4f} acc {:.4f} | {:.0f} images/s ({} rank{})\n",
+                   epoch, step + 1, steps, g.loss / g.images, g.correct / g.images, g.images / secs,
+                   comm ? comm->size() : 1, comm && comm->size() > 1 ? "s" : "");
       std::fflush(options_.out);
       interval = {};
       interval_t0 = now;
@@ -138,14 +149,16 @@ EpochStats Trainer::run_epoch(int epoch) {
   st.train_acc = g.images > 0 ? g.correct / g.images : 0.0;
   st.images_per_s = st.seconds > 0 ? g.images / st.seconds : 0.0;
   if (!options_.checkpoint_dir.empty()) save(epoch + 1, 0);
-  if (test_) st.test_acc = comm ? evaluate_distributed(*comm, model_, *test_, options_.eval_batch_size)
-                                : evaluate(model_, *test_, options_.eval_batch_size);
+  if (test_)
+    st.test_acc = comm ? evaluate_distributed(*comm, model_, *test_, options_.eval_batch_size)
+                       : evaluate(model_, *test_, options_.eval_batch_size);
   return st;
 }
 
 std::vector<EpochStats> Trainer::run(const std::function<void(const EpochStats&)>& on_epoch) {
   std::vector<EpochStats> all;
-  for (int e = static_cast<int>(std::max<int64_t>(1, options_.resume.epoch)); e <= options_.epochs; ++e) {
+  for (int e = static_cast<int>(std::max<int64_t>(1, options_.resume.epoch)); e <= options_.epochs;
+       ++e) {
     all.push_back(run_epoch(e));
     if (on_epoch) on_epoch(all.back());
   }
@@ -154,7 +167,8 @@ std::vector<EpochStats> Trainer::run(const std::function<void(const EpochStats&)
 
 namespace {
 
-int64_t count_correct(Module& model, const Dataset& data, int64_t begin, int64_t end, int64_t batch_size) {
+int64_t count_correct(Module& model, const Dataset& data, int64_t begin, int64_t end,
+                      int64_t batch_size) {
   NoGradGuard no_grad;
   const bool was_training = model.is_training();
   model.eval();
@@ -164,9 +178,11 @@ int64_t count_correct(Module& model, const Dataset& data, int64_t begin, int64_t
     const int64_t count = std::min(batch_size, end - first);
     Tensor x = Tensor::empty(Shape{count, s[0], s[1], s[2]});
     std::vector<int32_t> labels(static_cast<size_t>(count));
-    for (int64_t i = 0; i < count; ++i) labels[static_cast<size_t>(i)] = data.get(first + i, x.data() + i * s.numel());
+    for (int64_t i = 0; i < count; ++i)
+      labels[static_cast<size_t>(i)] = data.get(first + i, x.data() + i * s.numel());
     const std::vector<int32_t> pred = argmax(model.forward(x));
-    for (int64_t i = 0; i < count; ++i) correct += pred[static_cast<size_t>(i)] == labels[static_cast<size_t>(i)];
+    for (int64_t i = 0; i < count; ++i)
+      correct += pred[static_cast<size_t>(i)] == labels[static_cast<size_t>(i)];
   }
   model.train(was_training);
   return correct;
@@ -179,9 +195,11 @@ double evaluate(Module& model, const Dataset& data, int64_t batch_size) {
   return data.size() ? static_cast<double>(correct) / static_cast<double>(data.size()) : 0.0;
 }
 
-double evaluate_distributed(Communicator& comm, Module& model, const Dataset& data, int64_t batch_size) {
+double evaluate_distributed(Communicator& comm, Module& model, const Dataset& data,
+                            int64_t batch_size) {
   const int64_t n = data.size(), r = comm.rank(), w = comm.size();
-  std::vector<double> correct{static_cast<double>(count_correct(model, data, n * r / w, n * (r + 1) / w, batch_size))};
+  std::vector<double> correct{
+      static_cast<double>(count_correct(model, data, n * r / w, n * (r + 1) / w, batch_size))};
   reduce_sum(comm, correct);
   return n ? correct[0] / static_cast<double>(n) : 0.0;
 }

@@ -1,10 +1,12 @@
 // The training loop shared by examples/train_cnn and DDP: epochs of
-// zero_grad -> forward -> cross_entropy -> backward [-> DDP gradient sync] -> step, then a test pass.
+// zero_grad -> forward -> cross_entropy -> backward [-> DDP gradient sync] -> step, then a test
+// pass.
 //
 // With a communicator (TrainOptions::comm) the loop is distributed: forward goes through the DDP
 // wrapper, the gradient sync is awaited before the step, loss/accuracy/images are all-reduced so
 // rank 0 prints one global line per interval, the test pass is split over the ranks, and
-// snapshots are written by rank 0 (ddp/train/checkpoint.h). Every rank must run the same number of steps.
+// snapshots are written by rank 0 (ddp/train/checkpoint.h). Every rank must run the same number of
+// steps.
 //
 // Deterministic: same model seed, loader seed and thread count -> bit-identical losses.
 #pragma once
@@ -14,27 +16,28 @@
 #include <functional>
 #include <vector>
 
-#include "ddp/train/checkpoint.h"
 #include "ddp/data/data_loader.h"
 #include "ddp/dist/distributed.h"
 #include "ddp/nn/modules.h"
 #include "ddp/nn/optim.h"
+#include "ddp/train/checkpoint.h"
 
 namespace chorus {
 
 struct EpochStats {
-  int epoch = 0;            // 1-based
-  double train_loss = 0.0;  // mean over the epoch's samples
+  int epoch = 0;              // 1-based
+  double train_loss = 0.0;    // mean over the epoch's samples
   double images_per_s = 0.0;  // training loop only (not the test pass), like ../shared/peers/train
   double seconds = 0.0;
-  double cpu_seconds = 0.0;  // process CPU time over the same span (all threads, like Python's process_time)
-  double test_acc = -1.0;   // -1 when no test set
+  double cpu_seconds =
+      0.0;  // process CPU time over the same span (all threads, like Python's process_time)
+  double test_acc = -1.0;  // -1 when no test set
   int64_t images = 0;
   std::vector<float> step_losses;  // one per step when TrainOptions::record_step_losses
   // Distributed runs: loss/acc/images above are global (all ranks); these are rank 0's.
-  double train_acc = -1.0;          // fraction of correct argmax predictions on the training batches
-  double sync_wait_seconds = 0.0;   // waiting for the gradient all-reduce after backward
-  double backward_seconds = 0.0;    // backward (which overlaps the bucket all-reduces)
+  double train_acc = -1.0;         // fraction of correct argmax predictions on the training batches
+  double sync_wait_seconds = 0.0;  // waiting for the gradient all-reduce after backward
+  double backward_seconds = 0.0;   // backward (which overlaps the bucket all-reduces)
   int64_t steps = 0;
 };
 
@@ -64,7 +67,8 @@ struct TrainOptions {
 
 class Trainer {
  public:
-  Trainer(Module& model, Sgd& optimizer, DataLoader& train, const Dataset* test, TrainOptions options);
+  Trainer(Module& model, Sgd& optimizer, DataLoader& train, const Dataset* test,
+          TrainOptions options);
   // Runs one epoch (epoch is 1-based; the loader is shuffled with epoch - 1, like set_epoch).
   EpochStats run_epoch(int epoch);
   // Runs all epochs, calling on_epoch after each.
@@ -83,6 +87,7 @@ class Trainer {
 // Fraction of correct argmax predictions over the whole data set, in eval mode without grad.
 double evaluate(Module& model, const Dataset& data, int64_t batch_size = 1000);
 // The same over all ranks: rank r scores its contiguous share; the counts are all-reduced.
-double evaluate_distributed(Communicator& comm, Module& model, const Dataset& data, int64_t batch_size = 1000);
+double evaluate_distributed(Communicator& comm, Module& model, const Dataset& data,
+                            int64_t batch_size = 1000);
 
 }  // namespace chorus

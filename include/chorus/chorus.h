@@ -109,7 +109,13 @@ typedef enum CHORUS_ENUM_BASE {
   chorusNumTypes = 10
 } chorusDataType_t;
 
-typedef enum CHORUS_ENUM_BASE { chorusSum = 0, chorusProd = 1, chorusMax = 2, chorusMin = 3, chorusAvg = 4 } chorusRedOp_t;
+typedef enum CHORUS_ENUM_BASE {
+  chorusSum = 0,
+  chorusProd = 1,
+  chorusMax = 2,
+  chorusMin = 3,
+  chorusAvg = 4
+} chorusRedOp_t;
 
 const char* chorusGetErrorString(chorusResult_t result);
 /* The message of the last failed call on this thread ("" if none). */
@@ -187,8 +193,8 @@ chorusResult_t chorusIallGather(const void* sendbuff, void* recvbuff, size_t sen
                                 chorusDataType_t datatype, chorusComm_t comm,
                                 chorusRequest_t* request);
 chorusResult_t chorusIreduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
-                                    chorusDataType_t datatype, chorusRedOp_t op,
-                                    chorusComm_t comm, chorusRequest_t* request);
+                                    chorusDataType_t datatype, chorusRedOp_t op, chorusComm_t comm,
+                                    chorusRequest_t* request);
 /* Waits up to timeout_seconds (< 0, INFINITY or > 1e9: until the operation ends, itself bounded
  * by CHORUS_TIMEOUT; NaN: chorusInvalidArgument). chorusInProgress when the time ran out first;
  * the operation's own error otherwise. */

@@ -36,7 +36,11 @@ class Work {
   Work() = default;
   explicit Work(chorusRequest_t r) : req_(r) {}
   Work(Work&& o) noexcept : req_(std::exchange(o.req_, nullptr)) {}
-  Work& operator=(Work&& o) noexcept { reset(); req_ = std::exchange(o.req_, nullptr); return *this; }
+  Work& operator=(Work&& o) noexcept {
+    reset();
+    req_ = std::exchange(o.req_, nullptr);
+    return *this;
+  }
   ~Work() { reset(); }
   // Waits; true when done (throws the operation's error), false when `seconds` ran out first.
   bool wait(double seconds = -1) {
@@ -78,15 +82,26 @@ class Communicator {
   }
   Communicator(Communicator&& o) noexcept : comm_(std::exchange(o.comm_, nullptr)) {}
   Communicator& operator=(Communicator&& o) noexcept {
-    if (this != &o) { destroy_quietly(); comm_ = std::exchange(o.comm_, nullptr); }
+    if (this != &o) {
+      destroy_quietly();
+      comm_ = std::exchange(o.comm_, nullptr);
+    }
     return *this;
   }
   ~Communicator() { destroy_quietly(); }
 
   explicit operator bool() const { return comm_ != nullptr; }
   chorusComm_t handle() const { return comm_; }
-  int rank() const { int r = -1; check(chorusCommUserRank(comm_, &r)); return r; }
-  int size() const { int n = 0; check(chorusCommCount(comm_, &n)); return n; }
+  int rank() const {
+    int r = -1;
+    check(chorusCommUserRank(comm_, &r));
+    return r;
+  }
+  int size() const {
+    int n = 0;
+    check(chorusCommCount(comm_, &n));
+    return n;
+  }
 
   void send(const void* buf, size_t count, chorusDataType_t dt, int peer, int tag = 0) {
     if (tag == 0) return check(chorusSend(buf, count, dt, peer, comm_, nullptr));
@@ -101,24 +116,29 @@ class Communicator {
   }
   void barrier() { check(chorusBarrier(comm_, nullptr)); }
 
-  void all_reduce(const void* send, void* recv, size_t count, chorusDataType_t dt, chorusRedOp_t op) {
+  void all_reduce(const void* send, void* recv, size_t count, chorusDataType_t dt,
+                  chorusRedOp_t op) {
     check(chorusAllReduce(send, recv, count, dt, op, comm_, nullptr));
   }
-  void reduce(const void* send, void* recv, size_t count, chorusDataType_t dt, chorusRedOp_t op, int root) {
+  void reduce(const void* send, void* recv, size_t count, chorusDataType_t dt, chorusRedOp_t op,
+              int root) {
     check(chorusReduce(send, recv, count, dt, op, root, comm_, nullptr));
   }
   void all_gather(const void* send, void* recv, size_t sendcount, chorusDataType_t dt) {
     check(chorusAllGather(send, recv, sendcount, dt, comm_, nullptr));
   }
-  void reduce_scatter(const void* send, void* recv, size_t recvcount, chorusDataType_t dt, chorusRedOp_t op) {
+  void reduce_scatter(const void* send, void* recv, size_t recvcount, chorusDataType_t dt,
+                      chorusRedOp_t op) {
     check(chorusReduceScatter(send, recv, recvcount, dt, op, comm_, nullptr));
   }
-  Work iall_reduce(const void* send, void* recv, size_t count, chorusDataType_t dt, chorusRedOp_t op) {
+  Work iall_reduce(const void* send, void* recv, size_t count, chorusDataType_t dt,
+                   chorusRedOp_t op) {
     chorusRequest_t r = nullptr;
     check(chorusIallReduce(send, recv, count, dt, op, comm_, &r));
     return Work(r);
   }
-  Work ireduce(const void* send, void* recv, size_t count, chorusDataType_t dt, chorusRedOp_t op, int root) {
+  Work ireduce(const void* send, void* recv, size_t count, chorusDataType_t dt, chorusRedOp_t op,
+               int root) {
     chorusRequest_t r = nullptr;
     check(chorusIreduce(send, recv, count, dt, op, root, comm_, &r));
     return Work(r);
@@ -128,7 +148,8 @@ class Communicator {
     check(chorusIallGather(send, recv, sendcount, dt, comm_, &r));
     return Work(r);
   }
-  Work ireduce_scatter(const void* send, void* recv, size_t recvcount, chorusDataType_t dt, chorusRedOp_t op) {
+  Work ireduce_scatter(const void* send, void* recv, size_t recvcount, chorusDataType_t dt,
+                       chorusRedOp_t op) {
     chorusRequest_t r = nullptr;
     check(chorusIreduceScatter(send, recv, recvcount, dt, op, comm_, &r));
     return Work(r);
@@ -163,7 +184,11 @@ class Communicator {
   void abort() { check(chorusCommAbort(comm_)); }
   void destroy() { check(chorusCommDestroy(comm_)); }
   // Keeps the (destroyed) handle so later calls fail with an error; see chorus.h.
-  chorusResult_t async_error() const { chorusResult_t e = chorusSuccess; check(chorusCommGetAsyncError(comm_, &e)); return e; }
+  chorusResult_t async_error() const {
+    chorusResult_t e = chorusSuccess;
+    check(chorusCommGetAsyncError(comm_, &e));
+    return e;
+  }
 
  private:
   explicit Communicator(chorusComm_t c) : comm_(c) {}

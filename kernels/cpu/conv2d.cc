@@ -6,8 +6,9 @@
 //   backward  dY'(OC, N*P) = transpose(dY)
 //             dW(OC, K)    = dY' * col^T
 //             dcol(K, N*P) = W^T * dY'                      then dx = col2im(dcol)
-// with P = OH*OW and K = C*KH*KW; backward recomputes col per chunk instead of keeping it (Chellapilla et al. 2006, "High Performance Convolutional
-// Neural Networks for Document Processing").
+// with P = OH*OW and K = C*KH*KW; backward recomputes col per chunk instead of keeping it
+// (Chellapilla et al. 2006, "High Performance Convolutional Neural Networks for Document
+// Processing").
 #include "kernels/cpu/conv2d.h"
 
 #include <algorithm>
@@ -16,7 +17,8 @@
 
 namespace chorus::kernels::cpu {
 
-void conv2d_forward_ref(const Conv2dShape& s, const float* x, const float* w, const float* b, float* y) {
+void conv2d_forward_ref(const Conv2dShape& s, const float* x, const float* w, const float* b,
+                        float* y) {
   const int oh = s.oh(), ow = s.ow();
   for (int n = 0; n < s.n; ++n)
     for (int o = 0; o < s.oc; ++o)
@@ -28,7 +30,8 @@ void conv2d_forward_ref(const Conv2dShape& s, const float* x, const float* w, co
               for (int v = 0; v < s.kw; ++v) {
                 const int ih = i * s.stride - s.pad + u, iw = j * s.stride - s.pad + v;
                 if (ih < 0 || ih >= s.h || iw < 0 || iw >= s.w) continue;
-                acc += static_cast<double>(x[((static_cast<long>(n) * s.c + c) * s.h + ih) * s.w + iw]) *
+                acc += static_cast<double>(
+                           x[((static_cast<long>(n) * s.c + c) * s.h + ih) * s.w + iw]) *
                        w[((static_cast<long>(o) * s.c + c) * s.kh + u) * s.kw + v];
               }
           y[((static_cast<long>(n) * s.oc + o) * oh + i) * ow + j] = static_cast<float>(acc);
@@ -81,15 +84,17 @@ size_t conv2d_workspace_floats(const Conv2dShape& s, int chunk) {
 }
 
 bool conv2d_direct_applies(const Conv2dShape& s) {
-  return s.stride == 1 && s.pad == 0 && s.patch() <= kDirectMaxPatch && (s.ow() == 24 || s.ow() == 28);
+  return s.stride == 1 && s.pad == 0 && s.patch() <= kDirectMaxPatch &&
+         (s.ow() == 24 || s.ow() == 28);
 }
 
-void conv2d_forward_direct(const Conv2dShape& s, const float* x, const float* w, const float* b, float* y) {
+void conv2d_forward_direct(const Conv2dShape& s, const float* x, const float* w, const float* b,
+                           float* y) {
   cpu_kernels().conv2d_forward_direct(s, x, w, b, y);
 }
 
-void conv2d_backward_direct(const Conv2dShape& s, const float* x, const float* w, const float* dy, float* dx,
-                            float* dw, float* db, float* acc) {
+void conv2d_backward_direct(const Conv2dShape& s, const float* x, const float* w, const float* dy,
+                            float* dx, float* dw, float* db, float* acc) {
   cpu_kernels().conv2d_backward_direct(s, x, w, dy, dx, dw, db, acc);
 }
 
@@ -98,8 +103,8 @@ void conv2d_forward(const Conv2dShape& s, const float* x, const float* w, const 
   cpu_kernels().conv2d_forward(s, x, w, b, y, workspace, chunk);
 }
 
-void conv2d_backward(const Conv2dShape& s, const float* x, const float* w, const float* dy, float* dx,
-                     float* dw, float* db, float* workspace, int chunk) {
+void conv2d_backward(const Conv2dShape& s, const float* x, const float* w, const float* dy,
+                     float* dx, float* dw, float* db, float* workspace, int chunk) {
   cpu_kernels().conv2d_backward(s, x, w, dy, dx, dw, db, workspace, chunk);
 }
 

@@ -12,15 +12,17 @@ struct Conv2dShape {
   int stride = 1, pad = 0;
   int oh() const { return (h + 2 * pad - kh) / stride + 1; }
   int ow() const { return (w + 2 * pad - kw) / stride + 1; }
-  long patch() const { return static_cast<long>(c) * kh * kw; }  // K: one column of im2col
+  long patch() const { return static_cast<long>(c) * kh * kw; }       // K: one column of im2col
   long pixels() const { return static_cast<long>(n) * oh() * ow(); }  // N*OH*OW
   size_t col_floats() const { return static_cast<size_t>(patch()) * pixels(); }
 };
 
 // ---- reference: seven plain loops ---------------------------------------------------------
 // x (N,C,H,W), w (OC,C,KH,KW), b (OC) or null -> y (N,OC,OH,OW)
-void conv2d_forward_ref(const Conv2dShape& s, const float* x, const float* w, const float* b, float* y);
-// dy (N,OC,OH,OW) -> dx (N,C,H,W) (skipped when null), dw (OC,C,KH,KW), db (OC) or null. Overwrites.
+void conv2d_forward_ref(const Conv2dShape& s, const float* x, const float* w, const float* b,
+                        float* y);
+// dy (N,OC,OH,OW) -> dx (N,C,H,W) (skipped when null), dw (OC,C,KH,KW), db (OC) or null.
+// Overwrites.
 void conv2d_backward_ref(const Conv2dShape& s, const float* x, const float* w, const float* dy,
                          float* dx, float* dw, float* db);
 
@@ -50,9 +52,10 @@ void conv2d_backward(const Conv2dShape& s, const float* x, const float* w, const
 // layers of the tutorial nets: 1x5x5 on 28x28, 3x5x5 on 32x32).
 constexpr long kDirectMaxPatch = 75;
 bool conv2d_direct_applies(const Conv2dShape& s);
-void conv2d_forward_direct(const Conv2dShape& s, const float* x, const float* w, const float* b, float* y);
+void conv2d_forward_direct(const Conv2dShape& s, const float* x, const float* w, const float* b,
+                           float* y);
 // acc: OC * patch() * OW floats of scratch.
-void conv2d_backward_direct(const Conv2dShape& s, const float* x, const float* w, const float* dy, float* dx,
-                            float* dw, float* db, float* acc);
+void conv2d_backward_direct(const Conv2dShape& s, const float* x, const float* w, const float* dy,
+                            float* dx, float* dw, float* db, float* acc);
 
 }  // namespace chorus::kernels::cpu

@@ -7,10 +7,10 @@ namespace chorus::kernels::cpu {
 void relu_forward(long n, const float* x, float* y);
 void relu_backward(long n, const float* y, const float* dy, float* dx);
 
-void add(long n, const float* a, const float* b, float* y);        // y = a + b
-void mul(long n, const float* a, const float* b, float* y);        // y = a * b
-void scale(long n, float alpha, const float* x, float* y);         // y = alpha * x
-void axpy(long n, float alpha, const float* x, float* y);          // y += alpha * x
+void add(long n, const float* a, const float* b, float* y);  // y = a + b
+void mul(long n, const float* a, const float* b, float* y);  // y = a * b
+void scale(long n, float alpha, const float* x, float* y);   // y = alpha * x
+void axpy(long n, float alpha, const float* x, float* y);    // y += alpha * x
 void fill(long n, float value, float* y);
 float sum(long n, const float* x);  // accumulated in double, returned as f32
 

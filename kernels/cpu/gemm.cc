@@ -15,7 +15,8 @@ namespace chorus::kernels::cpu {
 namespace {
 
 inline float at(const float* p, int ld, Trans t, int row, int col) {
-  return t == Trans::kNo ? p[static_cast<long>(row) * ld + col] : p[static_cast<long>(col) * ld + row];
+  return t == Trans::kNo ? p[static_cast<long>(row) * ld + col]
+                         : p[static_cast<long>(col) * ld + row];
 }
 
 void scale_c(int m, int n, float beta, float* c, int ldc) {
@@ -36,7 +37,8 @@ void gemm_ref(Trans ta, Trans tb, int m, int n, int k, float alpha, const float*
   for (int i = 0; i < m; ++i) {
     for (int j = 0; j < n; ++j) {
       double s = 0.0;
-      for (int p = 0; p < k; ++p) s += static_cast<double>(at(a, lda, ta, i, p)) * at(b, ldb, tb, p, j);
+      for (int p = 0; p < k; ++p)
+        s += static_cast<double>(at(a, lda, ta, i, p)) * at(b, ldb, tb, p, j);
       float& cij = c[static_cast<long>(i) * ldc + j];
       cij = static_cast<float>(alpha * s + (beta == 0.0f ? 0.0 : static_cast<double>(beta) * cij));
     }
@@ -53,7 +55,8 @@ void gemm_blocked(Trans ta, Trans tb, int m, int n, int k, float alpha, const fl
     // A^T B^T: pack B^T into a k x n row-major copy, then the axpy form.
     std::vector<float> bt(static_cast<size_t>(k) * n);
     for (int j = 0; j < n; ++j)
-      for (int p = 0; p < k; ++p) bt[static_cast<size_t>(p) * n + j] = b[static_cast<long>(j) * ldb + p];
+      for (int p = 0; p < k; ++p)
+        bt[static_cast<size_t>(p) * n + j] = b[static_cast<long>(j) * ldb + p];
     return cpu_kernels().gemm_rows_axpy(ta, m, n, k, alpha, a, lda, bt.data(), n, c, ldc);
   }
   cpu_kernels().gemm_rows_axpy(ta, m, n, k, alpha, a, lda, b, ldb, c, ldc);
@@ -76,7 +79,9 @@ void gemm(Trans ta, Trans tb, int m, int n, int k, float alpha, const float* a, 
   gemm_blas(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-bool gemm_has_blas() { return CHORUS_HAVE_OPENBLAS != 0; }
+bool gemm_has_blas() {
+  return CHORUS_HAVE_OPENBLAS != 0;
+}
 
 void gemm_set_threads(int threads) {
 #if CHORUS_HAVE_OPENBLAS

@@ -16,13 +16,15 @@ void max_pool2d_forward_ref(const PoolShape& s, const float* x, float* y) {
       for (int j = 0; j < ow; ++j) {
         float m = xp[(i * s.stride) * s.w + j * s.stride];
         for (int u = 0; u < s.kernel; ++u)
-          for (int v = 0; v < s.kernel; ++v) m = std::max(m, xp[(i * s.stride + u) * s.w + j * s.stride + v]);
+          for (int v = 0; v < s.kernel; ++v)
+            m = std::max(m, xp[(i * s.stride + u) * s.w + j * s.stride + v]);
         y[(p * oh + i) * ow + j] = m;
       }
   }
 }
 
-void max_pool2d_backward_ref(const PoolShape& s, const float* x, const float* y, const float* dy, float* dx) {
+void max_pool2d_backward_ref(const PoolShape& s, const float* x, const float* y, const float* dy,
+                             float* dx) {
   const int oh = s.oh(), ow = s.ow();
   std::fill(dx, dx + static_cast<long>(s.planes) * s.h * s.w, 0.0f);
   for (long p = 0; p < s.planes; ++p) {
@@ -44,7 +46,9 @@ void max_pool2d_backward_ref(const PoolShape& s, const float* x, const float* y,
   }
 }
 
-bool max_pool2d_uses_argmax(const PoolShape& s) { return s.kernel == 2 && s.stride == 2; }
+bool max_pool2d_uses_argmax(const PoolShape& s) {
+  return s.kernel == 2 && s.stride == 2;
+}
 
 void max_pool2d_forward(const PoolShape& s, const float* x, float* y, uint8_t* argmax) {
   if (max_pool2d_uses_argmax(s)) return cpu_kernels().pool2x2_forward(s, x, y, argmax);

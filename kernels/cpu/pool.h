@@ -19,7 +19,8 @@ struct PoolShape {
 void max_pool2d_forward_ref(const PoolShape& s, const float* x, float* y);
 // Gradient flows to the window's first maximum, found again from x and y (no index buffer).
 // Overwrites dx (planes,H,W).
-void max_pool2d_backward_ref(const PoolShape& s, const float* x, const float* y, const float* dy, float* dx);
+void max_pool2d_backward_ref(const PoolShape& s, const float* x, const float* y, const float* dy,
+                             float* dx);
 
 // Fast path. For 2x2/stride-2 the forward also records each window's argmax (0..3) in `argmax`
 // (one byte per output, may be null when no backward follows) and the backward scatters through

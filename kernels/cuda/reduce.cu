@@ -7,7 +7,8 @@
 namespace chorus::kernels::cuda {
 namespace {
 
-__global__ void sum_f32(const float* __restrict__ a, const float* __restrict__ b, float* __restrict__ out, size_t n) {
+__global__ void sum_f32(const float* __restrict__ a, const float* __restrict__ b,
+                        float* __restrict__ out, size_t n) {
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<size_t>(gridDim.x) * blockDim.x)
     out[i] = a[i] + b[i];

@@ -18,10 +18,10 @@
 #include <string>
 #include <vector>
 
-#include "ddp/train/checkpoint.h"
 #include "ddp/data/dataset.h"
 #include "ddp/nn/modules.h"
 #include "ddp/nn/optim.h"
+#include "ddp/train/checkpoint.h"
 
 using namespace chorus;
 namespace fs = std::filesystem;

@@ -160,7 +160,8 @@ std::vector<unsigned char> all_reduce_output(const CheckSpec& s) {
     double want = static_cast<double>(acc);
     if (s.op == chorusAvg) {
       const chorusDataType_t d = s.type->dtype;
-      const bool is_float = d == chorusFloat32 || d == chorusFloat64 || d == chorusFloat16 || d == chorusBfloat16;
+      const bool is_float =
+          d == chorusFloat32 || d == chorusFloat64 || d == chorusFloat16 || d == chorusBfloat16;
       want = is_float ? want / s.nranks : static_cast<double>(acc / s.nranks);
     }
     if (s.type->dtype == chorusUint8) want = static_cast<uint8_t>(acc);
@@ -173,7 +174,8 @@ std::vector<unsigned char> all_reduce_output(const CheckSpec& s) {
 }  // namespace
 
 TEST_CASE("the check counts exactly the wrong elements of an all-reduce", "[perf]") {
-  const char* types[] = {"float", "double", "half", "bfloat16", "int8", "uint8", "int32", "uint32", "int64", "uint64"};
+  const char* types[] = {"float", "double", "half",   "bfloat16", "int8",
+                         "uint8", "int32",  "uint32", "int64",    "uint64"};
   const chorusRedOp_t ops[] = {chorusSum, chorusProd, chorusMin, chorusMax};
   for (const char* type : types) {
     for (chorusRedOp_t op : ops) {

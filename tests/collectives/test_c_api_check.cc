@@ -2,6 +2,7 @@
 // and the exception boundary's translation, without a communicator.
 #include <catch2/catch.hpp>
 
+#include <chrono>
 #include <climits>
 #include <cmath>
 #include <new>
@@ -9,7 +10,6 @@
 #include <string>
 #include <system_error>
 #include <thread>
-#include <chrono>
 
 #include "collectives/c_api_check.h"
 #include "collectives/comm.h"

@@ -97,7 +97,8 @@ TEST_CASE("a bad value of any CHORUS_* variable is an error naming the variable 
       std::string kv = b.also;
       opt.env[kv.substr(0, kv.find('='))] = kv.substr(kv.find('=') + 1);
     }
-    auto res = run_ranks(1, [&](int) { return call(b.entry); }, opt);
+    auto res = run_ranks(
+        1, [&](int) { return call(b.entry); }, opt);
     INFO(b.var << "=" << b.value << " -> exit " << res[0].exit_code << ": " << res[0].output);
     CHECK(res[0].exit_code == 3);
     CHECK(contains(res[0].output, b.var));
@@ -108,7 +109,8 @@ TEST_CASE("a bad value of any CHORUS_* variable is an error naming the variable 
 TEST_CASE("the same calls succeed without the bad values (the cases above test the values)",
           "[env]") {
   for (Entry e : {Entry::kInitAll, Entry::kInitFromEnv, Entry::kUniqueId}) {
-    auto res = run_ranks(1, [&](int) { return call(e); }, RunOptions{});
+    auto res = run_ranks(
+        1, [&](int) { return call(e); }, RunOptions{});
     INFO(res[0].output);
     CHECK(res[0].exit_code == 0);
   }
@@ -121,7 +123,8 @@ TEST_CASE("every CHORUS_* variable the sources read has a bad-value case or a re
   for (const BadValue& b : kBad) tested.insert(b.var);
   const std::regex name("\"(CHORUS_[A-Z0-9_]+)\"");
   int files = 0;
-  for (const char* dir : {"common", "kernels", "transport", "collectives", "ddp", "tools", "examples"}) {
+  for (const char* dir :
+       {"common", "kernels", "transport", "collectives", "ddp", "tools", "examples"}) {
     REQUIRE(fs::is_directory(root / dir));
     for (const auto& e : fs::recursive_directory_iterator(root / dir)) {
       const std::string ext = e.path().extension().string();

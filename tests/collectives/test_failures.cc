@@ -1,4 +1,5 @@
-// The headline feature: failures end in clear errors on every rank, within their bound, never a hang.
+// The headline feature: failures end in clear errors on every rank, within their bound, never a
+// hang.
 #include <catch2/catch.hpp>
 
 #include <arpa/inet.h>
@@ -22,7 +23,9 @@ using chorus::test::RunOptions;
 
 namespace {
 
-double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 
 // Runs `call`, expects a chorus::Error with `code` whose message holds `part`, within `seconds`.
 template <typename F>
@@ -34,16 +37,26 @@ int expect_error(F call, chorusResult_t code, const std::string& part, double se
   } catch (const chorus::Error& e) {
     double took = now() - t0;
     std::fprintf(stderr, "caught after %.2f s: %s\n", took, e.what());
-    if (e.code() != code && e.code() != also) { std::fprintf(stderr, "expected code %d, got %d\n", code, e.code()); return 2; }
-    if (!contains(e.what(), part)) { std::fprintf(stderr, "message lacks '%s'\n", part.c_str()); return 3; }
-    if (took > seconds) { std::fprintf(stderr, "took %.2f s, bound %.2f s\n", took, seconds); return 4; }
+    if (e.code() != code && e.code() != also) {
+      std::fprintf(stderr, "expected code %d, got %d\n", code, e.code());
+      return 2;
+    }
+    if (!contains(e.what(), part)) {
+      std::fprintf(stderr, "message lacks '%s'\n", part.c_str());
+      return 3;
+    }
+    if (took > seconds) {
+      std::fprintf(stderr, "took %.2f s, bound %.2f s\n", took, seconds);
+      return 4;
+    }
     return 0;
   }
   std::fprintf(stderr, "no error raised\n");
   return 5;
 }
 
-void require_codes(const std::vector<chorus::test::RankResult>& res, const std::vector<int>& codes) {
+void require_codes(const std::vector<chorus::test::RankResult>& res,
+                   const std::vector<int>& codes) {
   for (size_t r = 0; r < res.size(); ++r) {
     INFO("rank " << r << " output:\n" << res[r].output);
     REQUIRE(res[r].exit_code == codes[r]);
@@ -60,102 +73,142 @@ RunOptions on(const std::string& transport, double timeout = 30) {
 
 }  // namespace
 
-TEST_CASE("mismatched calls fail at once on every rank, naming both ranks and both calls", "[failure][mismatch]") {
+TEST_CASE("mismatched calls fail at once on every rank, naming both ranks and both calls",
+          "[failure][mismatch]") {
   auto transport = GENERATE(std::string("shm"), std::string("tcp"));
-  const std::string both = "barrier #2 on rank 0 vs broadcast #2 (count 1000 f32, root 0) on rank 1";
-  auto res = run_ranks(2, [&](int rank) {
-    auto comm = chorus::Communicator::from_env();
-    comm.barrier();  // #1 agrees
-    std::vector<float> v(1000);
-    if (rank == 0) return expect_error([&] { comm.barrier(); }, chorusMismatch, both, 5);
-    return expect_error([&] { comm.broadcast(v.data(), v.size(), chorusFloat32, 0); }, chorusMismatch, both, 5);
-  }, on(transport));
+  const std::string both =
+      "barrier #2 on rank 0 vs broadcast #2 (count 1000 f32, root 0) on rank 1";
+  auto res = run_ranks(
+      2,
+      [&](int rank) {
+        auto comm = chorus::Communicator::from_env();
+        comm.barrier();  // #1 agrees
+        std::vector<float> v(1000);
+        if (rank == 0) return expect_error([&] { comm.barrier(); }, chorusMismatch, both, 5);
+        return expect_error([&] { comm.broadcast(v.data(), v.size(), chorusFloat32, 0); },
+                            chorusMismatch, both, 5);
+      },
+      on(transport));
   require_codes(res, {0, 0});
 }
 
 TEST_CASE("a count mismatch names both counts", "[failure][mismatch]") {
-  auto res = run_ranks(3, [](int rank) {
-    auto comm = chorus::Communicator::from_env();
-    std::vector<float> v(1024);
-    size_t count = rank == 2 ? 1024 : 1000;
-    // The root's part may be complete before rank 2 sees the header: then its next call fails.
-    return expect_error([&] { comm.broadcast(v.data(), count, chorusFloat32, 0); comm.barrier(); }, chorusMismatch,
-                        "broadcast #1 (count 1000 f32, root 0) on rank 1 vs broadcast #1 (count 1024 f32, root 0) on rank 2", 5);
-  }, on("shm"));
+  auto res = run_ranks(
+      3,
+      [](int rank) {
+        auto comm = chorus::Communicator::from_env();
+        std::vector<float> v(1024);
+        size_t count = rank == 2 ? 1024 : 1000;
+        // The root's part may be complete before rank 2 sees the header: then its next call fails.
+        return expect_error(
+            [&] {
+              comm.broadcast(v.data(), count, chorusFloat32, 0);
+              comm.barrier();
+            },
+            chorusMismatch,
+            "broadcast #1 (count 1000 f32, root 0) on rank 1 vs broadcast #1 (count 1024 f32, root "
+            "0) on rank 2",
+            5);
+      },
+      on("shm"));
   require_codes(res, {0, 0, 0});
 }
 
-TEST_CASE("a peer killed with SIGKILL fails every survivor within 5 s, naming it", "[failure][dead]") {
+TEST_CASE("a peer killed with SIGKILL fails every survivor within 5 s, naming it",
+          "[failure][dead]") {
   auto transport = GENERATE(std::string("shm"), std::string("tcp"));
   auto big = GENERATE(false, true);
-  auto res = run_ranks(3, [&](int rank) {
-    auto comm = chorus::Communicator::from_env();
-    comm.barrier();
-    std::vector<unsigned char> buf(size_t{256} << 20);
-    if (rank == 2) {
-      if (big) {
-        // Die in the middle of a large broadcast (after posting it, before it can finish).
-        auto w = comm.ibroadcast(nullptr, buf.data(), buf.size(), chorusUint8, 0);
-        usleep(50000);
-      } else {
-        usleep(300000);
-      }
-      kill(getpid(), SIGKILL);
-    }
-    if (big) return expect_error([&] { for (int i = 0; i < 50; ++i) comm.broadcast(buf.data(), buf.size(), chorusUint8, 0); },
-                                 chorusRemoteError, "rank 2", 5);
-    return expect_error([&] { comm.barrier(); }, chorusRemoteError, "rank 2", 5);
-  }, on(transport));
+  auto res = run_ranks(
+      3,
+      [&](int rank) {
+        auto comm = chorus::Communicator::from_env();
+        comm.barrier();
+        std::vector<unsigned char> buf(size_t{256} << 20);
+        if (rank == 2) {
+          if (big) {
+            // Die in the middle of a large broadcast (after posting it, before it can finish).
+            auto w = comm.ibroadcast(nullptr, buf.data(), buf.size(), chorusUint8, 0);
+            usleep(50000);
+          } else {
+            usleep(300000);
+          }
+          kill(getpid(), SIGKILL);
+        }
+        if (big)
+          return expect_error(
+              [&] {
+                for (int i = 0; i < 50; ++i) comm.broadcast(buf.data(), buf.size(), chorusUint8, 0);
+              },
+              chorusRemoteError, "rank 2", 5);
+        return expect_error([&] { comm.barrier(); }, chorusRemoteError, "rank 2", 5);
+      },
+      on(transport));
   require_codes(res, {0, 0, -SIGKILL});
 }
 
-TEST_CASE("rank 0, which hosts the bootstrap store, killed: survivors name rank 0 and their call within 5 s",
-          "[failure][dead]") {
+TEST_CASE(
+    "rank 0, which hosts the bootstrap store, killed: survivors name rank 0 and their call within "
+    "5 s",
+    "[failure][dead]") {
   auto transport = GENERATE(std::string("shm"), std::string("tcp"));
-  auto res = run_ranks(3, [&](int rank) {
-    auto comm = chorus::Communicator::from_env();
-    comm.barrier();
-    if (rank == 0) {
-      usleep(300000);
-      kill(getpid(), SIGKILL);
-    }
-    // Before: "the bootstrap store closed the connection (the process hosting it died)".
-    double t0 = now();
-    try {
-      comm.barrier();
-    } catch (const chorus::Error& e) {
-      std::fprintf(stderr, "caught after %.2f s: %s\n", now() - t0, e.what());
-      if (e.code() != chorusRemoteError) return 2;
-      if (!contains(e.what(), "rank 0 (pid ") || !contains(e.what(), "died")) return 3;
-      if (!contains(e.what(), "barrier #2 on rank " + std::to_string(rank))) return 4;
-      return now() - t0 <= 5 ? 0 : 5;
-    }
-    return 6;
-  }, on(transport));
+  auto res = run_ranks(
+      3,
+      [&](int rank) {
+        auto comm = chorus::Communicator::from_env();
+        comm.barrier();
+        if (rank == 0) {
+          usleep(300000);
+          kill(getpid(), SIGKILL);
+        }
+        // Before: "the bootstrap store closed the connection (the process hosting it died)".
+        double t0 = now();
+        try {
+          comm.barrier();
+        } catch (const chorus::Error& e) {
+          std::fprintf(stderr, "caught after %.2f s: %s\n", now() - t0, e.what());
+          if (e.code() != chorusRemoteError) return 2;
+          if (!contains(e.what(), "rank 0 (pid ") || !contains(e.what(), "died")) return 3;
+          if (!contains(e.what(), "barrier #2 on rank " + std::to_string(rank))) return 4;
+          return now() - t0 <= 5 ? 0 : 5;
+        }
+        return 6;
+      },
+      on(transport));
   require_codes(res, {-SIGKILL, 0, 0});
 }
 
-TEST_CASE("a barrier reached by rank 0 alone ends in an error, not a hang (the forum's trap)", "[failure][forum]") {
+TEST_CASE("a barrier reached by rank 0 alone ends in an error, not a hang (the forum's trap)",
+          "[failure][forum]") {
   auto transport = GENERATE(std::string("shm"), std::string("tcp"));
-  auto res = run_ranks(2, [](int rank) {
-    auto comm = chorus::Communicator::from_env();
-    comm.barrier();
-    if (rank == 0) return expect_error([&] { comm.barrier(); }, chorusRemoteError, "rank 1", 5);
-    return 0;  // rank 1 skips the barrier and exits cleanly
-  }, on(transport));
+  auto res = run_ranks(
+      2,
+      [](int rank) {
+        auto comm = chorus::Communicator::from_env();
+        comm.barrier();
+        if (rank == 0) return expect_error([&] { comm.barrier(); }, chorusRemoteError, "rank 1", 5);
+        return 0;  // rank 1 skips the barrier and exits cleanly
+      },
+      on(transport));
   require_codes(res, {0, 0});
 }
 
-TEST_CASE("a deadline lists the ranks that never arrived and what they were doing", "[failure][timeout]") {
-  auto res = run_ranks(3, [](int rank) {
-    auto comm = chorus::Communicator::from_env();
-    comm.barrier();
-    if (rank == 0)
-      return expect_error([&] { comm.barrier(); }, chorusTimeout, "ranks that never arrived: 2", 6, chorusRemoteError);
-    if (rank == 1) return expect_error([&] { comm.barrier(); }, chorusRemoteError, "timed out", 8, chorusTimeout);
-    usleep(4000000);  // rank 2 dawdles past CHORUS_TIMEOUT
-    return expect_error([&] { comm.barrier(); }, chorusRemoteError, "timed out", 1);
-  }, on("shm", 2.0));
+TEST_CASE("a deadline lists the ranks that never arrived and what they were doing",
+          "[failure][timeout]") {
+  auto res = run_ranks(
+      3,
+      [](int rank) {
+        auto comm = chorus::Communicator::from_env();
+        comm.barrier();
+        if (rank == 0)
+          return expect_error([&] { comm.barrier(); }, chorusTimeout, "ranks that never arrived: 2",
+                              6, chorusRemoteError);
+        if (rank == 1)
+          return expect_error([&] { comm.barrier(); }, chorusRemoteError, "timed out", 8,
+                              chorusTimeout);
+        usleep(4000000);  // rank 2 dawdles past CHORUS_TIMEOUT
+        return expect_error([&] { comm.barrier(); }, chorusRemoteError, "timed out", 1);
+      },
+      on("shm", 2.0));
   require_codes(res, {0, 0, 0});
   REQUIRE((contains(res[0].output, "rank 2: idle, last finished barrier #1") ||
            contains(res[1].output, "rank 2: idle, last finished barrier #1")));
@@ -164,53 +217,63 @@ TEST_CASE("a deadline lists the ranks that never arrived and what they were doin
 TEST_CASE("joining times out naming the ranks that never came", "[failure][join]") {
   RunOptions o = on("shm", 2.0);
   o.world_size = 3;  // only 2 of 3 start
-  auto res = run_ranks(2, [](int) {
-    return expect_error([] { chorus::Communicator::from_env(); }, chorusTimeout, "of 3 never joined", 8);
-  }, o);
+  auto res = run_ranks(
+      2,
+      [](int) {
+        return expect_error([] { chorus::Communicator::from_env(); }, chorusTimeout,
+                            "of 3 never joined", 8);
+      },
+      o);
   require_codes(res, {0, 0});
 }
 
-TEST_CASE("strangers, wrong secrets, garbage and truncated handshakes are refused; the job goes on", "[failure][handshake]") {
+TEST_CASE("strangers, wrong secrets, garbage and truncated handshakes are refused; the job goes on",
+          "[failure][handshake]") {
   RunOptions o = on("tcp", 20);
   o.port = chorus::test::free_port();
   o.env["CHORUS_JOB_SECRET"] = "0123456789abcdef0123456789abcdef";
   int port = o.port;
-  auto res = run_ranks(2, [port](int rank) {
-    if (rank == 1) {
-      usleep(200000);  // let rank 0 listen
-      auto raw = [port](const char* bytes, size_t n) {
-        int fd = socket(AF_INET, SOCK_STREAM, 0);
-        sockaddr_in a{};
-        a.sin_family = AF_INET;
-        a.sin_port = htons(port);
-        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return false;
-        (void)!write(fd, bytes, n);
-        char reply[256];
-        shutdown(fd, SHUT_WR);
-        while (read(fd, reply, sizeof reply) > 0) {}
-        close(fd);
-        return true;
-      };
-      std::string http = "GET / HTTP/1.1\r\nHost: x\r\n\r\n" + std::string(64, 'x');
-      if (!raw(http.data(), http.size())) return 10;
-      if (!raw("\x53\x52\x48\x43\x01\x00", 6)) return 11;  // truncated hello
-      // Another job's process (different secret) tries to join as rank 1.
-      pid_t p = fork();
-      if (p == 0) {
-        setenv("CHORUS_JOB_SECRET", "ffffffffffffffffffffffffffffffff", 1);
-        setenv("CHORUS_TIMEOUT", "3", 1);
-        _exit(expect_error([] { chorus::Communicator::from_env(); }, chorusRemoteError, "wrong job secret", 6));
-      }
-      int st = 0;
-      waitpid(p, &st, 0);
-      if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) return 12;
-    }
-    auto comm = chorus::Communicator::from_env();
-    int v = rank == 0 ? 7 : 0;
-    comm.broadcast(&v, 1, chorusInt32, 0);
-    return v == 7 ? 0 : 13;
-  }, o);
+  auto res = run_ranks(
+      2,
+      [port](int rank) {
+        if (rank == 1) {
+          usleep(200000);  // let rank 0 listen
+          auto raw = [port](const char* bytes, size_t n) {
+            int fd = socket(AF_INET, SOCK_STREAM, 0);
+            sockaddr_in a{};
+            a.sin_family = AF_INET;
+            a.sin_port = htons(port);
+            a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+            if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return false;
+            (void)!write(fd, bytes, n);
+            char reply[256];
+            shutdown(fd, SHUT_WR);
+            while (read(fd, reply, sizeof reply) > 0) {
+            }
+            close(fd);
+            return true;
+          };
+          std::string http = "GET / HTTP/1.1\r\nHost: x\r\n\r\n" + std::string(64, 'x');
+          if (!raw(http.data(), http.size())) return 10;
+          if (!raw("\x53\x52\x48\x43\x01\x00", 6)) return 11;  // truncated hello
+          // Another job's process (different secret) tries to join as rank 1.
+          pid_t p = fork();
+          if (p == 0) {
+            setenv("CHORUS_JOB_SECRET", "ffffffffffffffffffffffffffffffff", 1);
+            setenv("CHORUS_TIMEOUT", "3", 1);
+            _exit(expect_error([] { chorus::Communicator::from_env(); }, chorusRemoteError,
+                               "wrong job secret", 6));
+          }
+          int st = 0;
+          waitpid(p, &st, 0);
+          if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) return 12;
+        }
+        auto comm = chorus::Communicator::from_env();
+        int v = rank == 0 ? 7 : 0;
+        comm.broadcast(&v, 1, chorusInt32, 0);
+        return v == 7 ? 0 : 13;
+      },
+      o);
   require_codes(res, {0, 0});
   REQUIRE(contains(res[0].output, "not a chorus peer"));
   REQUIRE(contains(res[0].output, "incomplete handshake"));
@@ -220,39 +283,48 @@ TEST_CASE("strangers, wrong secrets, garbage and truncated handshakes are refuse
 TEST_CASE("two processes claiming the same rank: the second is told so", "[failure][join]") {
   RunOptions o = on("shm", 5);
   o.world_size = 2;
-  auto res = run_ranks(3, [](int rank) {
-    if (rank == 2) {
-      usleep(300000);
-      setenv("RANK", "1", 1);
-      return expect_error([] { chorus::Communicator::from_env(); }, chorusInvalidUsage, "rank 1 joined twice", 8);
-    }
-    auto comm = chorus::Communicator::from_env();
-    comm.barrier();
-    usleep(600000);  // stay joined while the impostor knocks
-    return 0;
-  }, o);
+  auto res = run_ranks(
+      3,
+      [](int rank) {
+        if (rank == 2) {
+          usleep(300000);
+          setenv("RANK", "1", 1);
+          return expect_error([] { chorus::Communicator::from_env(); }, chorusInvalidUsage,
+                              "rank 1 joined twice", 8);
+        }
+        auto comm = chorus::Communicator::from_env();
+        comm.barrier();
+        usleep(600000);  // stay joined while the impostor knocks
+        return 0;
+      },
+      o);
   require_codes(res, {0, 0, 0});
 }
 
-TEST_CASE("calls on a destroyed or aborted communicator are errors, not crashes", "[failure][lifecycle]") {
-  auto res = run_ranks(2, [](int rank) {
-    auto comm = chorus::Communicator::from_env();
-    comm.barrier();
-    auto sub = comm.split(0, rank);
-    sub.destroy();
-    int v = 0;
-    int rc = expect_error([&] { sub.broadcast(&v, 1, chorusInt32, 0); }, chorusInvalidUsage, "destroyed", 1);
-    if (rc) return rc;
-    rc = expect_error([&] { sub.destroy(); }, chorusInvalidUsage, "destroyed", 1);
-    if (rc) return rc;
-    comm.barrier();
-    if (rank == 0) {
-      comm.abort();
-      return expect_error([&] { comm.barrier(); }, chorusInvalidUsage, "aborted", 1);
-    }
-    // The peer hears of the abort at once.
-    return expect_error([&] { comm.barrier(); }, chorusRemoteError, "aborted", 5);
-  }, on("shm"));
+TEST_CASE("calls on a destroyed or aborted communicator are errors, not crashes",
+          "[failure][lifecycle]") {
+  auto res = run_ranks(
+      2,
+      [](int rank) {
+        auto comm = chorus::Communicator::from_env();
+        comm.barrier();
+        auto sub = comm.split(0, rank);
+        sub.destroy();
+        int v = 0;
+        int rc = expect_error([&] { sub.broadcast(&v, 1, chorusInt32, 0); }, chorusInvalidUsage,
+                              "destroyed", 1);
+        if (rc) return rc;
+        rc = expect_error([&] { sub.destroy(); }, chorusInvalidUsage, "destroyed", 1);
+        if (rc) return rc;
+        comm.barrier();
+        if (rank == 0) {
+          comm.abort();
+          return expect_error([&] { comm.barrier(); }, chorusInvalidUsage, "aborted", 1);
+        }
+        // The peer hears of the abort at once.
+        return expect_error([&] { comm.barrier(); }, chorusRemoteError, "aborted", 5);
+      },
+      on("shm"));
   require_codes(res, {0, 0});
   // Bad arguments name the call, the rank and the values.
   auto bad = run_ranks(1, [](int) {

@@ -29,76 +29,94 @@ void require_all_ok(const std::vector<chorus::test::RankResult>& res) {
   }
 }
 
-unsigned char pattern(size_t i, int salt) { return static_cast<unsigned char>((i * 131 + salt * 7 + (i >> 9)) & 0xff); }
+unsigned char pattern(size_t i, int salt) {
+  return static_cast<unsigned char>((i * 131 + salt * 7 + (i >> 9)) & 0xff);
+}
 
-#define CHECK_OR_FAIL(cond, ...)       \
-  do {                                 \
-    if (!(cond)) {                     \
+#define CHECK_OR_FAIL(cond, ...)         \
+  do {                                   \
+    if (!(cond)) {                       \
       std::fprintf(stderr, __VA_ARGS__); \
-      std::fprintf(stderr, "\n");      \
-      return 1;                        \
-    }                                  \
+      std::fprintf(stderr, "\n");        \
+      return 1;                          \
+    }                                    \
   } while (0)
 
 }  // namespace
 
 TEST_CASE("send/recv moves every byte, any size, both links", "[p2p]") {
   auto transport = GENERATE(std::string("shm"), std::string("tcp"));
-  auto res = run_ranks(2, [](int rank) {
-    auto comm = chorus::Communicator::from_env();
-    for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{4097}, (size_t{1} << 20) + 3, size_t{3} << 20}) {
-      std::vector<unsigned char> buf(n);
-      if (rank == 0) {
-        for (size_t i = 0; i < n; ++i) buf[i] = pattern(i, static_cast<int>(n));
-        comm.send(buf.data(), n, chorusUint8, 1, /*tag=*/5);
-      } else {
-        comm.recv(buf.data(), n, chorusUint8, 0, /*tag=*/5);
-        for (size_t i = 0; i < n; ++i) CHECK_OR_FAIL(buf[i] == pattern(i, static_cast<int>(n)), "size %zu: byte %zu wrong", n, i);
-      }
-    }
-    // Both directions at once (async), f64 values.
-    std::vector<double> out(1000), in(1000);
-    std::iota(out.begin(), out.end(), rank * 1000.0);
-    auto s = comm.isend(out.data(), out.size(), chorusFloat64, 1 - rank);
-    auto r = comm.irecv(in.data(), in.size(), chorusFloat64, 1 - rank);
-    s.wait();
-    r.wait();
-    for (int i = 0; i < 1000; ++i) CHECK_OR_FAIL(in[i] == (1 - rank) * 1000.0 + i, "exchange: element %d wrong", i);
-    return 0;
-  }, with_transport(transport));
+  auto res = run_ranks(
+      2,
+      [](int rank) {
+        auto comm = chorus::Communicator::from_env();
+        for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{4097}, (size_t{1} << 20) + 3,
+                         size_t{3} << 20}) {
+          std::vector<unsigned char> buf(n);
+          if (rank == 0) {
+            for (size_t i = 0; i < n; ++i) buf[i] = pattern(i, static_cast<int>(n));
+            comm.send(buf.data(), n, chorusUint8, 1, /*tag=*/5);
+          } else {
+            comm.recv(buf.data(), n, chorusUint8, 0, /*tag=*/5);
+            for (size_t i = 0; i < n; ++i)
+              CHECK_OR_FAIL(buf[i] == pattern(i, static_cast<int>(n)), "size %zu: byte %zu wrong",
+                            n, i);
+          }
+        }
+        // Both directions at once (async), f64 values.
+        std::vector<double> out(1000), in(1000);
+        std::iota(out.begin(), out.end(), rank * 1000.0);
+        auto s = comm.isend(out.data(), out.size(), chorusFloat64, 1 - rank);
+        auto r = comm.irecv(in.data(), in.size(), chorusFloat64, 1 - rank);
+        s.wait();
+        r.wait();
+        for (int i = 0; i < 1000; ++i)
+          CHECK_OR_FAIL(in[i] == (1 - rank) * 1000.0 + i, "exchange: element %d wrong", i);
+        return 0;
+      },
+      with_transport(transport));
   require_all_ok(res);
 }
 
-TEST_CASE("barrier and broadcast give every rank the root's data, 1 to 5 ranks", "[broadcast][barrier]") {
+TEST_CASE("barrier and broadcast give every rank the root's data, 1 to 5 ranks",
+          "[broadcast][barrier]") {
   auto transport = GENERATE(std::string("shm"), std::string("tcp"));
   for (int n = 1; n <= 5; ++n) {
     DYNAMIC_SECTION(transport << " with " << n << " ranks") {
       // Small chunks so that the pipeline has many stages.
-      auto res = run_ranks(n, [](int rank) {
-        auto comm = chorus::Communicator::from_env();
-        const int size = comm.size();
-        CHECK_OR_FAIL(comm.rank() == rank, "rank %d reports %d", rank, comm.rank());
-        for (int i = 0; i < 3; ++i) comm.barrier();
-        for (int root = 0; root < size; ++root) {
-          for (size_t count : {size_t{0}, size_t{1}, size_t{13}, size_t{70001}}) {
-            std::vector<float> buf(count), src(count);
-            for (size_t i = 0; i < count; ++i) src[i] = static_cast<float>(i * 3 + root);
-            if (rank == root) buf = src;
-            // In place on even roots, out of place on odd ones.
-            if (root % 2 == 0) {
-              comm.broadcast(buf.data(), count, chorusFloat32, root);
-            } else {
-              std::vector<float> out(count, -1.f);
-              comm.ibroadcast(rank == root ? src.data() : nullptr, out.data(), count, chorusFloat32, root).wait();
-              buf = out;
+      auto res = run_ranks(
+          n,
+          [](int rank) {
+            auto comm = chorus::Communicator::from_env();
+            const int size = comm.size();
+            CHECK_OR_FAIL(comm.rank() == rank, "rank %d reports %d", rank, comm.rank());
+            for (int i = 0; i < 3; ++i) comm.barrier();
+            for (int root = 0; root < size; ++root) {
+              for (size_t count : {size_t{0}, size_t{1}, size_t{13}, size_t{70001}}) {
+                std::vector<float> buf(count), src(count);
+                for (size_t i = 0; i < count; ++i) src[i] = static_cast<float>(i * 3 + root);
+                if (rank == root) buf = src;
+                // In place on even roots, out of place on odd ones.
+                if (root % 2 == 0) {
+                  comm.broadcast(buf.data(), count, chorusFloat32, root);
+                } else {
+                  std::vector<float> out(count, -1.f);
+                  comm.ibroadcast(rank == root ? src.data() : nullptr, out.data(), count,
+                                  chorusFloat32, root)
+                      .wait();
+                  buf = out;
+                }
+                for (size_t i = 0; i < count; ++i)
+                  CHECK_OR_FAIL(buf[i] == src[i],
+                                "root %d count %zu: element %zu is %f, expected %f", root, count, i,
+                                buf[i], src[i]);
+              }
             }
-            for (size_t i = 0; i < count; ++i)
-              CHECK_OR_FAIL(buf[i] == src[i], "root %d count %zu: element %zu is %f, expected %f", root, count, i, buf[i], src[i]);
-          }
-        }
-        comm.barrier();
-        return 0;
-      }, with_transport(transport, {{"CHORUS_CHUNK_BYTES", "4096"}, {"CHORUS_SHM_SLOT_BYTES", "8192"}}));
+            comm.barrier();
+            return 0;
+          },
+          with_transport(transport,
+                         {{"CHORUS_CHUNK_BYTES", "4096"}, {"CHORUS_SHM_SLOT_BYTES", "8192"}}));
       require_all_ok(res);
     }
   }
@@ -111,7 +129,8 @@ TEST_CASE("split makes sub-communicators ordered by key", "[split]") {
     auto sub = comm.split(color, /*key=*/-rank);  // reverse order inside each half
     CHECK_OR_FAIL(sub.size() == 2, "sub size %d", sub.size());
     int expect_rank = rank < 2 ? 1 : 0;
-    CHECK_OR_FAIL(sub.rank() == expect_rank, "rank %d: sub rank %d, expected %d", rank, sub.rank(), expect_rank);
+    CHECK_OR_FAIL(sub.rank() == expect_rank, "rank %d: sub rank %d, expected %d", rank, sub.rank(),
+                  expect_rank);
     int v = sub.rank() == 0 ? 100 + color : -1;
     sub.broadcast(&v, 1, chorusInt32, 0);
     CHECK_OR_FAIL(v == 100 + color, "rank %d: got %d", rank, v);
@@ -147,33 +166,38 @@ TEST_CASE("work can be tested and waited on with a timeout", "[work]") {
 
 TEST_CASE("grouped send/recv exchange big messages around a ring without deadlock", "[group]") {
   auto transport = GENERATE(std::string("shm"), std::string("tcp"));
-  auto res = run_ranks(3, [](int rank) {
-    auto comm = chorus::Communicator::from_env();
-    const int n = comm.size(), right = (rank + 1) % n, left = (rank + n - 1) % n;
-    const size_t count = (8u << 20) / 4;
-    std::vector<int32_t> out(count), in(count), out2(7, rank), in2(7, -1);
-    for (size_t i = 0; i < count; ++i) out[i] = static_cast<int32_t>(rank * 1000003 + i);
-    chorus::check(chorusGroupStart());
-    chorus::check(chorusSend(out.data(), count, chorusInt32, right, comm.handle(), nullptr));
-    chorus::check(chorusSend(out2.data(), 7, chorusInt32, right, comm.handle(), nullptr));  // same pair, second message
-    chorus::check(chorusRecv(in.data(), count, chorusInt32, left, comm.handle(), nullptr));
-    chorus::check(chorusRecv(in2.data(), 7, chorusInt32, left, comm.handle(), nullptr));
-    chorus::check(chorusGroupEnd());
-    for (size_t i = 0; i < count; ++i)
-      CHECK_OR_FAIL(in[i] == static_cast<int32_t>(left * 1000003 + i), "element %zu wrong", i);
-    for (int i = 0; i < 7; ++i) CHECK_OR_FAIL(in2[i] == left, "second message wrong");
-    // A collective inside a group is refused clearly.
-    chorus::check(chorusGroupStart());
-    chorusResult_t rc = chorusBarrier(comm.handle(), nullptr);
-    chorus::check(chorusGroupEnd());
-    CHECK_OR_FAIL(rc == chorusInvalidUsage, "barrier in a group returned %d", rc);
-    comm.barrier();
-    return 0;
-  }, with_transport(transport));
+  auto res = run_ranks(
+      3,
+      [](int rank) {
+        auto comm = chorus::Communicator::from_env();
+        const int n = comm.size(), right = (rank + 1) % n, left = (rank + n - 1) % n;
+        const size_t count = (8u << 20) / 4;
+        std::vector<int32_t> out(count), in(count), out2(7, rank), in2(7, -1);
+        for (size_t i = 0; i < count; ++i) out[i] = static_cast<int32_t>(rank * 1000003 + i);
+        chorus::check(chorusGroupStart());
+        chorus::check(chorusSend(out.data(), count, chorusInt32, right, comm.handle(), nullptr));
+        chorus::check(chorusSend(out2.data(), 7, chorusInt32, right, comm.handle(),
+                                 nullptr));  // same pair, second message
+        chorus::check(chorusRecv(in.data(), count, chorusInt32, left, comm.handle(), nullptr));
+        chorus::check(chorusRecv(in2.data(), 7, chorusInt32, left, comm.handle(), nullptr));
+        chorus::check(chorusGroupEnd());
+        for (size_t i = 0; i < count; ++i)
+          CHECK_OR_FAIL(in[i] == static_cast<int32_t>(left * 1000003 + i), "element %zu wrong", i);
+        for (int i = 0; i < 7; ++i) CHECK_OR_FAIL(in2[i] == left, "second message wrong");
+        // A collective inside a group is refused clearly.
+        chorus::check(chorusGroupStart());
+        chorusResult_t rc = chorusBarrier(comm.handle(), nullptr);
+        chorus::check(chorusGroupEnd());
+        CHECK_OR_FAIL(rc == chorusInvalidUsage, "barrier in a group returned %d", rc);
+        comm.barrier();
+        return 0;
+      },
+      with_transport(transport));
   require_all_ok(res);
 }
 
-TEST_CASE("chorusCommInitAll makes communicators in one process that reduce together", "[init_all]") {
+TEST_CASE("chorusCommInitAll makes communicators in one process that reduce together",
+          "[init_all]") {
   const int n = 3;
   chorusComm_t comms[n];
   REQUIRE(chorusCommInitAll(comms, n, nullptr) == chorusSuccess);
@@ -182,7 +206,10 @@ TEST_CASE("chorusCommInitAll makes communicators in one process that reduce toge
   std::vector<chorusResult_t> rcs(n);
   for (int r = 0; r < n; ++r) {
     for (int i = 0; i < 1000; ++i) data[r][i] = static_cast<float>(r + i);
-    threads.emplace_back([&, r] { rcs[r] = chorusAllReduce(data[r].data(), data[r].data(), 1000, chorusFloat32, chorusSum, comms[r], nullptr); });
+    threads.emplace_back([&, r] {
+      rcs[r] = chorusAllReduce(data[r].data(), data[r].data(), 1000, chorusFloat32, chorusSum,
+                               comms[r], nullptr);
+    });
   }
   for (auto& t : threads) t.join();
   for (int r = 0; r < n; ++r) {

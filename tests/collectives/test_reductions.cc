@@ -39,16 +39,36 @@ int input_value(int rank, size_t i, chorusRedOp_t op) {
 
 void store(chorusDataType_t t, void* buf, size_t i, double v) {
   switch (t) {
-    case chorusFloat32: static_cast<float*>(buf)[i] = static_cast<float>(v); break;
-    case chorusFloat64: static_cast<double*>(buf)[i] = v; break;
-    case chorusFloat16: static_cast<uint16_t*>(buf)[i] = chorus::kernels::float_to_half(static_cast<float>(v)); break;
-    case chorusBfloat16: static_cast<uint16_t*>(buf)[i] = chorus::kernels::float_to_bf16(static_cast<float>(v)); break;
-    case chorusInt32: static_cast<int32_t*>(buf)[i] = static_cast<int32_t>(v); break;
-    case chorusInt64: static_cast<int64_t*>(buf)[i] = static_cast<int64_t>(v); break;
-    case chorusInt8: static_cast<int8_t*>(buf)[i] = static_cast<int8_t>(v); break;
-    case chorusUint32: static_cast<uint32_t*>(buf)[i] = static_cast<uint32_t>(v); break;
-    case chorusUint64: static_cast<uint64_t*>(buf)[i] = static_cast<uint64_t>(v); break;
-    default: static_cast<uint8_t*>(buf)[i] = static_cast<uint8_t>(v); break;
+    case chorusFloat32:
+      static_cast<float*>(buf)[i] = static_cast<float>(v);
+      break;
+    case chorusFloat64:
+      static_cast<double*>(buf)[i] = v;
+      break;
+    case chorusFloat16:
+      static_cast<uint16_t*>(buf)[i] = chorus::kernels::float_to_half(static_cast<float>(v));
+      break;
+    case chorusBfloat16:
+      static_cast<uint16_t*>(buf)[i] = chorus::kernels::float_to_bf16(static_cast<float>(v));
+      break;
+    case chorusInt32:
+      static_cast<int32_t*>(buf)[i] = static_cast<int32_t>(v);
+      break;
+    case chorusInt64:
+      static_cast<int64_t*>(buf)[i] = static_cast<int64_t>(v);
+      break;
+    case chorusInt8:
+      static_cast<int8_t*>(buf)[i] = static_cast<int8_t>(v);
+      break;
+    case chorusUint32:
+      static_cast<uint32_t*>(buf)[i] = static_cast<uint32_t>(v);
+      break;
+    case chorusUint64:
+      static_cast<uint64_t*>(buf)[i] = static_cast<uint64_t>(v);
+      break;
+    default:
+      static_cast<uint8_t*>(buf)[i] = static_cast<uint8_t>(v);
+      break;
   }
 }
 
@@ -64,11 +84,18 @@ double expected(chorusDataType_t t, chorusRedOp_t op, int n, size_t i) {
   }
   if (op != chorusAvg) return static_cast<double>(acc);
   switch (t) {
-    case chorusFloat32: return static_cast<float>(acc) / static_cast<float>(n);
-    case chorusFloat64: return static_cast<double>(acc) / n;
-    case chorusFloat16: return chorus::kernels::half_to_float(chorus::kernels::float_to_half(static_cast<float>(acc) / n));
-    case chorusBfloat16: return chorus::kernels::bf16_to_float(chorus::kernels::float_to_bf16(static_cast<float>(acc) / n));
-    default: return static_cast<double>(acc / n);
+    case chorusFloat32:
+      return static_cast<float>(acc) / static_cast<float>(n);
+    case chorusFloat64:
+      return static_cast<double>(acc) / n;
+    case chorusFloat16:
+      return chorus::kernels::half_to_float(
+          chorus::kernels::float_to_half(static_cast<float>(acc) / n));
+    case chorusBfloat16:
+      return chorus::kernels::bf16_to_float(
+          chorus::kernels::float_to_bf16(static_cast<float>(acc) / n));
+    default:
+      return static_cast<double>(acc / n);
   }
 }
 
@@ -86,7 +113,8 @@ bool same(chorusDataType_t t, const void* buf, size_t i, double v) {
     return 1;                          \
   } while (0)
 
-int check_all_reduce(chorus::Communicator& comm, chorusDataType_t t, chorusRedOp_t op, size_t count, bool in_place) {
+int check_all_reduce(chorus::Communicator& comm, chorusDataType_t t, chorusRedOp_t op, size_t count,
+                     bool in_place) {
   const int n = comm.size(), r = comm.rank();
   std::vector<char> send(count * esize(t) + 8), recv(count * esize(t) + 8, 0x55);
   for (size_t i = 0; i < count; ++i) store(t, send.data(), i, input_value(r, i, op));
@@ -94,13 +122,14 @@ int check_all_reduce(chorus::Communicator& comm, chorusDataType_t t, chorusRedOp
   comm.all_reduce(send.data(), out, count, t, op);
   for (size_t i = 0; i < count; ++i)
     if (!same(t, out, i, expected(t, op, n, i)))
-      FAIL_RANK("all_reduce %s op %d count %zu %s algo %s: element %zu wrong", kTypeNames[t], op, count,
-                in_place ? "in place" : "out of place", std::getenv("CHORUS_ALGO"), i);
+      FAIL_RANK("all_reduce %s op %d count %zu %s algo %s: element %zu wrong", kTypeNames[t], op,
+                count, in_place ? "in place" : "out of place", std::getenv("CHORUS_ALGO"), i);
   if (!in_place && recv[count * esize(t)] != 0x55) FAIL_RANK("all_reduce wrote past the end");
   return 0;
 }
 
-int check_reduce(chorus::Communicator& comm, chorusDataType_t t, chorusRedOp_t op, size_t count, int root) {
+int check_reduce(chorus::Communicator& comm, chorusDataType_t t, chorusRedOp_t op, size_t count,
+                 int root) {
   const int n = comm.size(), r = comm.rank();
   std::vector<char> send(count * esize(t) + 1), recv(count * esize(t) + 1);
   for (size_t i = 0; i < count; ++i) store(t, send.data(), i, input_value(r, i, op));
@@ -108,11 +137,13 @@ int check_reduce(chorus::Communicator& comm, chorusDataType_t t, chorusRedOp_t o
   if (r != root) return 0;
   for (size_t i = 0; i < count; ++i)
     if (!same(t, recv.data(), i, expected(t, op, n, i)))
-      FAIL_RANK("reduce %s op %d count %zu root %d: element %zu wrong", kTypeNames[t], op, count, root, i);
+      FAIL_RANK("reduce %s op %d count %zu root %d: element %zu wrong", kTypeNames[t], op, count,
+                root, i);
   return 0;
 }
 
-int check_reduce_scatter(chorus::Communicator& comm, chorusDataType_t t, chorusRedOp_t op, size_t count, bool in_place) {
+int check_reduce_scatter(chorus::Communicator& comm, chorusDataType_t t, chorusRedOp_t op,
+                         size_t count, bool in_place) {
   const int n = comm.size(), r = comm.rank();
   std::vector<char> send(n * count * esize(t) + 1), recv(count * esize(t) + 1);
   for (size_t i = 0; i < n * count; ++i) store(t, send.data(), i, input_value(r, i, op));
@@ -120,7 +151,8 @@ int check_reduce_scatter(chorus::Communicator& comm, chorusDataType_t t, chorusR
   comm.reduce_scatter(send.data(), out, count, t, op);
   for (size_t i = 0; i < count; ++i)
     if (!same(t, out, i, expected(t, op, n, r * count + i)))
-      FAIL_RANK("reduce_scatter %s op %d count %zu: element %zu wrong", kTypeNames[t], op, count, i);
+      FAIL_RANK("reduce_scatter %s op %d count %zu: element %zu wrong", kTypeNames[t], op, count,
+                i);
   return 0;
 }
 
@@ -137,7 +169,8 @@ int check_all_gather(chorus::Communicator& comm, chorusDataType_t t, size_t coun
   for (int q = 0; q < n; ++q)
     for (size_t i = 0; i < count; ++i)
       if (!same(t, recv.data() + q * count * esize(t), i, input_value(q, i, chorusSum)))
-        FAIL_RANK("all_gather %s count %zu: block %d element %zu wrong", kTypeNames[t], count, q, i);
+        FAIL_RANK("all_gather %s count %zu: block %d element %zu wrong", kTypeNames[t], count, q,
+                  i);
   return 0;
 }
 
@@ -149,7 +182,8 @@ uint64_t wrap_input(int rank, size_t i) {
 }
 
 template <class T>
-int check_wrap_typed(chorus::Communicator& comm, chorusDataType_t t, chorusRedOp_t op, size_t count) {
+int check_wrap_typed(chorus::Communicator& comm, chorusDataType_t t, chorusRedOp_t op,
+                     size_t count) {
   const int n = comm.size(), r = comm.rank();
   std::vector<T> buf(count);
   for (size_t i = 0; i < count; ++i) buf[i] = static_cast<T>(wrap_input(r, i));
@@ -161,10 +195,12 @@ int check_wrap_typed(chorus::Communicator& comm, chorusDataType_t t, chorusRedOp
       acc = op == chorusProd ? acc * v : acc + v;
     }
     T want = static_cast<T>(acc);
-    if (op == chorusAvg) want = static_cast<T>(std::is_signed_v<T> ? int64_t(want) / n : uint64_t(want) / uint64_t(n));
+    if (op == chorusAvg)
+      want = static_cast<T>(std::is_signed_v<T> ? int64_t(want) / n : uint64_t(want) / uint64_t(n));
     if (buf[i] != want)
-      FAIL_RANK("all_reduce %s op %d count %zu algo %s: element %zu is %lld, want %lld", kTypeNames[t], op, count,
-                std::getenv("CHORUS_ALGO"), i, static_cast<long long>(buf[i]), static_cast<long long>(want));
+      FAIL_RANK("all_reduce %s op %d count %zu algo %s: element %zu is %lld, want %lld",
+                kTypeNames[t], op, count, std::getenv("CHORUS_ALGO"), i,
+                static_cast<long long>(buf[i]), static_cast<long long>(want));
   }
   return 0;
 }
@@ -201,7 +237,8 @@ int run_matrix(int rank) {
     // Large, with small pieces so every pipeline runs deep.
     setenv("CHORUS_CHUNK_BYTES", "16K", 1);
     auto deep = comm.split(0, comm.rank());
-    if (int rc = check_all_reduce(deep, chorusFloat32, chorusSum, (size_t{1} << 20) + 3, false)) return rc;
+    if (int rc = check_all_reduce(deep, chorusFloat32, chorusSum, (size_t{1} << 20) + 3, false))
+      return rc;
     if (int rc = check_all_reduce(deep, chorusBfloat16, chorusAvg, 300007, true)) return rc;
     unsetenv("CHORUS_CHUNK_BYTES");
   }
@@ -229,7 +266,8 @@ int run_matrix(int rank) {
 
 }  // namespace
 
-TEST_CASE("reductions and gathers match the serial reference", "[reduce][all_reduce][all_gather][reduce_scatter]") {
+TEST_CASE("reductions and gathers match the serial reference",
+          "[reduce][all_reduce][all_gather][reduce_scatter]") {
   auto transport = GENERATE(std::string("shm"), std::string("tcp"));
   for (int n = 1; n <= 5; ++n) {
     DYNAMIC_SECTION(transport << " with " << n << " ranks") {

@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -40,27 +40,52 @@ int64_t value(chorusDataType_t t, int rank, size_t i, int k) {
 // Element i of buf <- v (integers cut to the type: two's-complement wrap).
 void put(chorusDataType_t t, void* buf, size_t i, int64_t v) {
   switch (t) {
-    case chorusFloat32: static_cast<float*>(buf)[i] = static_cast<float>(v); break;
-    case chorusFloat64: static_cast<double*>(buf)[i] = static_cast<double>(v); break;
-    case chorusFloat16: static_cast<uint16_t*>(buf)[i] = chorus::kernels::float_to_half(static_cast<float>(v)); break;
-    case chorusBfloat16: static_cast<uint16_t*>(buf)[i] = chorus::kernels::float_to_bf16(static_cast<float>(v)); break;
-    case chorusInt8: static_cast<int8_t*>(buf)[i] = static_cast<int8_t>(v); break;
-    case chorusUint8: static_cast<uint8_t*>(buf)[i] = static_cast<uint8_t>(v); break;
-    case chorusInt32: static_cast<int32_t*>(buf)[i] = static_cast<int32_t>(v); break;
-    case chorusUint32: static_cast<uint32_t*>(buf)[i] = static_cast<uint32_t>(v); break;
-    case chorusInt64: static_cast<int64_t*>(buf)[i] = v; break;
-    default: static_cast<uint64_t*>(buf)[i] = static_cast<uint64_t>(v); break;
+    case chorusFloat32:
+      static_cast<float*>(buf)[i] = static_cast<float>(v);
+      break;
+    case chorusFloat64:
+      static_cast<double*>(buf)[i] = static_cast<double>(v);
+      break;
+    case chorusFloat16:
+      static_cast<uint16_t*>(buf)[i] = chorus::kernels::float_to_half(static_cast<float>(v));
+      break;
+    case chorusBfloat16:
+      static_cast<uint16_t*>(buf)[i] = chorus::kernels::float_to_bf16(static_cast<float>(v));
+      break;
+    case chorusInt8:
+      static_cast<int8_t*>(buf)[i] = static_cast<int8_t>(v);
+      break;
+    case chorusUint8:
+      static_cast<uint8_t*>(buf)[i] = static_cast<uint8_t>(v);
+      break;
+    case chorusInt32:
+      static_cast<int32_t*>(buf)[i] = static_cast<int32_t>(v);
+      break;
+    case chorusUint32:
+      static_cast<uint32_t*>(buf)[i] = static_cast<uint32_t>(v);
+      break;
+    case chorusInt64:
+      static_cast<int64_t*>(buf)[i] = v;
+      break;
+    default:
+      static_cast<uint64_t*>(buf)[i] = static_cast<uint64_t>(v);
+      break;
   }
 }
 
 // The value as the type holds it (after the wrap), for min/max.
 int64_t held(chorusDataType_t t, int64_t v) {
   switch (t) {
-    case chorusInt8: return static_cast<int8_t>(v);
-    case chorusUint8: return static_cast<uint8_t>(v);
-    case chorusInt32: return static_cast<int32_t>(v);
-    case chorusUint32: return static_cast<uint32_t>(v);
-    default: return v;
+    case chorusInt8:
+      return static_cast<int8_t>(v);
+    case chorusUint8:
+      return static_cast<uint8_t>(v);
+    case chorusInt32:
+      return static_cast<int32_t>(v);
+    case chorusUint32:
+      return static_cast<uint32_t>(v);
+    default:
+      return v;
   }
 }
 
@@ -82,7 +107,8 @@ long first_wrong(chorusDataType_t t, const std::vector<char>& got, size_t count,
   std::vector<char> w(kSizes[t]);
   for (size_t i = 0; i < count; ++i) {
     put(t, w.data(), 0, want(i));
-    if (std::memcmp(got.data() + i * kSizes[t], w.data(), kSizes[t]) != 0) return static_cast<long>(i);
+    if (std::memcmp(got.data() + i * kSizes[t], w.data(), kSizes[t]) != 0)
+      return static_cast<long>(i);
   }
   return -1;
 }
@@ -120,15 +146,19 @@ int soak(int rank, int ops, unsigned seed) {
     } else if (kind == 1) {
       what = "reduce";
       comm.reduce(in.data(), out.data(), count, t, op, root);
-      if (rank == root) bad = first_wrong(t, out, count, [&](size_t i) { return reduced(t, op, n, i, k); });
+      if (rank == root)
+        bad = first_wrong(t, out, count, [&](size_t i) { return reduced(t, op, n, i, k); });
     } else if (kind == 2) {
       what = "all_gather";
       comm.all_gather(in.data(), out.data(), count, t);
-      bad = first_wrong(t, out, count * n, [&](size_t i) { return value(t, static_cast<int>(i / count), i % count, k); });
+      bad = first_wrong(t, out, count * n, [&](size_t i) {
+        return value(t, static_cast<int>(i / count), i % count, k);
+      });
     } else if (kind == 3) {
       what = "reduce_scatter";
       comm.reduce_scatter(in.data(), out.data(), count, t, op);
-      bad = first_wrong(t, out, count, [&](size_t i) { return reduced(t, op, n, rank * count + i, k); });
+      bad = first_wrong(t, out, count,
+                        [&](size_t i) { return reduced(t, op, n, rank * count + i, k); });
     } else {
       what = "broadcast";
       if (rank == root) out = in;
@@ -136,7 +166,8 @@ int soak(int rank, int ops, unsigned seed) {
       bad = first_wrong(t, out, count, [&](size_t i) { return value(t, root, i, k); });
     }
     if (bad >= 0) {
-      std::fprintf(stderr, "op %d %s count %zu %s op %d: element %ld wrong\n", k, what, count, kTypeNames[t], op, bad);
+      std::fprintf(stderr, "op %d %s count %zu %s op %d: element %ld wrong\n", k, what, count,
+                   kTypeNames[t], op, bad);
       return 1;
     }
   }
@@ -148,30 +179,40 @@ int soak(int rank, int ops, unsigned seed) {
 TEST_CASE("a randomised soak of 2,000+ verified operations", "[soak]") {
   chorus::test::RunOptions o;
   o.limit_seconds = 240;
-  auto res = run_ranks(3, [](int rank) { return soak(rank, 1200, 17); }, o);
+  auto res = run_ranks(
+      3, [](int rank) { return soak(rank, 1200, 17); }, o);
   for (auto& r : res) {
     INFO(r.output);
     REQUIRE(r.exit_code == 0);
   }
   o.env["CHORUS_TRANSPORT"] = "tcp";
-  auto res2 = run_ranks(4, [](int rank) { return soak(rank, 900, 29); }, o);
+  auto res2 = run_ranks(
+      4, [](int rank) { return soak(rank, 900, 29); }, o);
   for (auto& r : res2) {
     INFO(r.output);
     REQUIRE(r.exit_code == 0);
   }
 }
 
-TEST_CASE("all_gather on one rank vs reduce_scatter on another fails clearly on both", "[failure][mismatch]") {
+TEST_CASE("all_gather on one rank vs reduce_scatter on another fails clearly on both",
+          "[failure][mismatch]") {
   auto res = run_ranks(2, [](int rank) {
     auto comm = chorus::Communicator::from_env();
     std::vector<float> a(64), b(128);
     try {
-      if (rank == 0) comm.all_gather(a.data(), b.data(), 64, chorusFloat32);
-      else comm.reduce_scatter(b.data(), a.data(), 64, chorusFloat32, chorusSum);
+      if (rank == 0)
+        comm.all_gather(a.data(), b.data(), 64, chorusFloat32);
+      else
+        comm.reduce_scatter(b.data(), a.data(), 64, chorusFloat32, chorusSum);
       comm.barrier();
     } catch (const chorus::Error& e) {
       std::fprintf(stderr, "%s\n", e.what());
-      return e.code() == chorusMismatch && contains(e.what(), "all_gather #1 (count 64 f32, ring) on rank 0 vs reduce_scatter #1 (count 64 f32, sum, ring) on rank 1") ? 0 : 2;
+      return e.code() == chorusMismatch &&
+                     contains(e.what(),
+                              "all_gather #1 (count 64 f32, ring) on rank 0 vs reduce_scatter #1 "
+                              "(count 64 f32, sum, ring) on rank 1")
+                 ? 0
+                 : 2;
     }
     return 3;
   });
@@ -181,7 +222,8 @@ TEST_CASE("all_gather on one rank vs reduce_scatter on another fails clearly on 
   }
 }
 
-TEST_CASE("an all_reduce with a different op or algorithm on one rank fails clearly", "[failure][mismatch]") {
+TEST_CASE("an all_reduce with a different op or algorithm on one rank fails clearly",
+          "[failure][mismatch]") {
   auto res = run_ranks(3, [](int rank) {
     auto comm = chorus::Communicator::from_env();
     std::vector<double> a(100, 1.0);
@@ -190,7 +232,10 @@ TEST_CASE("an all_reduce with a different op or algorithm on one rank fails clea
       comm.barrier();
     } catch (const chorus::Error& e) {
       std::fprintf(stderr, "%s\n", e.what());
-      return e.code() == chorusMismatch && contains(e.what(), "max") && contains(e.what(), "on rank 2") ? 0 : 2;
+      return e.code() == chorusMismatch && contains(e.what(), "max") &&
+                     contains(e.what(), "on rank 2")
+                 ? 0
+                 : 2;
     }
     return 3;
   });
@@ -200,39 +245,50 @@ TEST_CASE("an all_reduce with a different op or algorithm on one rank fails clea
   }
 }
 
-TEST_CASE("several channels: large calls are cut into parts that run at once, results exact", "[channels]") {
+TEST_CASE("several channels: large calls are cut into parts that run at once, results exact",
+          "[channels]") {
   auto transport = GENERATE(std::string("shm"), std::string("tcp"));
   chorus::test::RunOptions o;
   o.env["CHORUS_TRANSPORT"] = transport;
   o.env["CHORUS_NCHANNELS"] = "3";
   o.limit_seconds = 120;
-  auto res = run_ranks(3, [](int rank) {
-    auto comm = chorus::Communicator::from_env();
-    const int n = comm.size();
-    for (const char* algo : {"ring", "tree", "rd"}) {
-      setenv("CHORUS_ALGO", algo, 1);
-      auto c = comm.split(0, rank);
-      for (size_t count : {size_t{5}, size_t{300001}, size_t{1} << 20}) {
-        std::vector<int32_t> in(count), out(count, -1);
-        for (size_t i = 0; i < count; ++i) in[i] = static_cast<int32_t>(rank * 7 + i % 1013);
-        c.all_reduce(in.data(), out.data(), count, chorusInt32, chorusSum);
-        for (size_t i = 0; i < count; ++i)
-          if (out[i] != static_cast<int32_t>(7 * n * (n - 1) / 2 + n * (i % 1013))) {
-            std::fprintf(stderr, "%s all_reduce count %zu: element %zu is %d\n", algo, count, i, out[i]);
-            return 1;
+  auto res = run_ranks(
+      3,
+      [](int rank) {
+        auto comm = chorus::Communicator::from_env();
+        const int n = comm.size();
+        for (const char* algo : {"ring", "tree", "rd"}) {
+          setenv("CHORUS_ALGO", algo, 1);
+          auto c = comm.split(0, rank);
+          for (size_t count : {size_t{5}, size_t{300001}, size_t{1} << 20}) {
+            std::vector<int32_t> in(count), out(count, -1);
+            for (size_t i = 0; i < count; ++i) in[i] = static_cast<int32_t>(rank * 7 + i % 1013);
+            c.all_reduce(in.data(), out.data(), count, chorusInt32, chorusSum);
+            for (size_t i = 0; i < count; ++i)
+              if (out[i] != static_cast<int32_t>(7 * n * (n - 1) / 2 + n * (i % 1013))) {
+                std::fprintf(stderr, "%s all_reduce count %zu: element %zu is %d\n", algo, count, i,
+                             out[i]);
+                return 1;
+              }
+            std::vector<int32_t> red(count, -1);
+            c.reduce(in.data(), red.data(), count, chorusInt32, chorusSum, n - 1);
+            for (size_t i = 0; rank == n - 1 && i < count; ++i)
+              if (red[i] != out[i]) {
+                std::fprintf(stderr, "reduce element %zu\n", i);
+                return 2;
+              }
+            std::vector<int32_t> b(count, rank == 1 ? 5 : 0);
+            c.broadcast(b.data(), count, chorusInt32, 1);
+            for (size_t i = 0; i < count; ++i)
+              if (b[i] != 5) {
+                std::fprintf(stderr, "broadcast element %zu\n", i);
+                return 3;
+              }
           }
-        std::vector<int32_t> red(count, -1);
-        c.reduce(in.data(), red.data(), count, chorusInt32, chorusSum, n - 1);
-        for (size_t i = 0; rank == n - 1 && i < count; ++i)
-          if (red[i] != out[i]) { std::fprintf(stderr, "reduce element %zu\n", i); return 2; }
-        std::vector<int32_t> b(count, rank == 1 ? 5 : 0);
-        c.broadcast(b.data(), count, chorusInt32, 1);
-        for (size_t i = 0; i < count; ++i)
-          if (b[i] != 5) { std::fprintf(stderr, "broadcast element %zu\n", i); return 3; }
-      }
-    }
-    return 0;
-  }, o);
+        }
+        return 0;
+      },
+      o);
   for (auto& r : res) {
     INFO(r.output);
     REQUIRE(r.exit_code == 0);
@@ -242,16 +298,19 @@ TEST_CASE("several channels: large calls are cut into parts that run at once, re
 TEST_CASE("ranks that disagree on CHORUS_NCHANNELS are told so at init", "[channels][failure]") {
   chorus::test::RunOptions o;
   o.env["CHORUS_TIMEOUT"] = "10";
-  auto res = run_ranks(2, [](int rank) {
-    setenv("CHORUS_NCHANNELS", rank == 0 ? "2" : "1", 1);
-    try {
-      auto comm = chorus::Communicator::from_env();
-    } catch (const chorus::Error& e) {
-      std::fprintf(stderr, "%s\n", e.what());
-      return contains(e.what(), "CHORUS_NCHANNELS is") ? 0 : 2;
-    }
-    return 3;
-  }, o);
+  auto res = run_ranks(
+      2,
+      [](int rank) {
+        setenv("CHORUS_NCHANNELS", rank == 0 ? "2" : "1", 1);
+        try {
+          auto comm = chorus::Communicator::from_env();
+        } catch (const chorus::Error& e) {
+          std::fprintf(stderr, "%s\n", e.what());
+          return contains(e.what(), "CHORUS_NCHANNELS is") ? 0 : 2;
+        }
+        return 3;
+      },
+      o);
   for (auto& r : res) {
     INFO(r.output);
     REQUIRE(r.exit_code == 0);

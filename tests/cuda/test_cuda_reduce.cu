@@ -14,17 +14,24 @@ int main() {
   }
   const size_t n = (1u << 20) + 7;
   std::vector<float> a(n), b(n), out(n);
-  for (size_t i = 0; i < n; ++i) a[i] = static_cast<float>(i % 1000), b[i] = static_cast<float>(i % 7);
+  for (size_t i = 0; i < n; ++i)
+    a[i] = static_cast<float>(i % 1000), b[i] = static_cast<float>(i % 7);
   float *da, *db, *dout;
   cudaMalloc(&da, n * 4);
   cudaMalloc(&db, n * 4);
   cudaMalloc(&dout, n * 4);
   cudaMemcpy(da, a.data(), n * 4, cudaMemcpyHostToDevice);
   cudaMemcpy(db, b.data(), n * 4, cudaMemcpyHostToDevice);
-  if (chorus::kernels::cuda::reduce_sum_f32(da, db, dout, n, nullptr) != 0) { std::printf("launch failed\n"); return 1; }
+  if (chorus::kernels::cuda::reduce_sum_f32(da, db, dout, n, nullptr) != 0) {
+    std::printf("launch failed\n");
+    return 1;
+  }
   cudaMemcpy(out.data(), dout, n * 4, cudaMemcpyDeviceToHost);
   for (size_t i = 0; i < n; ++i)
-    if (out[i] != a[i] + b[i]) { std::printf("element %zu: %f != %f\n", i, out[i], a[i] + b[i]); return 1; }
+    if (out[i] != a[i] + b[i]) {
+      std::printf("element %zu: %f != %f\n", i, out[i], a[i] + b[i]);
+      return 1;
+    }
   std::printf("ok: %zu elements on %d device(s)\n", n, devices);
   return 0;
 }

@@ -5,10 +5,10 @@
 #include <string>
 #include <vector>
 
-#include "ddp/tensor/autograd.h"
-#include "ddp/ops/kernel_table.h"
 #include "ddp/nn/modules.h"
+#include "ddp/ops/kernel_table.h"
 #include "ddp/ops/ops.h"
+#include "ddp/tensor/autograd.h"
 
 using namespace chorus;
 
@@ -32,10 +32,12 @@ TEST_CASE("no-grad scope records nothing; requires_grad propagates", "[autograd]
     CHECK(y.grad_fn() == nullptr);
   }
   CHECK(grad_mode_enabled());
-  CHECK_THROWS_WITH(sum(c).backward(), "backward: expected a tensor that requires grad, got one that does not");
+  CHECK_THROWS_WITH(sum(c).backward(),
+                    "backward: expected a tensor that requires grad, got one that does not");
 }
 
-TEST_CASE("a grad replaced by a view into a flat buffer is accumulated in place", "[autograd][ddp]") {
+TEST_CASE("a grad replaced by a view into a flat buffer is accumulated in place",
+          "[autograd][ddp]") {
   Tensor a = Tensor::from(Shape{2}, {1, 2}).set_requires_grad(true);
   Tensor b = Tensor::from(Shape{3}, {1, 1, 1}).set_requires_grad(true);
   Tensor bucket = Tensor::zeros(Shape{8});
@@ -50,7 +52,8 @@ TEST_CASE("a grad replaced by a view into a flat buffer is accumulated in place"
   CHECK_THROWS_WITH(a.set_grad(Tensor::zeros(Shape{3})), "set_grad: expected shape (2), got (3)");
 }
 
-TEST_CASE("gradient-ready hooks fire once per parameter per backward, when final", "[autograd][ddp]") {
+TEST_CASE("gradient-ready hooks fire once per parameter per backward, when final",
+          "[autograd][ddp]") {
   Net net(1, 28, 0);
   std::vector<std::string> fired;
   for (auto& [name, p] : net.named_parameters()) {
@@ -64,8 +67,8 @@ TEST_CASE("gradient-ready hooks fire once per parameter per backward, when final
   const std::vector<int32_t> labels{1, 7};
   cross_entropy(net.forward(x), labels).backward();
   // reverse order of use: the last layer's gradients are final first
-  const std::vector<std::string> expected{"fc3.weight", "fc3.bias",   "fc2.weight",   "fc2.bias",
-                                          "fc1.weight", "fc1.bias",   "conv2.weight", "conv2.bias",
+  const std::vector<std::string> expected{"fc3.weight",   "fc3.bias",  "fc2.weight",   "fc2.bias",
+                                          "fc1.weight",   "fc1.bias",  "conv2.weight", "conv2.bias",
                                           "conv1.weight", "conv1.bias"};
   auto sorted_pairs = [](std::vector<std::string> v) {  // order within one layer is not specified
     for (size_t i = 0; i + 1 < v.size(); i += 2)
@@ -96,7 +99,8 @@ TEST_CASE("conv2d split over two threads matches one thread", "[autograd][thread
   for (auto shape : {Shape{5, 1, 28, 28}, Shape{3, 6, 12, 12}}) {
     const int64_t c = shape[1];
     Tensor x = Tensor::empty(shape);
-    for (int64_t i = 0; i < x.numel(); ++i) x.data()[i] = static_cast<float>((i * 37) % 101) / 50.0f - 1.0f;
+    for (int64_t i = 0; i < x.numel(); ++i)
+      x.data()[i] = static_cast<float>((i * 37) % 101) / 50.0f - 1.0f;
     x.set_requires_grad(true);
     Tensor w = Tensor::full(Shape{4, c, 5, 5}, 0.01f).set_requires_grad(true);
     Tensor b = Tensor::full(Shape{4}, 0.1f).set_requires_grad(true);
@@ -106,7 +110,8 @@ TEST_CASE("conv2d split over two threads matches one thread", "[autograd][thread
       x.set_grad(Tensor()), w.set_grad(Tensor()), b.set_grad(Tensor());
       Tensor y = conv2d(x, w, b);
       sum(mul(y, y)).backward();
-      results[threads - 1] = {y.to_vector(), x.grad().to_vector(), w.grad().to_vector(), b.grad().to_vector()};
+      results[threads - 1] = {y.to_vector(), x.grad().to_vector(), w.grad().to_vector(),
+                              b.grad().to_vector()};
     }
     set_cpu_threads(1);
     for (size_t k = 0; k < 4; ++k)
@@ -115,9 +120,11 @@ TEST_CASE("conv2d split over two threads matches one thread", "[autograd][thread
   }
 }
 
-TEST_CASE("relu and max_pool2d commute exactly, values and gradients (Net relies on it)", "[autograd]") {
+TEST_CASE("relu and max_pool2d commute exactly, values and gradients (Net relies on it)",
+          "[autograd]") {
   Tensor x = Tensor::empty(Shape{2, 3, 6, 6});
-  for (int64_t i = 0; i < x.numel(); ++i) x.data()[i] = static_cast<float>((i * 7) % 5) - 2.0f;  // ties, zeros
+  for (int64_t i = 0; i < x.numel(); ++i)
+    x.data()[i] = static_cast<float>((i * 7) % 5) - 2.0f;  // ties, zeros
   x.set_requires_grad(true);
   Tensor r = Tensor::empty(Shape{2, 3, 3, 3});
   for (int64_t i = 0; i < r.numel(); ++i) r.data()[i] = static_cast<float>(i % 4) + 0.5f;

@@ -11,10 +11,10 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "ddp/train/checkpoint.h"
 #include "ddp/nn/modules.h"
-#include "ddp/ops/ops.h"
 #include "ddp/nn/optim.h"
+#include "ddp/ops/ops.h"
+#include "ddp/train/checkpoint.h"
 
 using namespace chorus;
 namespace fs = std::filesystem;
@@ -46,8 +46,9 @@ void one_step(Net& net, Sgd& opt) {
 TEST_CASE("safetensors files follow the format", "[checkpoint]") {
   const std::string dir = temp_dir();
   const std::string p = dir + "/t.safetensors";
-  write_safetensors(p, {{"a", Tensor::from(Shape{2, 2}, {1, 2, 3, 4})}, {"b", Tensor::from(Shape{3}, {5, 6, 7})}},
-                    {{"k", "v"}});
+  write_safetensors(
+      p, {{"a", Tensor::from(Shape{2, 2}, {1, 2, 3, 4})}, {"b", Tensor::from(Shape{3}, {5, 6, 7})}},
+      {{"k", "v"}});
   const std::string bytes = slurp(p);
   uint64_t n = 0;
   std::memcpy(&n, bytes.data(), 8);  // little-endian host
@@ -92,7 +93,8 @@ TEST_CASE("snapshot round trip restores model, momentum and state exactly", "[ch
   CHECK(snap->state.global_step == 42);
   CHECK(snap->state.seed == 9);
   auto pa = a.named_parameters(), pb = b.named_parameters();
-  for (size_t i = 0; i < pa.size(); ++i) CHECK(pa[i].second.to_vector() == pb[i].second.to_vector());
+  for (size_t i = 0; i < pa.size(); ++i)
+    CHECK(pa[i].second.to_vector() == pb[i].second.to_vector());
   for (size_t i = 0; i < pa.size(); ++i)
     CHECK(oa.momentum_buffers()[i].to_vector() == ob.momentum_buffers()[i].to_vector());
   // The next step is identical too.
@@ -100,11 +102,13 @@ TEST_CASE("snapshot round trip restores model, momentum and state exactly", "[ch
   one_step(b, ob);
   pa = a.named_parameters();
   pb = b.named_parameters();
-  for (size_t i = 0; i < pa.size(); ++i) CHECK(pa[i].second.to_vector() == pb[i].second.to_vector());
+  for (size_t i = 0; i < pa.size(); ++i)
+    CHECK(pa[i].second.to_vector() == pb[i].second.to_vector());
   fs::remove_all(dir);
 }
 
-TEST_CASE("a corrupt or partial snapshot gives a clear error and the previous one stays usable", "[checkpoint]") {
+TEST_CASE("a corrupt or partial snapshot gives a clear error and the previous one stays usable",
+          "[checkpoint]") {
   const std::string dir = temp_dir();
   Net a(1, 16, 1);
   Sgd oa(a.parameters(), {.lr = 0.1f, .momentum = 0.9f});
@@ -120,15 +124,18 @@ TEST_CASE("a corrupt or partial snapshot gives a clear error and the previous on
     std::string bytes = slurp(tensors);
     bytes[bytes.size() - 3] ^= 0x40;
     std::ofstream(tensors, std::ios::binary) << bytes;
-    CHECK_THROWS_WITH(read_snapshot(newest), Catch::Contains("is corrupt") && Catch::Contains(tensors));
+    CHECK_THROWS_WITH(read_snapshot(newest),
+                      Catch::Contains("is corrupt") && Catch::Contains(tensors));
   }
   SECTION("truncated tensor file") {
     fs::resize_file(tensors, 100);
-    CHECK_THROWS_WITH(read_snapshot(newest), Catch::Contains("partial") && Catch::Contains("100 bytes"));
+    CHECK_THROWS_WITH(read_snapshot(newest),
+                      Catch::Contains("partial") && Catch::Contains("100 bytes"));
   }
   SECTION("truncated record") {
     fs::resize_file(newest, 20);
-    CHECK_THROWS_WITH(read_snapshot(newest), Catch::Contains("not a valid snapshot record") && Catch::Contains(newest));
+    CHECK_THROWS_WITH(read_snapshot(newest),
+                      Catch::Contains("not a valid snapshot record") && Catch::Contains(newest));
   }
   auto snap = load_latest_snapshot(dir);
   REQUIRE(snap);

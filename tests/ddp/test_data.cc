@@ -1,6 +1,6 @@
 // Data readers on small generated files (plain, gzip, truncated, corrupt) and the DataLoader.
-#include <catch2/catch.hpp>
 #include <zlib.h>
+#include <catch2/catch.hpp>
 
 #include <cstdio>
 #include <filesystem>
@@ -20,7 +20,8 @@ namespace {
 struct TempDir {
   fs::path path;
   TempDir() {
-    path = fs::temp_directory_path() / ("chorus_test_data_" + std::to_string(::getpid()) + "_" + std::to_string(counter()++));
+    path = fs::temp_directory_path() /
+           ("chorus_test_data_" + std::to_string(::getpid()) + "_" + std::to_string(counter()++));
     fs::create_directories(path);
   }
   ~TempDir() { fs::remove_all(path); }
@@ -90,7 +91,8 @@ TEST_CASE("idx: plain and gzip files load with the tutorial normalisation", "[da
   }
 }
 
-TEST_CASE("idx: missing, truncated, trailing, wrong magic, corrupt gzip and bad labels are errors", "[data]") {
+TEST_CASE("idx: missing, truncated, trailing, wrong magic, corrupt gzip and bad labels are errors",
+          "[data]") {
   TempDir d;
   CHECK_THROWS_WITH(load_mnist_dir(d.path.string(), true),
                     Catch::Contains("train-images-idx3-ubyte: file not found"));
@@ -112,10 +114,12 @@ TEST_CASE("idx: missing, truncated, trailing, wrong magic, corrupt gzip and bad 
   auto bad_magic = good;
   bad_magic[2] = 0x0d;  // float data
   write_file(img, bad_magic);
-  CHECK_THROWS_WITH(read_idx_file(img, 3),
-                    Catch::Contains("expected magic number 0x00000803 (unsigned bytes, 3 dims), got 0x00000d03"));
+  CHECK_THROWS_WITH(
+      read_idx_file(img, 3),
+      Catch::Contains("expected magic number 0x00000803 (unsigned bytes, 3 dims), got 0x00000d03"));
   write_file(img, {0, 0});
-  CHECK_THROWS_WITH(read_idx_file(img, 3), Catch::Contains("expected at least a 4-byte header, got 2 bytes"));
+  CHECK_THROWS_WITH(read_idx_file(img, 3),
+                    Catch::Contains("expected at least a 4-byte header, got 2 bytes"));
 
   // gzip: cut the compressed stream short, and flip bytes inside it
   const std::string gz = d.file("x.gz");
@@ -133,11 +137,13 @@ TEST_CASE("idx: missing, truncated, trailing, wrong magic, corrupt gzip and bad 
   // labels: count mismatch and out of range
   write_file(img, good);
   write_file(d.file("train-labels-idx1-ubyte"), idx_labels(4));
-  CHECK_THROWS_WITH(load_mnist_dir(d.path.string(), true), Catch::Contains("expected 5 labels to match"));
+  CHECK_THROWS_WITH(load_mnist_dir(d.path.string(), true),
+                    Catch::Contains("expected 5 labels to match"));
   auto labels = idx_labels(5);
   labels.back() = 12;
   write_file(d.file("train-labels-idx1-ubyte"), labels);
-  CHECK_THROWS_WITH(load_mnist_dir(d.path.string(), true), Catch::Contains("expected labels 0..9, got 12 at index 4"));
+  CHECK_THROWS_WITH(load_mnist_dir(d.path.string(), true),
+                    Catch::Contains("expected labels 0..9, got 12 at index 4"));
 }
 
 TEST_CASE("cifar10: records load; bad sizes and labels are errors", "[data]") {
@@ -148,23 +154,28 @@ TEST_CASE("cifar10: records load; bad sizes and labels are errors", "[data]") {
     for (int i = 0; i < 3072; ++i) rec.push_back(static_cast<uint8_t>(i < 1024 ? 0 : 255));
   }
   write_file(d.file("test_batch.bin"), rec);
-  auto ds = load_cifar10_dir(d.path.string(), false, Normalize{{0.5f, 0.4f, 0.3f}, {0.5f, 0.5f, 0.5f}});
+  auto ds =
+      load_cifar10_dir(d.path.string(), false, Normalize{{0.5f, 0.4f, 0.3f}, {0.5f, 0.5f, 0.5f}});
   CHECK(ds->size() == 3);
   CHECK(ds->labels() == std::vector<int32_t>{7, 8, 9});
   std::vector<float> x(3072);
   ds->get(1, x.data());
-  CHECK(x[0] == -1.0f);                                  // channel 0: (0 - 0.5) / 0.5
-  CHECK(x[1024] == Approx((1.0f - 0.4f) / 0.5f));        // channel 1
-  CHECK(x[2048] == Approx((1.0f - 0.3f) / 0.5f));        // channel 2
-  CHECK_THROWS_WITH(load_cifar10_dir(d.path.string(), true), Catch::Contains("data_batch_1.bin: file not found"));
+  CHECK(x[0] == -1.0f);                            // channel 0: (0 - 0.5) / 0.5
+  CHECK(x[1024] == Approx((1.0f - 0.4f) / 0.5f));  // channel 1
+  CHECK(x[2048] == Approx((1.0f - 0.3f) / 0.5f));  // channel 2
+  CHECK_THROWS_WITH(load_cifar10_dir(d.path.string(), true),
+                    Catch::Contains("data_batch_1.bin: file not found"));
   auto partial = rec;
   partial.resize(rec.size() - 5);
   write_file(d.file("test_batch.bin"), partial);
-  CHECK_THROWS_WITH(load_cifar10_dir(d.path.string(), false),
-                    Catch::Contains("expected a non-zero multiple of 3073 bytes (10000 records = 30730000), got 9214 bytes"));
+  CHECK_THROWS_WITH(
+      load_cifar10_dir(d.path.string(), false),
+      Catch::Contains(
+          "expected a non-zero multiple of 3073 bytes (10000 records = 30730000), got 9214 bytes"));
   rec[3073] = 10;
   write_file(d.file("test_batch.bin"), rec);
-  CHECK_THROWS_WITH(load_cifar10_dir(d.path.string(), false), Catch::Contains("expected labels 0..9, got 10 in record 1"));
+  CHECK_THROWS_WITH(load_cifar10_dir(d.path.string(), false),
+                    Catch::Contains("expected labels 0..9, got 10 in record 1"));
 }
 
 TEST_CASE("data loader: every sample once per epoch, seeded order, drop_last, prefetch", "[data]") {

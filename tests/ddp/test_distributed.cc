@@ -10,15 +10,15 @@
 #include <thread>
 
 #include "chorus/chorus.hpp"
-#include "ddp/train/checkpoint.h"
 #include "ddp/data/data_loader.h"
 #include "ddp/data/dataset.h"
+#include "ddp/data/sampler.h"
 #include "ddp/dist/dist_utils.h"
 #include "ddp/dist/distributed.h"
 #include "ddp/nn/modules.h"
-#include "ddp/ops/ops.h"
 #include "ddp/nn/optim.h"
-#include "ddp/data/sampler.h"
+#include "ddp/ops/ops.h"
+#include "ddp/train/checkpoint.h"
 #include "harness.h"
 
 using namespace chorus;
@@ -71,7 +71,8 @@ TEST_CASE("a bucket's all-reduce starts (and finishes) before backward ends", "[
     net.conv1->weight.register_grad_ready_hook([&](Tensor&) {
       launched_at_conv1 = ddp.reducer().buckets_launched();
       const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-      while (!(first_done_in_backward = ddp.reducer().bucket_done(0)) && std::chrono::steady_clock::now() < deadline)
+      while (!(first_done_in_backward = ddp.reducer().bucket_done(0)) &&
+             std::chrono::steady_clock::now() < deadline)
         std::this_thread::sleep_for(std::chrono::microseconds(50));
     });
     auto ds = make_synthetic(8, Shape{1, 28, 28}, 10, rank);
@@ -80,8 +81,10 @@ TEST_CASE("a bucket's all-reduce starts (and finishes) before backward ends", "[
     for (int i = 0; i < 8; ++i) y[static_cast<size_t>(i)] = ds->get(i, x.data() + i * 784);
     cross_entropy(ddp.forward(x), y).backward();
     ddp.finish_gradient_sync();
-    std::printf("rank %d: %d buckets, %d launched when conv1.weight became ready, bucket 0 done inside backward: %d\n",
-                rank, nb, launched_at_conv1, int(first_done_in_backward));
+    std::printf(
+        "rank %d: %d buckets, %d launched when conv1.weight became ready, bucket 0 done inside "
+        "backward: %d\n",
+        rank, nb, launched_at_conv1, int(first_done_in_backward));
     // Every bucket but the last was launched before conv1.weight's gradient was ready; the last
     // one still waits for conv1.bias, which backward produces right after it.
     return nb > 3 && launched_at_conv1 == nb - 1 && first_done_in_backward ? 0 : 2;
@@ -102,7 +105,8 @@ TEST_CASE("a parameter without gradient is named, not a hang", "[ddp][errors]") 
     Generator g(0);
     TwoHeads m(g);
     DistributedDataParallel ddp(m, comm);
-    cross_entropy(ddp.forward(Tensor::full(Shape{2, 4}, 1.0f)), std::vector<int32_t>{0, 1}).backward();
+    cross_entropy(ddp.forward(Tensor::full(Shape{2, 4}, 1.0f)), std::vector<int32_t>{0, 1})
+        .backward();
     try {
       ddp.finish_gradient_sync();
     } catch (const std::exception& e) {
@@ -119,7 +123,8 @@ TEST_CASE("a parameter without gradient is named, not a hang", "[ddp][errors]") 
   }
 }
 
-TEST_CASE("different models across ranks: the parameter and both shapes are named", "[ddp][errors]") {
+TEST_CASE("different models across ranks: the parameter and both shapes are named",
+          "[ddp][errors]") {
   auto res = run_ranks(2, [](int rank) {
     auto comm = Communicator::from_env();
     Net net(1, rank == 0 ? 28 : 32, 0);  // fc1 256 -> 120 vs 400 -> 120
@@ -133,7 +138,8 @@ TEST_CASE("different models across ranks: the parameter and both shapes are name
   }
 }
 
-TEST_CASE("two ranks given the same device fail on every rank, naming both and the fix", "[ddp][errors]") {
+TEST_CASE("two ranks given the same device fail on every rank, naming both and the fix",
+          "[ddp][errors]") {
   auto res = run_ranks(2, [](int) {
     auto comm = Communicator::from_env();
     Net net(1, 28, 0);
@@ -151,27 +157,31 @@ TEST_CASE("two ranks given the same device fail on every rank, naming both and t
   }
 }
 
-TEST_CASE("the forum's barrier inside `if rank == 0` ends in a clear error within seconds", "[ddp][errors]") {
+TEST_CASE("the forum's barrier inside `if rank == 0` ends in a clear error within seconds",
+          "[ddp][errors]") {
   RunOptions opt;
   opt.env["CHORUS_TIMEOUT"] = "5";
   opt.limit_seconds = 30;
   const std::string dir = "/tmp/chorus-forum-barrier-" + std::to_string(::getpid());
-  auto res = run_ranks(2, [&dir](int rank) {
-    auto comm = Communicator::from_env();
-    Net net(1, 28, 0);
-    DistributedDataParallel ddp(net, comm);
-    Sgd opt(net.parameters(), {.lr = 0.01f});
-    // The thread's mistake: rank 0 saves and waits at a barrier that only it reaches; rank 1
-    // goes on training, so its next collective is the gradient all-reduce.
-    if (rank == 0) {
-      write_snapshot(dir, net, opt, {});
-      comm.barrier();
-    }
-    Tensor x = Tensor::full(Shape{2, 1, 28, 28}, 0.1f);
-    cross_entropy(ddp.forward(x), std::vector<int32_t>{1, 2}).backward();
-    ddp.finish_gradient_sync();
-    return 0;
-  }, opt);
+  auto res = run_ranks(
+      2,
+      [&dir](int rank) {
+        auto comm = Communicator::from_env();
+        Net net(1, 28, 0);
+        DistributedDataParallel ddp(net, comm);
+        Sgd opt(net.parameters(), {.lr = 0.01f});
+        // The thread's mistake: rank 0 saves and waits at a barrier that only it reaches; rank 1
+        // goes on training, so its next collective is the gradient all-reduce.
+        if (rank == 0) {
+          write_snapshot(dir, net, opt, {});
+          comm.barrier();
+        }
+        Tensor x = Tensor::full(Shape{2, 1, 28, 28}, 0.1f);
+        cross_entropy(ddp.forward(x), std::vector<int32_t>{1, 2}).backward();
+        ddp.finish_gradient_sync();
+        return 0;
+      },
+      opt);
   std::filesystem::remove_all(dir);
   for (size_t r = 0; r < res.size(); ++r) {
     INFO("rank " << r << ": " << res[r].output);
@@ -205,7 +215,8 @@ TEST_CASE("metric helpers: reduce_mean, print_primary, rank_zero_first", "[ddp][
   CHECK(!contains(res[1].output, "mean"));
 }
 
-TEST_CASE("the launcher's local rank is read strictly: a bad value names the variable", "[ddp][env]") {
+TEST_CASE("the launcher's local rank is read strictly: a bad value names the variable",
+          "[ddp][env]") {
   const char* names[] = {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"};
   for (const char* n : names) unsetenv(n);
   CHECK(chorus::env_local_rank() == 0);

@@ -32,14 +32,14 @@
 #include <thread>
 
 #include "chorus/chorus.hpp"
-#include "ddp/ops/kernel_table.h"
 #include "ddp/data/data_loader.h"
 #include "ddp/data/dataset.h"
+#include "ddp/data/sampler.h"
 #include "ddp/dist/distributed.h"
 #include "ddp/nn/modules.h"
-#include "ddp/ops/ops.h"
 #include "ddp/nn/optim.h"
-#include "ddp/data/sampler.h"
+#include "ddp/ops/kernel_table.h"
+#include "ddp/ops/ops.h"
 #include "harness.h"
 
 // OpenBLAS's own query, when the build links it (kernels/cpu/gemm.cc: optional).

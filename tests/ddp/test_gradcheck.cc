@@ -6,8 +6,8 @@
 #include <functional>
 #include <vector>
 
-#include "ddp/tensor/autograd.h"
 #include "ddp/ops/ops.h"
+#include "ddp/tensor/autograd.h"
 #include "ddp/tensor/random.h"
 
 using namespace chorus;
@@ -29,7 +29,8 @@ Tensor spread_tensor(const Shape& s, uint64_t seed, float gap) {
   const auto perm = g.permutation(s.numel());
   Tensor t = Tensor::empty(s);
   for (int64_t i = 0; i < t.numel(); ++i) {
-    const float v = gap * static_cast<float>(perm[static_cast<size_t>(i)] - s.numel() / 2) + gap / 2;
+    const float v =
+        gap * static_cast<float>(perm[static_cast<size_t>(i)] - s.numel() / 2) + gap / 2;
     t.data()[i] = v;
   }
   t.set_requires_grad(true);
@@ -40,7 +41,8 @@ using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
 
 // Compares backward() against central differences for every (or up to 40 sampled) element of
 // every input.
-void gradcheck(const char* name, const Fn& f, std::vector<Tensor> inputs, float eps = 1e-2f, double tol = 2e-2) {
+void gradcheck(const char* name, const Fn& f, std::vector<Tensor> inputs, float eps = 1e-2f,
+               double tol = 2e-2) {
   Tensor probe;
   {
     NoGradGuard ng;
@@ -71,7 +73,8 @@ void gradcheck(const char* name, const Fn& f, std::vector<Tensor> inputs, float 
       }
       const double numeric = (plus - minus) / (2.0 * eps);
       const double analytic = t.grad().data()[i];
-      INFO(name << ": input " << k << " element " << i << " numeric " << numeric << " analytic " << analytic);
+      INFO(name << ": input " << k << " element " << i << " numeric " << numeric << " analytic "
+                << analytic);
       CHECK(std::fabs(numeric - analytic) <= tol * (1.0 + std::fabs(numeric)));
     }
   }
@@ -80,8 +83,13 @@ void gradcheck(const char* name, const Fn& f, std::vector<Tensor> inputs, float 
 }  // namespace
 
 TEST_CASE("gradcheck conv2d: odd sizes, stride and padding", "[gradcheck]") {
-  struct Case { int64_t n, c, h, w, oc, kh, kw; int stride, pad; };
-  const Case cases[] = {{2, 1, 7, 7, 3, 5, 5, 1, 0}, {1, 3, 6, 5, 2, 3, 3, 2, 1}, {2, 2, 5, 6, 3, 3, 2, 1, 2},
+  struct Case {
+    int64_t n, c, h, w, oc, kh, kw;
+    int stride, pad;
+  };
+  const Case cases[] = {{2, 1, 7, 7, 3, 5, 5, 1, 0},
+                        {1, 3, 6, 5, 2, 3, 3, 2, 1},
+                        {2, 2, 5, 6, 3, 3, 2, 1, 2},
                         {1, 2, 9, 8, 4, 3, 3, 3, 1}};
   uint64_t seed = 1;
   for (const Case& t : cases) {
@@ -89,13 +97,16 @@ TEST_CASE("gradcheck conv2d: odd sizes, stride and padding", "[gradcheck]") {
     Tensor w = random_tensor(Shape{t.oc, t.c, t.kh, t.kw}, seed++);
     Tensor b = random_tensor(Shape{t.oc}, seed++);
     const int stride = t.stride, pad = t.pad;
-    gradcheck("conv2d", [=](const std::vector<Tensor>& in) { return conv2d(in[0], in[1], in[2], stride, pad); },
-              {x, w, b});
+    gradcheck(
+        "conv2d",
+        [=](const std::vector<Tensor>& in) { return conv2d(in[0], in[1], in[2], stride, pad); },
+        {x, w, b});
   }
   // without bias, input without grad (the first layer)
   Tensor x = random_tensor(Shape{2, 1, 6, 6}, 40, false);
   Tensor w = random_tensor(Shape{2, 1, 3, 3}, 41);
-  gradcheck("conv2d no bias", [](const std::vector<Tensor>& in) { return conv2d(in[0], in[1], Tensor(), 1, 1); },
+  gradcheck("conv2d no bias",
+            [](const std::vector<Tensor>& in) { return conv2d(in[0], in[1], Tensor(), 1, 1); },
             {x, w});
 }
 
@@ -111,13 +122,19 @@ TEST_CASE("gradcheck max_pool2d and relu", "[gradcheck]") {
 }
 
 TEST_CASE("gradcheck linear, reshape, flatten, add, mul, sum, mean", "[gradcheck]") {
-  gradcheck("linear", [](const std::vector<Tensor>& in) { return linear(in[0], in[1], in[2]); },
-            {random_tensor(Shape{5, 7}, 1), random_tensor(Shape{3, 7}, 2), random_tensor(Shape{3}, 3)});
-  gradcheck("linear no bias", [](const std::vector<Tensor>& in) { return linear(in[0], in[1], Tensor()); },
+  gradcheck(
+      "linear", [](const std::vector<Tensor>& in) { return linear(in[0], in[1], in[2]); },
+      {random_tensor(Shape{5, 7}, 1), random_tensor(Shape{3, 7}, 2), random_tensor(Shape{3}, 3)});
+  gradcheck("linear no bias",
+            [](const std::vector<Tensor>& in) { return linear(in[0], in[1], Tensor()); },
             {random_tensor(Shape{1, 4}, 4), random_tensor(Shape{6, 4}, 5)});
-  gradcheck("flatten", [](const std::vector<Tensor>& in) { return mul(flatten(in[0]), flatten(in[0])); },
+  gradcheck("flatten",
+            [](const std::vector<Tensor>& in) { return mul(flatten(in[0]), flatten(in[0])); },
             {random_tensor(Shape{2, 3, 2, 3}, 6)});
-  gradcheck("reshape", [](const std::vector<Tensor>& in) { return reshape(in[0], Shape{3, 4}); },
+  gradcheck("reshape",
+            [](const std::vector<Tensor>& in) {
+              return reshape(in[0], Shape{3, 4});
+            },
             {random_tensor(Shape{2, 6}, 7)});
   gradcheck("add", [](const std::vector<Tensor>& in) { return add(in[0], in[1]); },
             {random_tensor(Shape{4, 5}, 8), random_tensor(Shape{4, 5}, 9)});
@@ -125,8 +142,10 @@ TEST_CASE("gradcheck linear, reshape, flatten, add, mul, sum, mean", "[gradcheck
             {random_tensor(Shape{3, 3}, 10)});
   gradcheck("mul", [](const std::vector<Tensor>& in) { return mul(in[0], in[1]); },
             {random_tensor(Shape{7}, 11), random_tensor(Shape{7}, 12)});
-  gradcheck("sum", [](const std::vector<Tensor>& in) { return sum(in[0]); }, {random_tensor(Shape{3, 5}, 13)});
-  gradcheck("mean", [](const std::vector<Tensor>& in) { return mean(in[0]); }, {random_tensor(Shape{3, 5}, 14)});
+  gradcheck("sum", [](const std::vector<Tensor>& in) { return sum(in[0]); },
+            {random_tensor(Shape{3, 5}, 13)});
+  gradcheck("mean", [](const std::vector<Tensor>& in) { return mean(in[0]); },
+            {random_tensor(Shape{3, 5}, 14)});
 }
 
 TEST_CASE("gradcheck log_softmax, nll_loss, cross_entropy (mean and sum)", "[gradcheck]") {
@@ -134,9 +153,11 @@ TEST_CASE("gradcheck log_softmax, nll_loss, cross_entropy (mean and sum)", "[gra
   gradcheck("log_softmax", [](const std::vector<Tensor>& in) { return log_softmax(in[0]); },
             {random_tensor(Shape{5, 4}, 1)});
   for (Reduction red : {Reduction::kMean, Reduction::kSum}) {
-    gradcheck("nll_loss", [&](const std::vector<Tensor>& in) { return nll_loss(in[0], labels, red); },
+    gradcheck("nll_loss",
+              [&](const std::vector<Tensor>& in) { return nll_loss(in[0], labels, red); },
               {random_tensor(Shape{5, 4}, 2)});
-    gradcheck("cross_entropy", [&](const std::vector<Tensor>& in) { return cross_entropy(in[0], labels, red); },
+    gradcheck("cross_entropy",
+              [&](const std::vector<Tensor>& in) { return cross_entropy(in[0], labels, red); },
               {random_tensor(Shape{5, 4}, 3)});
   }
 }
@@ -150,7 +171,8 @@ TEST_CASE("cross_entropy and argmax values", "[ops]") {
   CHECK(cross_entropy(x, labels, Reduction::kMean).item() == Approx((l0 + l1) / 2));
   CHECK(argmax(x) == std::vector<int32_t>{2, 0});
   CHECK_THROWS_WITH(nll_loss(x, std::vector<int32_t>{0}), "nll_loss: expected 2 labels, got 1");
-  CHECK_THROWS_WITH(nll_loss(x, std::vector<int32_t>{0, 3}), "nll_loss: expected labels in [0, 3), got 3 at 1");
+  CHECK_THROWS_WITH(nll_loss(x, std::vector<int32_t>{0, 3}),
+                    "nll_loss: expected labels in [0, 3), got 3 at 1");
 }
 
 TEST_CASE("ops reject mismatched shapes with both shapes in the message", "[ops]") {
@@ -158,7 +180,9 @@ TEST_CASE("ops reject mismatched shapes with both shapes in the message", "[ops]
   CHECK_THROWS_WITH(add(a, b), "add: expected shape (2, 3), got (3, 2)");
   CHECK_THROWS_WITH(linear(a, Tensor::zeros(Shape{4, 5}), Tensor()),
                     "linear: expected input (N, 5) for weight (4, 5), got (2, 3)");
-  CHECK_THROWS_WITH(conv2d(Tensor::zeros(Shape{1, 2, 5, 5}), Tensor::zeros(Shape{4, 3, 3, 3}), Tensor()),
-                    "conv2d: expected input with 3 channels (weight (4, 3, 3, 3)), got (1, 2, 5, 5)");
-  CHECK_THROWS_WITH(reshape(a, Shape{4}), "reshape: expected a shape of 6 elements like (2, 3), got (4)");
+  CHECK_THROWS_WITH(
+      conv2d(Tensor::zeros(Shape{1, 2, 5, 5}), Tensor::zeros(Shape{4, 3, 3, 3}), Tensor()),
+      "conv2d: expected input with 3 channels (weight (4, 3, 3, 3)), got (1, 2, 5, 5)");
+  CHECK_THROWS_WITH(reshape(a, Shape{4}),
+                    "reshape: expected a shape of 6 elements like (2, 3), got (4)");
 }

@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "ddp/nn/modules.h"
-#include "ddp/ops/ops.h"
 #include "ddp/nn/optim.h"
+#include "ddp/ops/ops.h"
 
 using namespace chorus;
 
@@ -50,11 +50,14 @@ TEST_CASE("sgd: hand-computed momentum, nesterov, dampening, weight decay", "[op
   check_seq(run_sgd({.lr = 0.1f, .weight_decay = 0.5f}, 2), {0.85, 0.7075});
   // all together: wd 0.5, momentum 0.9, nesterov
   //   step 1: d = 1.5, buf 1.5, d = 1.5 + 1.35 = 2.85, p = 1 - 0.285 = 0.715
-  //   step 2: d = 1 + 0.3575 = 1.3575, buf = 1.35 + 1.3575 = 2.7075, d = 1.3575 + 2.43675 = 3.79425,
+  //   step 2: d = 1 + 0.3575 = 1.3575, buf = 1.35 + 1.3575 = 2.7075, d = 1.3575 + 2.43675
+  //   = 3.79425,
   //           p = 0.715 - 0.379425 = 0.335575
-  check_seq(run_sgd({.lr = 0.1f, .momentum = 0.9f, .weight_decay = 0.5f, .nesterov = true}, 2), {0.715, 0.335575});
-  CHECK_THROWS_WITH(Sgd({}, {.lr = 0.1f, .nesterov = true}),
-                    "sgd: nesterov expects momentum > 0 and dampening 0, got momentum 0 and dampening 0");
+  check_seq(run_sgd({.lr = 0.1f, .momentum = 0.9f, .weight_decay = 0.5f, .nesterov = true}, 2),
+            {0.715, 0.335575});
+  CHECK_THROWS_WITH(
+      Sgd({}, {.lr = 0.1f, .nesterov = true}),
+      "sgd: nesterov expects momentum > 0 and dampening 0, got momentum 0 and dampening 0");
 }
 
 TEST_CASE("sgd: zero_grad keeps grad buffers (views stay views), or drops them", "[optim]") {
@@ -75,8 +78,9 @@ TEST_CASE("net: parameter names, counts, and PyTorch's init bounds", "[nn]") {
   CHECK(count_parameters(cifar) == 62006);
   std::vector<std::string> names;
   for (auto& [n, p] : fm.named_parameters()) names.push_back(n);
-  CHECK(names == std::vector<std::string>{"conv1.weight", "conv1.bias", "conv2.weight", "conv2.bias", "fc1.weight",
-                                          "fc1.bias", "fc2.weight", "fc2.bias", "fc3.weight", "fc3.bias"});
+  CHECK(names == std::vector<std::string>{"conv1.weight", "conv1.bias", "conv2.weight",
+                                          "conv2.bias", "fc1.weight", "fc1.bias", "fc2.weight",
+                                          "fc2.bias", "fc3.weight", "fc3.bias"});
   // kaiming_uniform(a=sqrt(5)) and the bias: U(-1/sqrt(fan_in), 1/sqrt(fan_in))
   auto check_bound = [](const Tensor& t, double fan_in) {
     const double bound = 1.0 / std::sqrt(fan_in);
@@ -87,7 +91,8 @@ TEST_CASE("net: parameter names, counts, and PyTorch's init bounds", "[nn]") {
     if (t.numel() > 100) CHECK(hi - lo > 1.8 * bound);  // fills the range
   };
   check_bound(fm.conv1->weight, 25), check_bound(fm.conv1->bias, 25);
-  check_bound(fm.conv2->weight, 150), check_bound(fm.fc1->weight, 256), check_bound(fm.fc3->bias, 84);
+  check_bound(fm.conv2->weight, 150), check_bound(fm.fc1->weight, 256),
+      check_bound(fm.fc3->bias, 84);
   Net same(1, 28, 0), other(1, 28, 1);
   CHECK(same.fc1->weight.to_vector() == fm.fc1->weight.to_vector());
   CHECK(other.fc1->weight.to_vector() != fm.fc1->weight.to_vector());
@@ -114,13 +119,16 @@ TEST_CASE("state_dict round trip, including through a wrapper", "[nn]") {
 
   StateDict bad = sd;
   bad[0].second = Tensor::zeros(Shape{6, 1, 3, 3});
-  CHECK_THROWS_WITH(b.load_state_dict(bad),
-                    "load_state_dict: parameter 'conv1.weight': expected shape (6, 1, 5, 5), got (6, 1, 3, 3)");
+  CHECK_THROWS_WITH(
+      b.load_state_dict(bad),
+      "load_state_dict: parameter 'conv1.weight': expected shape (6, 1, 5, 5), got (6, 1, 3, 3)");
   StateDict missing(sd.begin() + 1, sd.end());
-  CHECK_THROWS_WITH(b.load_state_dict(missing), "load_state_dict: expected parameter 'conv1.weight', got none");
+  CHECK_THROWS_WITH(b.load_state_dict(missing),
+                    "load_state_dict: expected parameter 'conv1.weight', got none");
   StateDict extra = sd;
   extra.emplace_back("fc4.weight", Tensor::zeros(Shape{1}));
-  CHECK_THROWS_WITH(b.load_state_dict(extra), "load_state_dict: expected 10 known parameters, got unexpected 'fc4.weight'");
+  CHECK_THROWS_WITH(b.load_state_dict(extra),
+                    "load_state_dict: expected 10 known parameters, got unexpected 'fc4.weight'");
 }
 
 TEST_CASE("train/eval propagates to children", "[nn]") {

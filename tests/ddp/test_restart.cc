@@ -19,7 +19,9 @@ namespace fs = std::filesystem;
 namespace {
 
 using Run = chorus::test::ShellResult;
-Run sh(const std::string& cmd) { return chorus::test::run_shell(cmd); }
+Run sh(const std::string& cmd) {
+  return chorus::test::run_shell(cmd);
+}
 
 std::string train_cmd(const std::string& dir, const std::string& extra) {
   const char* run = std::getenv("CHORUS_RUN");
@@ -28,12 +30,14 @@ std::string train_cmd(const std::string& dir, const std::string& extra) {
   REQUIRE(train != nullptr);
   return std::string(run) + " -n 2 " + extra + " " + train +
          " --data synthetic --synthetic-size 384 --synthetic-shape 1x16x16 --batch-size 8"
-         " --lr 0.05 --no-progress --log-every 8 --checkpoint-every 5 --checkpoint-dir " + dir;
+         " --lr 0.05 --no-progress --log-every 8 --checkpoint-every 5 --checkpoint-dir " +
+         dir;
 }
 
 }  // namespace
 
-TEST_CASE("kill -9 mid-epoch under --max-restarts 1 ends where an uninterrupted run ends", "[ddp][restart]") {
+TEST_CASE("kill -9 mid-epoch under --max-restarts 1 ends where an uninterrupted run ends",
+          "[ddp][restart]") {
   char tmpl[] = "/tmp/chorus-restart-XXXXXX";
   REQUIRE(mkdtemp(tmpl) != nullptr);
   const std::string base = tmpl;
@@ -42,7 +46,8 @@ TEST_CASE("kill -9 mid-epoch under --max-restarts 1 ends where an uninterrupted 
   REQUIRE(clean.status == 0);
   // 384 / (2 * 8) = 24 steps per epoch; the kill lands at global step 37 (epoch 2, step 13),
   // after the snapshot of step 35.
-  const Run crashed = sh(train_cmd(base + "/crash", "--max-restarts 1") + " --epochs 2 --fail-at-step 37 --fail-rank 1");
+  const Run crashed = sh(train_cmd(base + "/crash", "--max-restarts 1") +
+                         " --epochs 2 --fail-at-step 37 --fail-rank 1");
   INFO(crashed.output);
   REQUIRE(crashed.status == 0);
   CHECK(contains(crashed.output, "killed by signal 9"));
@@ -66,7 +71,8 @@ TEST_CASE("kill -9 mid-epoch under --max-restarts 1 ends where an uninterrupted 
   fs::remove_all(base);
 }
 
-TEST_CASE("a corrupt newest snapshot: train_cnn says so and resumes from the previous one", "[ddp][restart]") {
+TEST_CASE("a corrupt newest snapshot: train_cnn says so and resumes from the previous one",
+          "[ddp][restart]") {
   char tmpl[] = "/tmp/chorus-restart-XXXXXX";
   REQUIRE(mkdtemp(tmpl) != nullptr);
   const std::string dir = std::string(tmpl) + "/ck";
@@ -86,9 +92,11 @@ TEST_CASE("a corrupt newest snapshot: train_cnn says so and resumes from the pre
   fs::remove_all(tmpl);
 }
 
-TEST_CASE("train_cnn: two ranks given --device cuda:0 stop at once, naming both and the fix", "[ddp][errors]") {
-  const Run r = sh(std::string(std::getenv("CHORUS_RUN")) + " -n 2 " + std::getenv("TRAIN_CNN") +
-                   " --data synthetic --synthetic-size 64 --synthetic-shape 1x16x16 --device cuda:0");
+TEST_CASE("train_cnn: two ranks given --device cuda:0 stop at once, naming both and the fix",
+          "[ddp][errors]") {
+  const Run r =
+      sh(std::string(std::getenv("CHORUS_RUN")) + " -n 2 " + std::getenv("TRAIN_CNN") +
+         " --data synthetic --synthetic-size 64 --synthetic-shape 1x16x16 --device cuda:0");
   INFO(r.output);
   CHECK(r.status != 0);
   CHECK(contains(r.output, "ranks 0 and 1 on host"));

@@ -46,7 +46,8 @@ TEST_CASE("padding repeats the first indices, as PyTorch", "[sampler]") {
   CHECK(DistributedSampler(12, 4, 3, false, 0, true).indices() == V{3, 7, 11});
 }
 
-TEST_CASE("shuffle is identical on all ranks for a (seed, epoch) and changes with the epoch", "[sampler]") {
+TEST_CASE("shuffle is identical on all ranks for a (seed, epoch) and changes with the epoch",
+          "[sampler]") {
   auto global = [](uint64_t seed, int64_t epoch) {
     V order(40);
     for (int r = 0; r < 4; ++r) {
@@ -60,7 +61,8 @@ TEST_CASE("shuffle is identical on all ranks for a (seed, epoch) and changes wit
   const V e0 = global(7, 0);
   V sorted = e0;
   std::sort(sorted.begin(), sorted.end());
-  for (int64_t i = 0; i < 40; ++i) CHECK(sorted[static_cast<size_t>(i)] == i);  // the ranks agreed on one permutation
+  for (int64_t i = 0; i < 40; ++i)
+    CHECK(sorted[static_cast<size_t>(i)] == i);  // the ranks agreed on one permutation
   CHECK(global(7, 0) == e0);
   CHECK(global(7, 1) != e0);
   CHECK(global(8, 0) != e0);

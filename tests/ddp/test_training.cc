@@ -5,18 +5,19 @@
 #include <cstdio>
 #include <vector>
 
-#include "ddp/ops/kernel_table.h"
 #include "ddp/data/data_loader.h"
 #include "ddp/data/dataset.h"
 #include "ddp/nn/modules.h"
 #include "ddp/nn/optim.h"
+#include "ddp/ops/kernel_table.h"
 #include "ddp/train/trainer.h"
 
 using namespace chorus;
 
 namespace {
 
-std::vector<EpochStats> train_once(uint64_t seed, const Shape& sample, int64_t batch, float lr, int64_t n) {
+std::vector<EpochStats> train_once(uint64_t seed, const Shape& sample, int64_t batch, float lr,
+                                   int64_t n) {
   auto train = make_synthetic(n, sample, 10, seed);
   auto test = make_synthetic(100, sample, 10, seed, 1);
   Net net(static_cast<int>(sample[0]), static_cast<int>(sample[1]), seed);
@@ -60,7 +61,8 @@ TEST_CASE("the CIFAR-shaped net trains at batch 4", "[training]") {
   CHECK(a[0].step_losses.size() == 96);
 }
 
-TEST_CASE("two intra-op threads: same results as one (to rounding), and deterministic", "[training][threads]") {
+TEST_CASE("two intra-op threads: same results as one (to rounding), and deterministic",
+          "[training][threads]") {
   set_cpu_threads(2);
   auto a = train_once(0, Shape{1, 28, 28}, 16, 0.05f, 512);
   auto b = train_once(0, Shape{1, 28, 28}, 16, 0.05f, 512);

@@ -62,7 +62,8 @@ TEST_CASE("gemm: blocked and blas match the reference for every transpose", "[ke
   if (!chorus::kernels::cpu_supports(isa)) return;  // the qemu run covers avx2 without avx512
   use(isa);
   INFO("build " << chorus::kernels::isa_name(isa));
-  const int shapes[][3] = {{1, 1, 1}, {6, 37, 25}, {16, 150, 64}, {33, 17, 129}, {64, 120, 256}, {5, 3, 0}};
+  const int shapes[][3] = {{1, 1, 1},     {6, 37, 25},    {16, 150, 64},
+                           {33, 17, 129}, {64, 120, 256}, {5, 3, 0}};
   for (auto [m, n, kk] : shapes) {
     for (auto ta : {k::Trans::kNo, k::Trans::kYes})
       for (auto tb : {k::Trans::kNo, k::Trans::kYes})
@@ -74,9 +75,11 @@ TEST_CASE("gemm: blocked and blas match the reference for every transpose", "[ke
           auto c0 = random_vec(static_cast<size_t>(m) * n, 3);
           auto ref = c0, blocked = c0, blas = c0;
           k::gemm_ref(ta, tb, m, n, kk, 0.75f, a.data(), lda, b.data(), ldb, beta, ref.data(), n);
-          k::gemm_blocked(ta, tb, m, n, kk, 0.75f, a.data(), lda, b.data(), ldb, beta, blocked.data(), n);
+          k::gemm_blocked(ta, tb, m, n, kk, 0.75f, a.data(), lda, b.data(), ldb, beta,
+                          blocked.data(), n);
           k::gemm_blas(ta, tb, m, n, kk, 0.75f, a.data(), lda, b.data(), ldb, beta, blas.data(), n);
-          INFO("m " << m << " n " << n << " k " << kk << " ta " << int(ta) << " tb " << int(tb) << " beta " << beta);
+          INFO("m " << m << " n " << n << " k " << kk << " ta " << int(ta) << " tb " << int(tb)
+                    << " beta " << beta);
           CHECK(rel_err(blocked, ref) < 1e-5);
           CHECK(rel_err(blas, ref) < 1e-5);
         }
@@ -88,33 +91,45 @@ TEST_CASE("conv2d: im2col + gemm matches the direct reference", "[kernels][conv]
   if (!chorus::kernels::cpu_supports(isa)) return;  // the qemu run covers avx2 without avx512
   use(isa);
   INFO("build " << chorus::kernels::isa_name(isa));
-  struct Case { int n, c, h, w, oc, kh, kw, stride, pad; };
-  const Case cases[] = {{2, 1, 28, 28, 6, 5, 5, 1, 0}, {3, 6, 12, 12, 16, 5, 5, 1, 0}, {1, 3, 7, 9, 4, 3, 3, 2, 1},
-                        {2, 2, 5, 6, 3, 3, 2, 1, 2},   {1, 1, 4, 4, 1, 4, 4, 1, 0},   {2, 3, 11, 10, 5, 3, 3, 3, 1},
-                        {2, 3, 26, 26, 4, 3, 3, 1, 0} /* direct path, C > 1 */, {1, 2, 27, 30, 3, 4, 4, 1, 0} /* not direct */,
+  struct Case {
+    int n, c, h, w, oc, kh, kw, stride, pad;
+  };
+  const Case cases[] = {{2, 1, 28, 28, 6, 5, 5, 1, 0},
+                        {3, 6, 12, 12, 16, 5, 5, 1, 0},
+                        {1, 3, 7, 9, 4, 3, 3, 2, 1},
+                        {2, 2, 5, 6, 3, 3, 2, 1, 2},
+                        {1, 1, 4, 4, 1, 4, 4, 1, 0},
+                        {2, 3, 11, 10, 5, 3, 3, 3, 1},
+                        {2, 3, 26, 26, 4, 3, 3, 1, 0} /* direct path, C > 1 */,
+                        {1, 2, 27, 30, 3, 4, 4, 1, 0} /* not direct */,
                         {1, 1, 24, 28, 2, 1, 5, 1, 0} /* direct, non-square */,
-                        {3, 3, 32, 32, 6, 5, 5, 1, 0} /* direct, 28-wide */, {1, 4, 30, 30, 2, 5, 5, 1, 0} /* 100 taps */};
+                        {3, 3, 32, 32, 6, 5, 5, 1, 0} /* direct, 28-wide */,
+                        {1, 4, 30, 30, 2, 5, 5, 1, 0} /* 100 taps */};
   int direct = 0;
   for (const Case& t : cases) {
     k::Conv2dShape s;
-    s.n = t.n, s.c = t.c, s.h = t.h, s.w = t.w, s.oc = t.oc, s.kh = t.kh, s.kw = t.kw, s.stride = t.stride,
-    s.pad = t.pad;
-    INFO("n " << t.n << " c " << t.c << " h " << t.h << " w " << t.w << " oc " << t.oc << " k " << t.kh << "x" << t.kw
-              << " stride " << t.stride << " pad " << t.pad);
-    const size_t xs = static_cast<size_t>(s.n) * s.c * s.h * s.w, ws = static_cast<size_t>(s.oc) * s.patch(),
+    s.n = t.n, s.c = t.c, s.h = t.h, s.w = t.w, s.oc = t.oc, s.kh = t.kh, s.kw = t.kw,
+    s.stride = t.stride, s.pad = t.pad;
+    INFO("n " << t.n << " c " << t.c << " h " << t.h << " w " << t.w << " oc " << t.oc << " k "
+              << t.kh << "x" << t.kw << " stride " << t.stride << " pad " << t.pad);
+    const size_t xs = static_cast<size_t>(s.n) * s.c * s.h * s.w,
+                 ws = static_cast<size_t>(s.oc) * s.patch(),
                  ys = static_cast<size_t>(s.n) * s.oc * s.oh() * s.ow();
     auto x = random_vec(xs, 4), w = random_vec(ws, 5), b = random_vec(static_cast<size_t>(s.oc), 6);
     auto dy = random_vec(ys, 7);
     std::vector<float> y_ref(ys), dx_ref(xs), dw_ref(ws), db_ref(static_cast<size_t>(s.oc));
     k::conv2d_forward_ref(s, x.data(), w.data(), b.data(), y_ref.data());
-    k::conv2d_backward_ref(s, x.data(), w.data(), dy.data(), dx_ref.data(), dw_ref.data(), db_ref.data());
+    k::conv2d_backward_ref(s, x.data(), w.data(), dy.data(), dx_ref.data(), dw_ref.data(),
+                           db_ref.data());
     direct += k::conv2d_direct_applies(s);
     for (int chunk : {1, 2, s.n, k::conv2d_default_chunk(s)}) {
       INFO("chunk " << chunk);
-      std::vector<float> y(ys), work(k::conv2d_workspace_floats(s, chunk)), dx(xs), dw(ws), db(static_cast<size_t>(s.oc));
+      std::vector<float> y(ys), work(k::conv2d_workspace_floats(s, chunk)), dx(xs), dw(ws),
+          db(static_cast<size_t>(s.oc));
       k::conv2d_forward(s, x.data(), w.data(), b.data(), y.data(), work.data(), chunk);
       CHECK(rel_err(y, y_ref) < 1e-5);
-      k::conv2d_backward(s, x.data(), w.data(), dy.data(), dx.data(), dw.data(), db.data(), work.data(), chunk);
+      k::conv2d_backward(s, x.data(), w.data(), dy.data(), dx.data(), dw.data(), db.data(),
+                         work.data(), chunk);
       CHECK(rel_err(dx, dx_ref) < 1e-5);
       CHECK(rel_err(dw, dw_ref) < 1e-5);
       CHECK(rel_err(db, db_ref) < 1e-5);
@@ -123,16 +138,22 @@ TEST_CASE("conv2d: im2col + gemm matches the direct reference", "[kernels][conv]
   CHECK(direct == 4);  // both paths are exercised
 }
 
-TEST_CASE("max_pool2d: 2x2 fast path matches the reference, ties go to the first maximum", "[kernels][pool]") {
+TEST_CASE("max_pool2d: 2x2 fast path matches the reference, ties go to the first maximum",
+          "[kernels][pool]") {
   const Isa isa = GENERATE(Isa::kScalar, Isa::kAvx2, Isa::kAvx512);
   if (!chorus::kernels::cpu_supports(isa)) return;  // the qemu run covers avx2 without avx512
   use(isa);
   INFO("build " << chorus::kernels::isa_name(isa));
-  for (auto [planes, h, w, kern, stride] : {std::array<int, 5>{6, 24, 24, 2, 2}, {3, 7, 9, 2, 2}, {1, 2, 2, 2, 2},
-                                             {2, 5, 4, 2, 2}, {2, 7, 8, 3, 2}, {1, 5, 5, 2, 1}}) {
+  for (auto [planes, h, w, kern, stride] : {std::array<int, 5>{6, 24, 24, 2, 2},
+                                            {3, 7, 9, 2, 2},
+                                            {1, 2, 2, 2, 2},
+                                            {2, 5, 4, 2, 2},
+                                            {2, 7, 8, 3, 2},
+                                            {1, 5, 5, 2, 1}}) {
     k::PoolShape s;
     s.planes = planes, s.h = h, s.w = w, s.kernel = kern, s.stride = stride;
-    INFO("planes " << planes << " h " << h << " w " << w << " kernel " << kern << " stride " << stride);
+    INFO("planes " << planes << " h " << h << " w " << w << " kernel " << kern << " stride "
+                   << stride);
     auto x = random_vec(static_cast<size_t>(planes) * h * w, 8);
     for (size_t i = 0; i < x.size(); i += 3) x[i] = 0.0f;  // ties, as after relu
     const size_t ys = static_cast<size_t>(planes) * s.oh() * s.ow();
@@ -164,7 +185,9 @@ TEST_CASE("log_softmax and nll: hand-computed values", "[kernels][softmax]") {
   const double lse = std::log(std::exp(1.0) + std::exp(2.0) + std::exp(3.0));
   CHECK(y[0] == Approx(1.0 - lse));
   CHECK(y[2] == Approx(3.0 - lse));
-  CHECK(y[4] == Approx(-std::log(3.0)).epsilon(1e-4));  // no overflow at large logits (f32 ulp at 1000: 6e-5)
+  CHECK(
+      y[4] ==
+      Approx(-std::log(3.0)).epsilon(1e-4));  // no overflow at large logits (f32 ulp at 1000: 6e-5)
   const int32_t labels[] = {2, 0};
   CHECK(k::nll_forward(2, 3, y, labels) == Approx(-(y[2] + y[3])));
   int32_t am[2];
@@ -250,23 +273,30 @@ TEST_CASE("elementwise kernels give the same bits in every build", "[kernels][is
 }
 
 TEST_CASE("conv2d, pooling and blocked gemm give the same bits in every build", "[kernels][isa]") {
-  struct Case { int n, c, h, w, oc, kh, kw, stride, pad; };
+  struct Case {
+    int n, c, h, w, oc, kh, kw, stride, pad;
+  };
   // Direct path (24- and 28-wide rows), im2col + GEMM, padding and stride.
-  const Case cases[] = {{3, 1, 28, 28, 6, 5, 5, 1, 0}, {2, 3, 32, 32, 6, 5, 5, 1, 0},
-                        {3, 6, 12, 12, 16, 5, 5, 1, 0}, {2, 3, 11, 10, 5, 3, 3, 3, 1}};
+  const Case cases[] = {{3, 1, 28, 28, 6, 5, 5, 1, 0},
+                        {2, 3, 32, 32, 6, 5, 5, 1, 0},
+                        {3, 6, 12, 12, 16, 5, 5, 1, 0},
+                        {2, 3, 11, 10, 5, 3, 3, 3, 1}};
   for (const Case& t : cases) {
     k::Conv2dShape s;
     s.n = t.n, s.c = t.c, s.h = t.h, s.w = t.w, s.oc = t.oc, s.kh = t.kh, s.kw = t.kw,
     s.stride = t.stride, s.pad = t.pad;
     same_bits_in_every_build("conv2d c " + std::to_string(t.c) + " h " + std::to_string(t.h), [&] {
-      const size_t xs = static_cast<size_t>(s.n) * s.c * s.h * s.w, ws = static_cast<size_t>(s.oc) * s.patch(),
+      const size_t xs = static_cast<size_t>(s.n) * s.c * s.h * s.w,
+                   ws = static_cast<size_t>(s.oc) * s.patch(),
                    ys = static_cast<size_t>(s.n) * s.oc * s.oh() * s.ow();
       auto x = tied_vec(xs, 4), w = random_vec(ws, 5), b = random_vec(static_cast<size_t>(s.oc), 6);
       auto dy = random_vec(ys, 7);
       const int chunk = k::conv2d_default_chunk(s);
-      std::vector<float> y(ys), work(k::conv2d_workspace_floats(s, chunk)), dx(xs), dw(ws), db(static_cast<size_t>(s.oc));
+      std::vector<float> y(ys), work(k::conv2d_workspace_floats(s, chunk)), dx(xs), dw(ws),
+          db(static_cast<size_t>(s.oc));
       k::conv2d_forward(s, x.data(), w.data(), b.data(), y.data(), work.data(), chunk);
-      k::conv2d_backward(s, x.data(), w.data(), dy.data(), dx.data(), dw.data(), db.data(), work.data(), chunk);
+      k::conv2d_backward(s, x.data(), w.data(), dy.data(), dx.data(), dw.data(), db.data(),
+                         work.data(), chunk);
       std::vector<float> col(s.col_floats()), back(xs);
       k::im2col(s, x.data(), col.data());
       k::col2im(s, col.data(), back.data());
@@ -299,7 +329,8 @@ TEST_CASE("conv2d, pooling and blocked gemm give the same bits in every build", 
       same_bits_in_every_build("gemm_blocked", [&] {
         const int m = 33, n = 17, kk = 129;
         const int lda = ta == k::Trans::kNo ? kk : m, ldb = tb == k::Trans::kNo ? n : kk;
-        auto a = random_vec(static_cast<size_t>(m) * kk, 1), b = random_vec(static_cast<size_t>(kk) * n, 2);
+        auto a = random_vec(static_cast<size_t>(m) * kk, 1),
+             b = random_vec(static_cast<size_t>(kk) * n, 2);
         auto c = random_vec(static_cast<size_t>(m) * n, 3);
         k::gemm_blocked(ta, tb, m, n, kk, 0.75f, a.data(), lda, b.data(), ldb, 0.5f, c.data(), n);
         std::vector<uint8_t> out;
@@ -318,7 +349,8 @@ TEST_CASE("streaming copy copies exactly, at every alignment, in every build", "
         std::fill(dst.begin(), dst.end(), 0xee);
         chorus::kernels::copy_streaming(dst.data() + off, src.data() + 3, bytes);
         INFO(chorus::kernels::isa_name(isa) << " offset " << off << " bytes " << bytes);
-        CHECK(std::equal(src.begin() + 3, src.begin() + 3 + static_cast<long>(bytes), dst.begin() + static_cast<long>(off)));
+        CHECK(std::equal(src.begin() + 3, src.begin() + 3 + static_cast<long>(bytes),
+                         dst.begin() + static_cast<long>(off)));
         CHECK(dst[off + bytes] == 0xee);
         if (off) CHECK(dst[off - 1] == 0xee);
       }

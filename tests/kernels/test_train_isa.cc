@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "ddp/ops/kernel_table.h"
 #include "ddp/nn/modules.h"
-#include "ddp/ops/ops.h"
 #include "ddp/nn/optim.h"
+#include "ddp/ops/kernel_table.h"
+#include "ddp/ops/ops.h"
 #include "ddp/tensor/random.h"
 #include "kernels/cpu/isa.h"
 

@@ -39,8 +39,8 @@ int main(void) {
   char call[64];
   snprintf(call, sizeof call, "barrier #2 on rank %d", rank);
   printf("rank %d: %s after %.2f s: %s\n", rank, chorusGetErrorString(rc), took, msg);
-  int ok = rc == chorusRemoteError && strstr(msg, "rank 0 (pid ") && strstr(msg, "died") && strstr(msg, call) &&
-           took <= 5.0;
+  int ok = rc == chorusRemoteError && strstr(msg, "rank 0 (pid ") && strstr(msg, "died") &&
+           strstr(msg, call) && took <= 5.0;
   printf("rank %d: %s\n", rank, ok ? "ok" : "FAIL");
   fflush(stdout);
   return ok ? 0 : 1;

@@ -49,8 +49,9 @@ Status ShmTransport::connect(const ConnectCtx& ctx, const std::vector<int>& loca
   set.wake_sources.push_back(std::move(wake));
   CHORUS_TRY(ctx.store.set(fmt::format("{}/shm/{}", ctx.prefix, rank), name));
   for (int p : local) {
-    CHORUS_ASSIGN_OR_RETURN(std::string pname, ctx.store.get(fmt::format("{}/shm/{}", ctx.prefix, p),
-                                                             ctx.deadline, ctx.interrupt));
+    CHORUS_ASSIGN_OR_RETURN(
+        std::string pname,
+        ctx.store.get(fmt::format("{}/shm/{}", ctx.prefix, p), ctx.deadline, ctx.interrupt));
     const std::string expected = shm_segment_name(ctx.peers[p].pid, ctx.prefix, p);
     if (pname != expected)
       return make_error(Code::kRemoteError, "shm: rank {} published segment '{}', expected '{}'", p,
@@ -68,7 +69,8 @@ Status ShmTransport::connect(const ConnectCtx& ctx, const std::vector<int>& loca
   // Once every local peer has mapped my segment, its name can go: nothing leaks if we crash.
   CHORUS_TRY(ctx.store.set(fmt::format("{}/mapped/{}", ctx.prefix, rank), "1"));
   for (int p : local)
-    CHORUS_TRY(ctx.store.get(fmt::format("{}/mapped/{}", ctx.prefix, p), ctx.deadline, ctx.interrupt));
+    CHORUS_TRY(
+        ctx.store.get(fmt::format("{}/mapped/{}", ctx.prefix, p), ctx.deadline, ctx.interrupt));
   mine->segment()->unlink();
   return Status::ok();
 }

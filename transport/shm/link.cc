@@ -28,7 +28,8 @@ bool ShmLink::out_full() {
 
 void ShmLink::publish(SlotHeader* s, size_t len) {
   ++out_head_;
-  s->word.store((static_cast<uint64_t>(len) << kSeqBits) | (out_head_ & kSeqMask), std::memory_order_release);
+  s->word.store((static_cast<uint64_t>(len) << kSeqBits) | (out_head_ & kSeqMask),
+                std::memory_order_release);
 }
 
 // Fills free slots with queued bytes; several small requests may share one slot.

@@ -27,7 +27,9 @@ class ShmWake : public WakeSource {
     db_->sleepers.fetch_add(1, std::memory_order_seq_cst);
     return db_->seq.load(std::memory_order_seq_cst);
   }
-  bool rung_since(uint32_t seen) const override { return db_->seq.load(std::memory_order_seq_cst) != seen; }
+  bool rung_since(uint32_t seen) const override {
+    return db_->seq.load(std::memory_order_seq_cst) != seen;
+  }
   void wait(uint32_t seen, int ms) override { doorbell_wait(db_, seen, ms); }
   void disarm() override { db_->sleepers.fetch_sub(1, std::memory_order_seq_cst); }
   void ring() override { doorbell_ring(db_); }
@@ -40,8 +42,8 @@ class ShmWake : public WakeSource {
 class ShmLink final : public Link, public DirectSlots {
  public:
   // in_ring: the ring in my segment this peer writes; out_ring: the ring in its segment I write.
-  ShmLink(int peer, std::string peer_name, ShmWake* mine, int in_ring, std::shared_ptr<ShmSegment> theirs,
-          int out_ring, int peer_pid);
+  ShmLink(int peer, std::string peer_name, ShmWake* mine, int in_ring,
+          std::shared_ptr<ShmSegment> theirs, int out_ring, int peer_pid);
   Result<bool> progress() override;
   Status check_alive() override;
   DirectSlots* direct() override { return this; }
@@ -64,8 +66,8 @@ class ShmLink final : public Link, public DirectSlots {
   size_t slot_bytes_;
   int nslots_;
   int peer_pid_;
-  size_t in_offset_ = 0;  // bytes already consumed from the current inbound slot
-  uint64_t in_tail_ = 0;  // next inbound message number (mirrors the shared tail)
+  size_t in_offset_ = 0;         // bytes already consumed from the current inbound slot
+  uint64_t in_tail_ = 0;         // next inbound message number (mirrors the shared tail)
   uint64_t out_head_ = 0;        // next outbound message number (only this side writes it)
   uint64_t out_tail_cache_ = 0;  // the consumer's tail as last read
   size_t out_slot_bytes_ = 0;

@@ -41,20 +41,30 @@ struct alignas(64) RingCtl {
 };
 
 // Ring layout: a RingCtl, then nslots slots of a SlotHeader and slot_bytes of data each.
-inline size_t slot_stride(size_t slot_bytes) { return (sizeof(SlotHeader) + slot_bytes + 63) & ~size_t{63}; }
-inline size_t ring_bytes(size_t slot_bytes, int nslots) { return sizeof(RingCtl) + nslots * slot_stride(slot_bytes); }
-inline RingCtl* ring_ctl(char* ring) { return reinterpret_cast<RingCtl*>(ring); }
-inline SlotHeader* ring_slot(char* ring, size_t slot_bytes, uint64_t i, int nslots) {
-  return reinterpret_cast<SlotHeader*>(ring + sizeof(RingCtl) + (i % nslots) * slot_stride(slot_bytes));
+inline size_t slot_stride(size_t slot_bytes) {
+  return (sizeof(SlotHeader) + slot_bytes + 63) & ~size_t{63};
 }
-inline char* slot_data(SlotHeader* s) { return reinterpret_cast<char*>(s) + sizeof(SlotHeader); }
+inline size_t ring_bytes(size_t slot_bytes, int nslots) {
+  return sizeof(RingCtl) + nslots * slot_stride(slot_bytes);
+}
+inline RingCtl* ring_ctl(char* ring) {
+  return reinterpret_cast<RingCtl*>(ring);
+}
+inline SlotHeader* ring_slot(char* ring, size_t slot_bytes, uint64_t i, int nslots) {
+  return reinterpret_cast<SlotHeader*>(ring + sizeof(RingCtl) +
+                                       (i % nslots) * slot_stride(slot_bytes));
+}
+inline char* slot_data(SlotHeader* s) {
+  return reinterpret_cast<char*>(s) + sizeof(SlotHeader);
+}
 
 // One mapped segment (own or a peer's). The owner creates it; peers open it by name.
 class ShmSegment {
  public:
   ~ShmSegment();
   // Creates "/dev/shm/<name>" with `nrings` inbound rings; fails clearly when /dev/shm is small.
-  static Result<std::unique_ptr<ShmSegment>> create(const std::string& name, int nrings, const ShmConfig& cfg);
+  static Result<std::unique_ptr<ShmSegment>> create(const std::string& name, int nrings,
+                                                    const ShmConfig& cfg);
   static Result<std::unique_ptr<ShmSegment>> open(const std::string& name);
   void unlink();  // removes the name; the mapping stays valid for everyone who has it
   Doorbell* doorbell();

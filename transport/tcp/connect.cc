@@ -30,7 +30,9 @@ class TcpTransport final : public Transport {
   TcpConfig cfg_;
 };
 
-bool contains(const std::vector<int>& v, int x) { return std::find(v.begin(), v.end(), x) != v.end(); }
+bool contains(const std::vector<int>& v, int x) {
+  return std::find(v.begin(), v.end(), x) != v.end();
+}
 
 // Waits for the sockets of the higher ranks in `remote`, checking each hello.
 Status TcpTransport::accept_links(const ConnectCtx& ctx, const std::vector<int>& remote,
@@ -93,8 +95,9 @@ Status TcpTransport::connect(const ConnectCtx& ctx, const std::vector<int>& remo
   CHORUS_TRY(accept_links(ctx, remote, socks));
   auto wake = std::make_unique<TcpWake>();
   for (int p : remote)
-    set.links[p] = std::make_unique<TcpLink>(p, fmt::format("rank {} ({})", p, ctx.peers[p].addr.to_string()),
-                                             std::move(socks[p]), cfg_.stripe, wake.get());
+    set.links[p] =
+        std::make_unique<TcpLink>(p, fmt::format("rank {} ({})", p, ctx.peers[p].addr.to_string()),
+                                  std::move(socks[p]), cfg_.stripe, wake.get());
   set.wake_sources.push_back(std::move(wake));
   return Status::ok();
 }

@@ -5,7 +5,8 @@
 
 namespace chorus::transport {
 
-TcpLink::TcpLink(int peer, std::string peer_name, std::vector<Fd> socks, size_t stripe, TcpWake* wake)
+TcpLink::TcpLink(int peer, std::string peer_name, std::vector<Fd> socks, size_t stripe,
+                 TcpWake* wake)
     : Link(peer, std::move(peer_name), wake), socks_(std::move(socks)), stripe_(stripe) {
   for (auto& f : socks_) wake->add(f.get());
   for (Stream* st : {&send_, &recv_}) {
@@ -19,7 +20,8 @@ TcpLink::TcpLink(int peer, std::string peer_name, std::vector<Fd> socks, size_t 
 // Completes the requests that lie wholly below the lowest unmoved byte of every socket.
 void TcpLink::account(Stream& st, bool sending) {
   uint64_t done = *std::min_element(st.pos.begin(), st.pos.end());
-  while (!st.queue->empty() && st.queue_start + st.queue->front().n <= std::min(done, st.posted_end)) {
+  while (!st.queue->empty() &&
+         st.queue_start + st.queue->front().n <= std::min(done, st.posted_end)) {
     st.queue_start += st.queue->front().n;
     sending ? complete_send() : complete_recv();
   }
@@ -54,8 +56,10 @@ Result<bool> TcpLink::progress_stream(Stream& st, bool sending) {
 
 Result<bool> TcpLink::progress() {
   // Newly posted requests extend the stream.
-  for (; seen_send_posted_ < sends_posted_; ++seen_send_posted_) send_.posted_end += sends_[sends_.size() - (sends_posted_ - seen_send_posted_)].n;
-  for (; seen_recv_posted_ < recvs_posted_; ++seen_recv_posted_) recv_.posted_end += recvs_[recvs_.size() - (recvs_posted_ - seen_recv_posted_)].n;
+  for (; seen_send_posted_ < sends_posted_; ++seen_send_posted_)
+    send_.posted_end += sends_[sends_.size() - (sends_posted_ - seen_send_posted_)].n;
+  for (; seen_recv_posted_ < recvs_posted_; ++seen_recv_posted_)
+    recv_.posted_end += recvs_[recvs_.size() - (recvs_posted_ - seen_recv_posted_)].n;
   CHORUS_ASSIGN_OR_RETURN(bool a, progress_stream(send_, true));
   CHORUS_ASSIGN_OR_RETURN(bool b, progress_stream(recv_, false));
   return a || b;
