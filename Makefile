@@ -29,7 +29,7 @@ FUZZ_SECONDS ?= 60
 PACKAGES := meson ninja-build gcc g++ pkg-config python3 catch2 libfmt-dev libcli11-dev \
             nlohmann-json3-dev openmpi-bin libopenmpi-dev libbenchmark-dev \
             libopenblas-dev zlib1g-dev iproute2 procps dataset-fashion-mnist qemu-user \
-            clang-14 libclang-rt-14-dev
+            clang-14 libclang-rt-14-dev clang-format-14
 
 .PHONY: all deps build demo test test-plain fuzz clean format
 
@@ -80,7 +80,7 @@ fuzz: deps $(FUZZ_BUILD)/build.ninja
 	CHORUS_FUZZ_SECONDS=$(FUZZ_SECONDS) python3 tests/run_all.py --stage '$(FUZZ_BUILD)=fuzz/*'
 
 format:
-	git ls-files '*.h' '*.cc' '*.c' '*.hpp' '*.cu' | xargs clang-format -i
+	git ls-files '*.h' '*.cc' '*.c' '*.hpp' '*.cu' | xargs clang-format-14 -i
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) $(FUZZ_BUILD)
