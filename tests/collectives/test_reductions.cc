@@ -14,62 +14,23 @@
 #include "chorus/chorus.hpp"
 #include "harness.h"
 #include "kernels/cpu/half.h"
+#include "typed_values.h"
 
+using chorus::test::esize;
+using chorus::test::kTypeNames;
+using chorus::test::kTypes;
+using chorus::test::put;
 using chorus::test::run_ranks;
 using chorus::test::RunOptions;
 
 namespace {
 
-const chorusDataType_t kTypes[] = {chorusFloat32, chorusFloat64, chorusFloat16, chorusBfloat16,
-                                   chorusInt8,    chorusUint8,   chorusInt32,   chorusUint32,
-                                   chorusInt64,   chorusUint64};
 const chorusRedOp_t kOps[] = {chorusSum, chorusProd, chorusMax, chorusMin, chorusAvg};
-const char* kTypeNames[] = {"i8", "u8", "i32", "u32", "i64", "u64", "f16", "f32", "f64", "bf16"};
-
-size_t esize(chorusDataType_t t) {
-  static const size_t s[] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2};
-  return s[t];
-}
 
 // Small integers: exact in every type, sums and products stay exact (bf16 up to 256).
 int input_value(int rank, size_t i, chorusRedOp_t op) {
   if (op == chorusProd) return 1 + static_cast<int>((rank + i) % 2);
   return static_cast<int>(((rank + 1) * 3 + i * 7) % 5) + 1;
-}
-
-void store(chorusDataType_t t, void* buf, size_t i, double v) {
-  switch (t) {
-    case chorusFloat32:
-      static_cast<float*>(buf)[i] = static_cast<float>(v);
-      break;
-    case chorusFloat64:
-      static_cast<double*>(buf)[i] = v;
-      break;
-    case chorusFloat16:
-      static_cast<uint16_t*>(buf)[i] = chorus::kernels::float_to_half(static_cast<float>(v));
-      break;
-    case chorusBfloat16:
-      static_cast<uint16_t*>(buf)[i] = chorus::kernels::float_to_bf16(static_cast<float>(v));
-      break;
-    case chorusInt32:
-      static_cast<int32_t*>(buf)[i] = static_cast<int32_t>(v);
-      break;
-    case chorusInt64:
-      static_cast<int64_t*>(buf)[i] = static_cast<int64_t>(v);
-      break;
-    case chorusInt8:
-      static_cast<int8_t*>(buf)[i] = static_cast<int8_t>(v);
-      break;
-    case chorusUint32:
-      static_cast<uint32_t*>(buf)[i] = static_cast<uint32_t>(v);
-      break;
-    case chorusUint64:
-      static_cast<uint64_t*>(buf)[i] = static_cast<uint64_t>(v);
-      break;
-    default:
-      static_cast<uint8_t*>(buf)[i] = static_cast<uint8_t>(v);
-      break;
-  }
 }
 
 // The exact reduction of small integers, then avg's division done as the kernels do it.
@@ -102,7 +63,7 @@ double expected(chorusDataType_t t, chorusRedOp_t op, int n, size_t i) {
 // Compares bit patterns: the expected value stored in the same type.
 bool same(chorusDataType_t t, const void* buf, size_t i, double v) {
   char want[8];
-  store(t, want, 0, v);
+  put(t, want, 0, v);
   return std::memcmp(static_cast<const char*>(buf) + i * esize(t), want, esize(t)) == 0;
 }
 
@@ -117,7 +78,7 @@ int check_all_reduce(chorus::Communicator& comm, chorusDataType_t t, chorusRedOp
                      bool in_place) {
   const int n = comm.size(), r = comm.rank();
   std::vector<char> send(count * esize(t) + 8), recv(count * esize(t) + 8, 0x55);
-  for (size_t i = 0; i < count; ++i) store(t, send.data(), i, input_value(r, i, op));
+  for (size_t i = 0; i < count; ++i) put(t, send.data(), i, input_value(r, i, op));
   char* out = in_place ? send.data() : recv.data();
   comm.all_reduce(send.data(), out, count, t, op);
   for (size_t i = 0; i < count; ++i)
@@ -132,7 +93,7 @@ int check_reduce(chorus::Communicator& comm, chorusDataType_t t, chorusRedOp_t o
                  int root) {
   const int n = comm.size(), r = comm.rank();
   std::vector<char> send(count * esize(t) + 1), recv(count * esize(t) + 1);
-  for (size_t i = 0; i < count; ++i) store(t, send.data(), i, input_value(r, i, op));
+  for (size_t i = 0; i < count; ++i) put(t, send.data(), i, input_value(r, i, op));
   comm.reduce(send.data(), recv.data(), count, t, op, root);
   if (r != root) return 0;
   for (size_t i = 0; i < count; ++i)
@@ -146,7 +107,7 @@ int check_reduce_scatter(chorus::Communicator& comm, chorusDataType_t t, chorusR
                          size_t count, bool in_place) {
   const int n = comm.size(), r = comm.rank();
   std::vector<char> send(n * count * esize(t) + 1), recv(count * esize(t) + 1);
-  for (size_t i = 0; i < n * count; ++i) store(t, send.data(), i, input_value(r, i, op));
+  for (size_t i = 0; i < n * count; ++i) put(t, send.data(), i, input_value(r, i, op));
   char* out = in_place ? send.data() + r * count * esize(t) : recv.data();
   comm.reduce_scatter(send.data(), out, count, t, op);
   for (size_t i = 0; i < count; ++i)
@@ -159,7 +120,7 @@ int check_reduce_scatter(chorus::Communicator& comm, chorusDataType_t t, chorusR
 int check_all_gather(chorus::Communicator& comm, chorusDataType_t t, size_t count, bool in_place) {
   const int n = comm.size(), r = comm.rank();
   std::vector<char> send(count * esize(t) + 1), recv(n * count * esize(t) + 1);
-  for (size_t i = 0; i < count; ++i) store(t, send.data(), i, input_value(r, i, chorusSum));
+  for (size_t i = 0; i < count; ++i) put(t, send.data(), i, input_value(r, i, chorusSum));
   const char* src = send.data();
   if (in_place) {
     std::memcpy(recv.data() + r * count * esize(t), send.data(), count * esize(t));

@@ -13,64 +13,27 @@
 #include "chorus/chorus.hpp"
 #include "harness.h"
 #include "kernels/cpu/half.h"
+#include "typed_values.h"
 
 using chorus::test::contains;
+using chorus::test::esize;
+using chorus::test::kTypeNames;
+using chorus::test::kTypes;
+using chorus::test::put;
 using chorus::test::run_ranks;
 
 namespace {
-
-// Every element travels as one of the ten types. Integers take values that overflow the narrow
-// ones (so the reference wraps them like the kernels must); floats take small integers, exact in
-// every float type, so any order of accumulation gives the same bits.
-const chorusDataType_t kTypes[] = {chorusFloat32, chorusFloat64, chorusFloat16, chorusBfloat16,
-                                   chorusInt8,    chorusUint8,   chorusInt32,   chorusUint32,
-                                   chorusInt64,   chorusUint64};
-const char* kTypeNames[] = {"i8", "u8", "i32", "u32", "i64", "u64", "f16", "f32", "f64", "bf16"};
-const size_t kSizes[] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2};
 
 bool is_float(chorusDataType_t t) {
   return t == chorusFloat32 || t == chorusFloat64 || t == chorusFloat16 || t == chorusBfloat16;
 }
 
+// Every element travels as one of the ten types. Integers take values that overflow the narrow
+// ones (so the reference wraps them like the kernels must); floats take small integers, exact in
+// every float type, so any order of accumulation gives the same bits.
 int64_t value(chorusDataType_t t, int rank, size_t i, int k) {
   if (is_float(t)) return static_cast<int64_t>(((rank + 1) * 7 + i % 13 + k) % 61) - 30;
   return (rank + 1) * 1000 + static_cast<int64_t>(i % 977) + k;
-}
-
-// Element i of buf <- v (integers cut to the type: two's-complement wrap).
-void put(chorusDataType_t t, void* buf, size_t i, int64_t v) {
-  switch (t) {
-    case chorusFloat32:
-      static_cast<float*>(buf)[i] = static_cast<float>(v);
-      break;
-    case chorusFloat64:
-      static_cast<double*>(buf)[i] = static_cast<double>(v);
-      break;
-    case chorusFloat16:
-      static_cast<uint16_t*>(buf)[i] = chorus::kernels::float_to_half(static_cast<float>(v));
-      break;
-    case chorusBfloat16:
-      static_cast<uint16_t*>(buf)[i] = chorus::kernels::float_to_bf16(static_cast<float>(v));
-      break;
-    case chorusInt8:
-      static_cast<int8_t*>(buf)[i] = static_cast<int8_t>(v);
-      break;
-    case chorusUint8:
-      static_cast<uint8_t*>(buf)[i] = static_cast<uint8_t>(v);
-      break;
-    case chorusInt32:
-      static_cast<int32_t*>(buf)[i] = static_cast<int32_t>(v);
-      break;
-    case chorusUint32:
-      static_cast<uint32_t*>(buf)[i] = static_cast<uint32_t>(v);
-      break;
-    case chorusInt64:
-      static_cast<int64_t*>(buf)[i] = v;
-      break;
-    default:
-      static_cast<uint64_t*>(buf)[i] = static_cast<uint64_t>(v);
-      break;
-  }
 }
 
 // The value as the type holds it (after the wrap), for min/max.
@@ -104,10 +67,10 @@ int64_t reduced(chorusDataType_t t, chorusRedOp_t op, int n, size_t i, int k) {
 // Index of the first element of got that differs from want(i) stored in type t, or -1.
 template <class F>
 long first_wrong(chorusDataType_t t, const std::vector<char>& got, size_t count, F&& want) {
-  std::vector<char> w(kSizes[t]);
+  std::vector<char> w(esize(t));
   for (size_t i = 0; i < count; ++i) {
     put(t, w.data(), 0, want(i));
-    if (std::memcmp(got.data() + i * kSizes[t], w.data(), kSizes[t]) != 0)
+    if (std::memcmp(got.data() + i * esize(t), w.data(), esize(t)) != 0)
       return static_cast<long>(i);
   }
   return -1;
@@ -134,7 +97,7 @@ int soak(int rank, int ops, unsigned seed) {
     int root = static_cast<int>(rng() % n);
     const chorusDataType_t t = kTypes[rng() % 10];
     const chorusRedOp_t op = ops_mix[rng() % 3];
-    const size_t es = kSizes[t];
+    const size_t es = esize(t);
     std::vector<char> in(count * n * es), out(count * n * es, -1);
     for (size_t i = 0; i < count * n; ++i) put(t, in.data(), i, value(t, rank, i, k));
     long bad = -1;
