@@ -133,10 +133,16 @@ class Gate {
   int state_ = 0;
 };
 
+// timeout_s > 0: the caller's limit for every wait (a config); 0: CHORUS_TIMEOUT's.
 chorusResult_t init_comm(chorus::Result<chorus::transport::Rendezvous> rdzv, chorusComm_t* out,
-                         const char* call) {
+                         const char* call, double timeout_s = 0) {
   if (!rdzv.is_ok()) return report(rdzv.status().wrap(call));
-  auto timeout = chorus::env_timeout();
+  chorus::Result<double> timeout = timeout_s;
+  std::string origin = "the communicator's config";
+  if (timeout_s <= 0) {
+    timeout = chorus::env_timeout();
+    origin = "CHORUS_TIMEOUT";
+  }
   if (!timeout.is_ok()) return report(timeout.status().wrap(call));
   if (rdzv->size > CHORUS_MAX_RANKS)
     return fail(Code::kInvalidArgument,
@@ -149,7 +155,7 @@ chorusResult_t init_comm(chorus::Result<chorus::transport::Rendezvous> rdzv, cho
   if (!job.is_ok()) return report(job.status().wrap(call));
   std::vector<int> ranks(size);
   for (int i = 0; i < size; ++i) ranks[i] = i;
-  auto comm = CommImpl::create(job.value(), "r", uid, rank, ranks, deadline);
+  auto comm = CommImpl::create(job.value(), "r", uid, rank, ranks, deadline, *timeout, origin);
   if (!comm.is_ok()) return report(comm.status().wrap(fmt::format("{} on rank {}", call, rank)));
   *out = new_handle(std::move(comm.value()));
   return chorusSuccess;
@@ -200,6 +206,31 @@ CHORUS_API chorusResult_t chorusCommInitRank(chorusComm_t* comm, int nranks, cho
   std::memcpy(&data, id.internal, sizeof data);
   return init_comm(chorus::transport::rendezvous_from_id(data, rank, nranks), comm,
                    "chorusCommInitRank");
+}
+CHORUS_CATCH_ALL
+
+CHORUS_API chorusResult_t chorusCommInitRankConfig(chorusComm_t* comm, int nranks,
+                                                   chorusUniqueId id, int rank,
+                                                   const chorusConfig_t* config) try {
+  constexpr const char* kCall = "chorusCommInitRankConfig";
+  if (!comm) return fail(Code::kInvalidArgument, "{}: comm is NULL", kCall);
+  if (!config) return fail(Code::kInvalidArgument, "{}: config is NULL", kCall);
+  if (config->size != sizeof(chorusConfig_t))
+    return fail(Code::kInvalidArgument,
+                "{}: config->size is {}, expected sizeof(chorusConfig_t) = {} (start from "
+                "CHORUS_CONFIG_INITIALIZER)",
+                kCall, config->size, sizeof(chorusConfig_t));
+  const double t = config->timeout_seconds;
+  if (!(t >= 0) || t > 1e9)
+    return fail(Code::kInvalidArgument,
+                "{}: config->timeout_seconds is {}, expected 0 (CHORUS_TIMEOUT) or more than 0 "
+                "and at most 1e9",
+                kCall, t);
+  if (Status s = chorus::capi::check_world(kCall, "nranks", nranks, rank); !s.is_ok())
+    return report(s);
+  chorus::transport::UniqueIdData data;
+  std::memcpy(&data, id.internal, sizeof data);
+  return init_comm(chorus::transport::rendezvous_from_id(data, rank, nranks), comm, kCall, t);
 }
 CHORUS_CATCH_ALL
 

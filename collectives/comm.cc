@@ -49,7 +49,8 @@ void Request::finish(Status s) {
 
 Result<std::shared_ptr<CommImpl>> CommImpl::create(std::shared_ptr<Job> job, std::string prefix,
                                                    uint64_t uid, int rank,
-                                                   std::vector<int> job_ranks, Deadline deadline) {
+                                                   std::vector<int> job_ranks, Deadline deadline,
+                                                   double timeout_s, std::string timeout_origin) {
   std::shared_ptr<CommImpl> c(new CommImpl());
   c->job_ = job;
   c->prefix_ = std::move(prefix);
@@ -57,7 +58,8 @@ Result<std::shared_ptr<CommImpl>> CommImpl::create(std::shared_ptr<Job> job, std
   c->rank_ = rank;
   c->job_ranks_ = std::move(job_ranks);
   auto s = [&]() -> Status {
-    CHORUS_ASSIGN_OR_RETURN(c->timeout_s_, env_timeout());
+    c->timeout_s_ = timeout_s;
+    c->timeout_origin_ = std::move(timeout_origin);
     CHORUS_ASSIGN_OR_RETURN(int64_t spin, env_int_in("CHORUS_SPIN_US", 50, 0, 1000000));
     CHORUS_TRY(check_log_level_env());
     c->spin_us_ = static_cast<int>(spin);
@@ -389,9 +391,9 @@ std::string CommImpl::timeout_report(const OpDesc& d, const std::string& waiting
       absent += std::to_string(r);
     }
   }
-  return fmt::format(
-      "{} on rank {} timed out after {:.0f} s{} (CHORUS_TIMEOUT); ranks that never arrived: {}{}",
-      describe(d), rank_, timeout_s_, waiting_for, absent.empty() ? "none" : absent, report);
+  return fmt::format("{} on rank {} timed out after {:g} s{} ({}); ranks that never arrived: {}{}",
+                     describe(d), rank_, timeout_s_, waiting_for, timeout_origin_,
+                     absent.empty() ? "none" : absent, report);
 }
 
 void CommImpl::abort(const std::string& why) {
@@ -530,7 +532,8 @@ Result<std::shared_ptr<CommImpl>> CommImpl::split(int color, int key) {
   }
   std::string prefix = fmt::format("{}.s{}c{}", prefix_, n, color);
   uint64_t uid = transport::hash64(prefix.data(), prefix.size(), uid_);
-  return CommImpl::create(job, prefix, uid, new_rank, job_ranks, deadline);
+  return CommImpl::create(job, prefix, uid, new_rank, job_ranks, deadline, timeout_s_,
+                          timeout_origin_);
 }
 
 }  // namespace chorus

@@ -93,9 +93,12 @@ struct Channel {
 class CommImpl : public std::enable_shared_from_this<CommImpl> {
  public:
   // Collective over `job_ranks` (job rank of each comm rank). prefix/uid identify the comm.
+  // Every wait of the communicator lasts at most timeout_s seconds (> 0); timeout_origin names
+  // where that limit came from in messages ("CHORUS_TIMEOUT", "the communicator's config").
   static Result<std::shared_ptr<CommImpl>> create(std::shared_ptr<Job> job, std::string prefix,
                                                   uint64_t uid, int rank,
-                                                  std::vector<int> job_ranks, Deadline deadline);
+                                                  std::vector<int> job_ranks, Deadline deadline,
+                                                  double timeout_s, std::string timeout_origin);
   ~CommImpl();
 
   int rank() const { return rank_; }
@@ -165,6 +168,7 @@ class CommImpl : public std::enable_shared_from_this<CommImpl> {
   std::vector<std::unique_ptr<Channel>> channels_;  // cleared by destroy, under mu_
   int nchannels_ = 1;
   double timeout_s_ = 300;
+  std::string timeout_origin_ = "CHORUS_TIMEOUT";
   transport::LinkModel link_model_{};
   int drain_waiters_ = 0;  // threads waiting for the queue to empty (destroy)
   TunerConfig tuner_;

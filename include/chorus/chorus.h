@@ -127,6 +127,17 @@ chorusResult_t chorusCommInitRank(chorusComm_t* comm, int nranks, chorusUniqueId
 /* ndev communicators in this process, ranks 0..ndev-1 of one job (threads drive them).
  * devlist is for GPU builds and may be NULL for CPU communicators. */
 chorusResult_t chorusCommInitAll(chorusComm_t* comms, int ndev, const int* devlist);
+/* Options of a communicator (as ncclConfig_t). Start from CHORUS_CONFIG_INITIALIZER and set
+ * what differs; size lets later versions add fields. */
+typedef struct {
+  size_t size;            /* sizeof(chorusConfig_t) */
+  double timeout_seconds; /* limit of every wait of this communicator; 0: CHORUS_TIMEOUT's */
+} chorusConfig_t;
+#define CHORUS_CONFIG_INITIALIZER \
+  { sizeof(chorusConfig_t), 0.0 }
+/* chorusCommInitRank with options; config is read during the call only. */
+chorusResult_t chorusCommInitRankConfig(chorusComm_t* comm, int nranks, chorusUniqueId comm_id,
+                                        int rank, const chorusConfig_t* config);
 /* Reads the launcher's variables: chorus-run/torchrun, OpenMPI's mpirun, Slurm's srun. */
 chorusResult_t chorusCommInitFromEnv(chorusComm_t* comm);
 /* Waits for queued operations (up to CHORUS_TIMEOUT), then frees the communicator. */

@@ -80,6 +80,14 @@ class Communicator {
     check(chorusCommInitRank(&c, nranks, id, rank));
     return Communicator(c);
   }
+  // With a limit for every wait of this communicator (seconds; 0: CHORUS_TIMEOUT's).
+  static Communicator init(int nranks, const chorusUniqueId& id, int rank, double timeout_seconds) {
+    chorusComm_t c = nullptr;
+    chorusConfig_t config = CHORUS_CONFIG_INITIALIZER;
+    config.timeout_seconds = timeout_seconds;
+    check(chorusCommInitRankConfig(&c, nranks, id, rank, &config));
+    return Communicator(c);
+  }
   Communicator(Communicator&& o) noexcept : comm_(std::exchange(o.comm_, nullptr)) {}
   Communicator& operator=(Communicator&& o) noexcept {
     if (this != &o) {

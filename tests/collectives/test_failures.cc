@@ -335,3 +335,39 @@ TEST_CASE("calls on a destroyed or aborted communicator are errors, not crashes"
   });
   require_codes(bad, {0});
 }
+
+TEST_CASE(
+    "a communicator's config sets its timeout in place of CHORUS_TIMEOUT; bad configs are "
+    "refused",
+    "[failure][timeout][config]") {
+  const chorusUniqueId id = chorus::Communicator::unique_id();
+  RunOptions o = on("shm", 60.0);  // the config's 1.5 s must win over CHORUS_TIMEOUT's 60 s
+  auto res = run_ranks(
+      2,
+      [&](int rank) {
+        chorusComm_t c = nullptr;
+        chorusConfig_t bad = CHORUS_CONFIG_INITIALIZER;
+        bad.size = 4;
+        if (chorusCommInitRankConfig(&c, 2, id, rank, &bad) != chorusInvalidArgument ||
+            !contains(chorusGetLastError(nullptr), "config->size is 4, expected"))
+          return 10;
+        bad = CHORUS_CONFIG_INITIALIZER;
+        bad.timeout_seconds = -1;
+        if (chorusCommInitRankConfig(&c, 2, id, rank, &bad) != chorusInvalidArgument ||
+            !contains(chorusGetLastError(nullptr), "config->timeout_seconds is -1"))
+          return 11;
+        if (chorusCommInitRankConfig(&c, 2, id, rank, nullptr) != chorusInvalidArgument) return 12;
+        auto comm = chorus::Communicator::init(2, id, rank, 1.5);
+        comm.barrier();
+        if (rank == 1) {
+          usleep(4000000);  // rank 0 waits alone past the config's 1.5 s
+          return expect_error([&] { comm.barrier(); }, chorusRemoteError, "timed out", 1,
+                              chorusTimeout);
+        }
+        return expect_error([&] { comm.barrier(); }, chorusTimeout,
+                            "timed out after 1.5 s waiting for rank 1 (the communicator's config)",
+                            3.5, chorusRemoteError);
+      },
+      o);
+  require_codes(res, {0, 0});
+}
