@@ -10,7 +10,8 @@ MESON_FLAGS ?=
 ASAN_BUILD ?= build-asan
 TSAN_BUILD ?= build-tsan
 FUZZ_BUILD ?= build-fuzz
-SAN_MESON_FLAGS := -Dcuda=disabled -Db_lundef=false
+# Nor the PyTorch backend: the plain build runs its tests (torch is not built with a sanitizer).
+SAN_MESON_FLAGS := -Dcuda=disabled -Dtorch=disabled -Db_lundef=false
 CLANG := clang-14
 CLANGXX := clang++-14
 # What runs under TSan (fnmatch patterns of meson test names, !pattern excludes): the transport,
@@ -30,19 +31,27 @@ PACKAGES := meson ninja-build gcc g++ pkg-config python3 catch2 libfmt-dev libcl
             nlohmann-json3-dev openmpi-bin libopenmpi-dev libbenchmark-dev \
             libopenblas-dev zlib1g-dev iproute2 procps dataset-fashion-mnist qemu-user \
             clang-14 libclang-rt-14-dev clang-format-14
+# The PyTorch backend (python/chorus_torch) and its tests: installed without recommends.
+TORCH_PACKAGES := python3-torch libtorch-dev pybind11-dev
 
 .PHONY: all deps build demo test test-plain fuzz clean format
 
 all: build
 
-deps:
-	@missing=$$(for p in $(PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
+# Installs what is missing of a package list: $(call install,PACKAGES,APT_FLAGS)
+define install
+	@missing=$$(for p in $(1); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:" $$missing; \
 	  if [ "$$(id -u)" != 0 ]; then echo "error: need root to install: $$missing" >&2; exit 1; fi; \
 	  export DEBIAN_FRONTEND=noninteractive; \
-	  apt-get install -y -q $$missing >/dev/null 2>&1 || { apt-get update -q && apt-get install -y -q $$missing; }; \
+	  apt-get install -y -q $(2) $$missing >/dev/null 2>&1 || { apt-get update -q && apt-get install -y -q $(2) $$missing; }; \
 	fi
+endef
+
+deps:
+	$(call install,$(PACKAGES),)
+	$(call install,$(TORCH_PACKAGES),--no-install-recommends)
 
 $(BUILD)/build.ninja:
 	meson setup $(BUILD) $(MESON_FLAGS)
