@@ -61,7 +61,7 @@ int check_gather(chorus::Communicator& comm, chorusDataType_t t, size_t count, i
   fill(send.data(), r, root, block);
   const char* src = send.data();
   if (in_place && r == root) {
-    std::memcpy(recv.data() + root * block, send.data(), block);
+    if (block > 0) std::memcpy(recv.data() + root * block, send.data(), block);
     src = recv.data() + root * block;
   }
   if (async)  // off the root recvbuff is ignored: NULL will do
