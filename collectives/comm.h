@@ -222,10 +222,12 @@ class OpCtx {
   // The same with every rank in `peers` both ways (distinct ranks, none this one); headers are
   // checked as they arrive, so a rank in another call is named while others are still late.
   Status exchange_headers_with(std::span<const int> peers);
-  // A pair's step of an exchange whose counts differ by pair (all-to-all-v): sends `to` this
-  // operation's header saying `send_count` (what this rank sends it) and checks that the
-  // header from `from` says `recv_count` (what this rank expects from it).
-  Status exchange_pair_headers(int to, uint64_t send_count, int from, uint64_t recv_count);
+  // Headers of an exchange whose counts differ by pair (all-to-all-v): send_pair_header posts
+  // `to` this operation's header saying `send_count` (what this rank sends it);
+  // check_pair_header checks, once recv_header(from) completed, that `from`'s says `recv_count`
+  // (what this rank expects from it).
+  void send_pair_header(int to, uint64_t send_count);
+  Status check_pair_header(int from, uint64_t recv_count);
   // Small messages over a direct link in one slot: header and data together. Writes ours,
   // waits for the peer's, checks its header and returns its data (valid until eager_release).
   // Both sides must call it for the same exchange. Use when eager_fits().

@@ -83,13 +83,15 @@ Status OpCtx::exchange_headers_with(std::span<const int> peers) {
   return mismatch;
 }
 
-Status OpCtx::exchange_pair_headers(int to, uint64_t send_count, int from, uint64_t recv_count) {
+void OpCtx::send_pair_header(int to, uint64_t send_count) {
   OpDesc out = desc_;
   out.count = send_count;
   OpHeader& h = ch_.pair_headers[to];  // stays put until sent: one header per peer and operation
   h = make_header(out, comm_.rank_, comm_.uid_);
   link(to).post_send(&h, sizeof h);
-  CHORUS_TRY(wait_recv(from, recv_header(from)));
+}
+
+Status OpCtx::check_pair_header(int from, uint64_t recv_count) {
   OpDesc expect = desc_;
   expect.count = recv_count;
   expect.peer = from;

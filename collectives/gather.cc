@@ -7,9 +7,11 @@
 // log2 n times. Here links are memory copies or sockets between a few ranks, where each byte
 // moved once is worth more than a few saved starts; a tree can join later as another file.
 //
-// Headers first, both ways: the root sends its header to every rank and checks every rank's
-// before any data moves, so a rank in another call (a scatter, another root or count) is named
-// at once on both sides, never read as data.
+// Headers both ways: the root sends its header to every rank and checks every rank's before it
+// reads any block; the others send header and block at once and check the root's header
+// meanwhile (Steps::send_recv's gate). So a rank in another call (a scatter, another root or
+// count) is named at once on both sides, never read as data -- also when two ranks each take
+// the other for the root and their rings are full.
 #include <cstring>
 #include <vector>
 
@@ -28,8 +30,11 @@ Status run_gather(OpCtx& ctx, const char* send, char* recv) {
   // Gathers move bytes only; u8 steps never split an element of any type.
   Steps s(ctx, kernels::DType::kU8, kernels::RedOp::kSum);
   if (r != root) {
-    CHORUS_TRY(ctx.exchange_headers({root}, {root}));
-    CHORUS_TRY(s.send(root, send, block));  // ours, to the root
+    // Header and block out at once; the root's header is checked meanwhile.
+    ctx.send_header(root);
+    auto check = [&] { return ctx.check_header(root); };  // outlives the gate that refers to it
+    const Steps::HeaderGate gate{ctx.recv_header(root), check};
+    CHORUS_TRY(s.send_recv(root, send, block, root, nullptr, 0, &gate));  // ours, to the root
     return s.finish();
   }
   const std::vector<int> others = ranks_after(root, n);

@@ -7,8 +7,9 @@
 // and receives block r-k from rank r-k, both at once (Steps::send_recv), so in every step each
 // rank feeds exactly one rank and drains exactly one, and no pair of ranks -- nor any cycle of
 // them -- waits on the other whatever the block sizes, over shm rings or tcp sockets alike.
-// Every byte crosses one link once; each step opens with the pair's headers, so a rank in
-// another call is caught before its data is read.
+// Every byte crosses one link once. Each step sends our header with our block and checks the
+// incoming header before reading the incoming block, so a rank in another call is caught before
+// its data is read, without a round trip per step.
 //
 // All-to-all-v: blocks have per-pair counts and displacements. Each step's header carries
 // what the sender sends this receiver, checked against what the receiver expects from it; a
@@ -76,12 +77,17 @@ Status run_pairwise_alltoall(OpCtx& ctx, const char* send, char* recv, const Exc
   s.set_streaming(use_streaming(out.hi - out.lo));
   for (int k = 1; k < n; ++k) {
     const int to = (r + k) % n, from = (r - k + n) % n;
+    // Our header and block go out at once; theirs are checked before their block is read.
     if (per_pair)
-      CHORUS_TRY(ctx.exchange_pair_headers(to, l.send_count(to), from, l.recv_count(from)));
+      ctx.send_pair_header(to, l.send_count(to));
     else
-      CHORUS_TRY(ctx.exchange_headers({to}, {from}));
+      ctx.send_header(to);
+    auto check = [&]() -> Status {
+      return per_pair ? ctx.check_pair_header(from, l.recv_count(from)) : ctx.check_header(from);
+    };
+    const Steps::HeaderGate gate{ctx.recv_header(from), check};
     CHORUS_TRY(s.send_recv(to, src(to), l.send_count(to) * es, from, dst(from),
-                           l.recv_count(from) * es));  // block r+k out, block r-k in
+                           l.recv_count(from) * es, &gate));  // block r+k out, block r-k in
   }
   CHORUS_TRY(s.finish());
   if (!aside.empty()) std::vector<char>().swap(aside);  // sent: tcp no longer reads it

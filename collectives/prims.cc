@@ -266,10 +266,11 @@ Status Steps::recv_copy_send(int from, int to, char* dst, size_t bytes) {
 
 // to <- own and dst <- from. A send that waited for a free slot before its receive began
 // would deadlock two ranks whose rings towards each other are both full; here each wait ends
-// as soon as either direction can move. Links without direct slots take each direction as one
-// posted request, which the same waits progress.
+// as soon as either direction can move (or the gate's header arrives). Links without direct
+// slots take each direction as one posted request (a receive only once the gate is open, so
+// no unchecked byte lands in dst), which the same waits progress.
 Status Steps::send_recv(int to, const char* own, size_t send_bytes, int from, char* dst,
-                        size_t recv_bytes) {
+                        size_t recv_bytes, const HeaderGate* gate) {
   transport::DirectSlots* out_slots = ctx_.link(to).direct();
   transport::DirectSlots* in_slots = ctx_.link(from).direct();
   size_t sent = 0, got = 0;
@@ -277,19 +278,32 @@ Status Steps::send_recv(int to, const char* own, size_t send_bytes, int from, ch
     post(to, own, send_bytes);
     sent = send_bytes;
   }
-  const bool posted_recv = !in_slots && recv_bytes > 0;
-  const uint64_t recv_ticket = posted_recv ? ctx_.link(from).post_recv(dst, recv_bytes) : 0;
-  if (posted_recv) got = recv_bytes;
-  while (sent < send_bytes || got < recv_bytes) {
+  bool gated = gate != nullptr, posted_recv = false;
+  uint64_t recv_ticket = 0;
+  auto post_recv = [&] {
+    if (in_slots || recv_bytes == 0) return;
+    recv_ticket = ctx_.link(from).post_recv(dst, recv_bytes);
+    posted_recv = true;
+    got = recv_bytes;
+  };
+  if (!gated) post_recv();
+  while (sent < send_bytes || gated || got < recv_bytes) {
     std::pair<char*, size_t> out{nullptr, 0};
     std::pair<const char*, size_t> in{nullptr, 0};
+    bool header_in = false;
     CHORUS_TRY(ctx_.wait(
         [&] {
           if (sent < send_bytes) out = out_slots->send_reserve();
-          if (got < recv_bytes) in = in_slots->recv_peek();
-          return out.second > 0 || in.second > 0;
+          if (gated) header_in = ctx_.link(from).recv_done(gate->ticket);
+          if (!gated && got < recv_bytes) in = in_slots->recv_peek();
+          return out.second > 0 || header_in || in.second > 0;
         },
-        got < recv_bytes ? from : to));
+        gated || got < recv_bytes ? from : to));
+    if (header_in) {
+      CHORUS_TRY(gate->check());
+      gated = false;
+      post_recv();
+    }
     if (out.second > 0) {
       const size_t n = std::min(send_bytes - sent, out.second);
       exec_.copy(out.first, own + sent, n);

@@ -138,6 +138,28 @@ TEST_CASE("a gather met by scatters fails at once on every rank, naming both cal
   require_codes(res, {0, 0, 0});
 }
 
+// Neither is the root in its own view, both send a block that overflows their ring: each must
+// still read the other's header rather than wait for a free slot.
+TEST_CASE("two ranks that each take the other for the gather root fail at once",
+          "[failure][mismatch][gather]") {
+  RunOptions o = on("shm");
+  o.env.insert({{"CHORUS_SHM_SLOT_BYTES", "4096"}, {"CHORUS_SHM_SLOTS", "2"}});
+  auto res = run_ranks(
+      2,
+      [](int rank) {
+        auto comm = chorus::Communicator::from_env();
+        std::vector<char> send(1 << 20), recv(2 << 20);
+        return expect_error(
+            [&] { comm.gather(send.data(), recv.data(), send.size(), chorusUint8, 1 - rank); },
+            chorusMismatch,
+            "gather #1 (count 1048576 u8, root 1) on rank 0 vs gather #1 (count 1048576 u8, root "
+            "0) on rank 1",
+            5);
+      },
+      o);
+  require_codes(res, {0, 0});
+}
+
 TEST_CASE("an all-to-all-v pair that disagrees on its count fails on every rank, naming both",
           "[failure][mismatch][all_to_all]") {
   auto transport = GENERATE(std::string("shm"), std::string("tcp"));
