@@ -1,6 +1,7 @@
 // The C API's argument table and check, and the exception boundary (see c_api_check.h).
 #include "collectives/c_api_check.h"
 
+#include <algorithm>
 #include <cmath>
 #include <exception>
 #include <new>
@@ -32,15 +33,20 @@ namespace {
 // One row per operation kind.
 // clang-format off
 constexpr OpRule kRules[] = {
-  // kind                  sendbuff       recvbuff       send*n recv*n root   peer   reduce count
-  {OpKind::kSend,          Need::kAlways, Need::kNo,     false, false, false, true,  false, "count"},
-  {OpKind::kRecv,          Need::kNo,     Need::kAlways, false, false, false, true,  false, "count"},
-  {OpKind::kBarrier,       Need::kNo,     Need::kNo,     false, false, false, false, false, "count"},
-  {OpKind::kBroadcast,     Need::kAtRoot, Need::kAlways, false, false, true,  false, false, "count"},
-  {OpKind::kAllReduce,     Need::kAlways, Need::kAlways, false, false, false, false, true,  "count"},
-  {OpKind::kReduce,        Need::kAlways, Need::kAtRoot, false, false, true,  false, true,  "count"},
-  {OpKind::kAllGather,     Need::kAlways, Need::kAlways, false, true,  false, false, false, "sendcount"},
-  {OpKind::kReduceScatter, Need::kAlways, Need::kAlways, true,  false, false, false, true,  "recvcount"},
+  // kind                  sendbuff       recvbuff       send*n recv*n root   peer   reduce per-rk count
+  {OpKind::kSend,          Need::kAlways, Need::kNo,     false, false, false, true,  false, false, "count"},
+  {OpKind::kRecv,          Need::kNo,     Need::kAlways, false, false, false, true,  false, false, "count"},
+  {OpKind::kBarrier,       Need::kNo,     Need::kNo,     false, false, false, false, false, false, "count"},
+  {OpKind::kBroadcast,     Need::kAtRoot, Need::kAlways, false, false, true,  false, false, false, "count"},
+  {OpKind::kAllReduce,     Need::kAlways, Need::kAlways, false, false, false, false, true,  false, "count"},
+  {OpKind::kReduce,        Need::kAlways, Need::kAtRoot, false, false, true,  false, true,  false, "count"},
+  {OpKind::kAllGather,     Need::kAlways, Need::kAlways, false, true,  false, false, false, false, "sendcount"},
+  {OpKind::kReduceScatter, Need::kAlways, Need::kAlways, true,  false, false, false, true,  false, "recvcount"},
+  {OpKind::kGather,        Need::kAlways, Need::kAtRoot, false, true,  true,  false, false, false, "sendcount"},
+  {OpKind::kScatter,       Need::kAtRoot, Need::kAlways, true,  false, true,  false, false, false, "recvcount"},
+  {OpKind::kAllToAll,      Need::kAlways, Need::kAlways, true,  true,  false, false, false, false, "count"},
+  // all-to-all-v: buffers and sizes from the per-rank arrays (check_per_rank)
+  {OpKind::kAllToAllv,     Need::kNo,     Need::kNo,     false, false, false, false, false, true,  "count"},
 };
 // clang-format on
 
@@ -105,7 +111,10 @@ Result<Checked> check_sizes(const OpRule& rule, const Args& a, int nranks, At at
     return make_error(Code::kInvalidArgument,
                       "{}: {} {} of {} times {} ranks is more than {} can hold ({} bytes)", at,
                       rule.count_name, a.count, dtype_name(a.datatype), nranks,
-                      rule.send_scaled ? "sendbuff" : "recvbuff", kMaxBufferBytes);
+                      !rule.recv_scaled   ? "sendbuff"
+                      : !rule.send_scaled ? "recvbuff"
+                                          : "sendbuff or recvbuff",
+                      kMaxBufferBytes);
   c.total_bytes = c.block_bytes * static_cast<size_t>(nranks);
   return c;
 }
@@ -121,6 +130,51 @@ Status check_buffers(const OpRule& rule, const Args& a, int rank, At at) {
     return make_error(Code::kInvalidArgument, "{}: recvbuff is NULL with {} {}", at,
                       rule.count_name, a.count);
   return Status::ok();
+}
+
+// One side of an all-to-all-v: its arrays are there, each block's end (displacement + count)
+// fits in a buffer, and the buffer is there when a block is not empty.
+Result<size_t> check_side(const Args& a, int nranks, At at, bool send) {
+  const char* side = send ? "send" : "recv";
+  const size_t* counts = send ? a.sendcounts : a.recvcounts;
+  const size_t* displs = send ? a.sdispls : a.rdispls;
+  const char* counts_name = send ? "sendcounts" : "recvcounts";
+  if (!counts)
+    return make_error(Code::kInvalidArgument, "{}: {} is NULL ({} entries expected)", at,
+                      counts_name, nranks);
+  if (!displs)
+    return make_error(Code::kInvalidArgument, "{}: {} is NULL ({} entries expected)", at,
+                      send ? "sdispls" : "rdispls", nranks);
+  const size_t es = dtype_size(a.datatype), most = kMaxBufferBytes / es;
+  size_t end = 0;  // bytes
+  for (int j = 0; j < nranks; ++j) {
+    if (counts[j] > most || displs[j] > most - counts[j])
+      return make_error(Code::kInvalidArgument,
+                        "{}: {}[{}] {} + {}[{}] {} elements of {} ({} bytes each) end past what "
+                        "a buffer can hold ({} bytes)",
+                        at, send ? "sdispls" : "rdispls", j, displs[j], counts_name, j, counts[j],
+                        dtype_name(a.datatype), es, kMaxBufferBytes);
+    if (counts[j] > 0 && (send ? a.sendbuff == nullptr : a.recvbuff == nullptr))
+      return make_error(Code::kInvalidArgument, "{}: {}buff is NULL with {}[{}] {}", at, side,
+                        counts_name, j, counts[j]);
+    if (counts[j] > 0) end = std::max(end, (displs[j] + counts[j]) * es);
+  }
+  return end;
+}
+
+// All-to-all-v: both sides, and this rank's block to itself the same size on both.
+Result<Checked> check_per_rank(const Args& a, int rank, int nranks, At at) {
+  Checked c;
+  c.elem_size = dtype_size(a.datatype);
+  CHORUS_ASSIGN_OR_RETURN(size_t send_end, check_side(a, nranks, at, true));
+  CHORUS_ASSIGN_OR_RETURN(size_t recv_end, check_side(a, nranks, at, false));
+  if (a.sendcounts[rank] != a.recvcounts[rank])
+    return make_error(Code::kInvalidArgument,
+                      "{}: sendcounts[{}] {} but recvcounts[{}] {} (this rank's block to itself "
+                      "must be the same size on both sides)",
+                      at, rank, a.sendcounts[rank], rank, a.recvcounts[rank]);
+  c.total_bytes = std::max(send_end, recv_end);
+  return c;
 }
 
 }  // namespace
@@ -146,6 +200,7 @@ Result<Checked> check_args(const Call& call, const Args& a, int rank, int nranks
   const OpRule& rule = rule_for(call.kind);
   const At at{call.name, rank};
   CHORUS_TRY(check_types(rule, a, at));
+  if (rule.per_rank) return check_per_rank(a, rank, nranks, at);
   CHORUS_ASSIGN_OR_RETURN(Checked c, check_sizes(rule, a, nranks, at));
   CHORUS_TRY(check_ranks(rule, a, rank, nranks, at));
   CHORUS_TRY(check_buffers(rule, a, rank, at));

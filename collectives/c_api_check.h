@@ -23,11 +23,12 @@ struct OpRule {
   OpKind kind;
   Need sendbuff;
   Need recvbuff;
-  bool send_scaled;        // sendbuff holds nranks * count elements (reduce-scatter)
-  bool recv_scaled;        // recvbuff holds nranks * count elements (all-gather)
+  bool send_scaled;        // sendbuff holds nranks * count elements (reduce-scatter, scatter)
+  bool recv_scaled;        // recvbuff holds nranks * count elements (all-gather, gather)
   bool root;               // takes a root in 0..nranks-1
   bool peer;               // takes a peer in 0..nranks-1, not this rank
   bool reduction;          // datatype must be reducible and op a chorusRedOp_t
+  bool per_rank;           // counts and displacements per rank in arrays, not one count
   const char* count_name;  // the count's name in chorus.h: count, sendcount, recvcount
 };
 const OpRule& rule_for(OpKind kind);
@@ -52,10 +53,16 @@ struct Args {
   int tag = 0;
   chorusStream_t stream = nullptr;
   chorusRequest_t* request = nullptr;
+  // All-to-all-v: nranks entries each, in elements.
+  const size_t* sendcounts = nullptr;
+  const size_t* sdispls = nullptr;
+  const size_t* recvcounts = nullptr;
+  const size_t* rdispls = nullptr;
 };
 
 // What the check learned: element size, bytes of one rank's block, bytes the whole call moves
-// (block * nranks for all-gather and reduce-scatter), all known to fit in a buffer.
+// (block * nranks for all-gather, reduce-scatter, gather, scatter and all-to-all; for
+// all-to-all-v the larger of the two buffers' extents), all known to fit in a buffer.
 struct Checked {
   size_t elem_size = 0;
   size_t block_bytes = 0;

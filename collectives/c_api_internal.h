@@ -1,6 +1,7 @@
-// What the two files of the C ABI share: the export and exception-boundary macros, the last
-// error of the calling thread, and handle lookup. c_api.cc: communicators (create, split,
-// abort, destroy); c_api_ops.cc: operations, requests and groups.
+// What the files of the C ABI share: the export and exception-boundary macros, the last error
+// of the calling thread, handle lookup, and the one path every operation call takes. c_api.cc:
+// communicators (create, split, abort, destroy); c_api_ops.cc: operations, requests and
+// groups; c_api_exchange.cc: gather, scatter, all-to-all and all-to-all-v.
 #pragma once
 
 #include <fmt/format.h>
@@ -8,6 +9,7 @@
 #include <utility>
 
 #include "chorus/chorus.h"
+#include "collectives/c_api_check.h"
 #include "collectives/comm.h"
 #include "common/status.h"
 
@@ -37,5 +39,8 @@ void abort_after_exception(CommImpl& comm, const Status& why) noexcept;
 // The live communicator of a handle, or why there is none (NULL, not a handle, aborted,
 // destroyed), naming `call`.
 Result<CommImpl*> live(chorusComm_t h, const char* call);
+// Checks the arguments (c_api_check.h), then runs, queues or groups the operation: blocking
+// calls return when it is complete here, chorusI* calls hand back *a.request (c_api_ops.cc).
+chorusResult_t run_op(const Call& call, chorusComm_t h, const Args& a);
 
 }  // namespace chorus::capi

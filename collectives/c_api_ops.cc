@@ -27,6 +27,7 @@ using chorus::capi::Call;
 using chorus::capi::fail;
 using chorus::capi::live;
 using chorus::capi::report;
+using chorus::capi::run_op;
 
 namespace {
 constexpr uint64_t kRequestMagic = 0x7265712d6f6b2121ull;
@@ -85,7 +86,12 @@ OpDesc describe_call(CommImpl& c, OpKind kind, const Args& a, const chorus::capi
     return d;
   }
   d.seq = c.next_collective_seq();
-  if (kind == OpKind::kBarrier) return d;
+  // Gathers, scatters and all-to-all move each block once, straight to its rank: nothing to
+  // tune. All-to-all-v's count is per pair (set in each pair's header).
+  if (kind == OpKind::kAllToAllv) d.count = 0;
+  if (kind == OpKind::kBarrier || kind == OpKind::kGather || kind == OpKind::kScatter ||
+      kind == OpKind::kAllToAll || kind == OpKind::kAllToAllv)
+    return d;
   const chorus::Tuned t = c.tune(kind, k.total_bytes);
   d.algo = t.algo;
   d.piece = t.piece;
@@ -104,6 +110,8 @@ struct OpBody {
   size_t bytes;    // send/recv
   uint32_t piece;  // broadcast
   const char* call;
+  // All-to-all-v: sendcounts, sdispls, recvcounts, rdispls (nranks each), copied at call time.
+  std::shared_ptr<const std::vector<size_t>> per_rank;
 
   Status operator()(OpCtx& ctx) const {
     try {
@@ -111,6 +119,12 @@ struct OpBody {
     } catch (...) {
       return chorus::capi::status_from_exception(call);
     }
+  }
+
+  chorus::ExchangeLayout layout_v(int n) const {
+    const size_t* v = per_rank->data();
+    return {
+        .send_counts = v, .send_displs = v + n, .recv_counts = v + 2 * n, .recv_displs = v + 3 * n};
   }
 
   Status run(OpCtx& ctx) const {
@@ -127,6 +141,14 @@ struct OpBody {
         return chorus::run_ring_allgather(ctx, s, r);
       case OpKind::kReduceScatter:
         return chorus::run_ring_reduce_scatter(ctx, s, r);
+      case OpKind::kGather:
+        return chorus::run_gather(ctx, s, r);
+      case OpKind::kScatter:
+        return chorus::run_scatter(ctx, s, r);
+      case OpKind::kAllToAll:
+        return chorus::run_pairwise_alltoall(ctx, s, r, {.count = ctx.desc().count});
+      case OpKind::kAllToAllv:
+        return chorus::run_pairwise_alltoall(ctx, s, r, layout_v(ctx.size()));
       default:
         break;
     }
@@ -165,7 +187,19 @@ chorus::OpFn guarded(chorus::OpFn fn, const char* call) {
   };
 }
 
-// Checks the arguments (c_api_check.h), then runs, queues or groups the operation.
+// All-to-all-v's four arrays in one block, so that an I-call's caller may free them at once.
+std::shared_ptr<const std::vector<size_t>> copy_per_rank(const Args& a, int n) {
+  auto v = std::make_shared<std::vector<size_t>>();
+  v->reserve(4 * static_cast<size_t>(n));
+  for (const size_t* arr : {a.sendcounts, a.sdispls, a.recvcounts, a.rdispls})
+    v->insert(v->end(), arr, arr + n);
+  return v;
+}
+
+}  // namespace
+
+namespace chorus::capi {
+
 chorusResult_t run_op(const Call& call, chorusComm_t h, const Args& a) {
   if (Status s = chorus::capi::check_form(call, a); !s.is_ok()) return report(s);
   auto c = live(h, call.name);
@@ -180,6 +214,8 @@ chorusResult_t run_op(const Call& call, chorusComm_t h, const Args& a) {
     return fail(Code::kInvalidUsage, "{} on rank {}: inside a group use {}", call.name, comm.rank(),
                 call.kind == OpKind::kSend ? "chorusSend" : "chorusRecv");
   try {
+    std::shared_ptr<const std::vector<size_t>> per_rank;
+    if (rule_for(call.kind).per_rank) per_rank = copy_per_rank(a, comm.size());
     OpDesc d = describe_call(comm, call.kind, a, *k);
     if (t_group_depth > 0) {
       t_group.push_back({h, {d, a.sendbuff, a.recvbuff, k->block_bytes}});
@@ -191,15 +227,20 @@ chorusResult_t run_op(const Call& call, chorusComm_t h, const Args& a) {
                       k->elem_size,
                       k->block_bytes,
                       d.piece,
-                      call.name};
+                      call.name,
+                      std::move(per_rank)};
     return submit(comm, d, body, call.async ? a.request : nullptr);
   } catch (...) {
     // Half set up, perhaps (its sequence number taken): the communicator cannot go on.
-    const Status s = chorus::capi::status_from_exception(call.name);
-    chorus::capi::abort_after_exception(comm, s);
+    const Status s = status_from_exception(call.name);
+    abort_after_exception(comm, s);
     return report(s);
   }
 }
+
+}  // namespace chorus::capi
+
+namespace {
 
 chorus::Result<chorusRequest_t> request_of(chorusRequest_t req, const char* call) {
   if (req == nullptr)

@@ -123,6 +123,7 @@ Status CommImpl::create_channels(const transport::Transports& transports, Deadli
         ch->links, transport::connect_links(store, prefix, uid_ + k, job_->secret(), rank_, size(),
                                             transports, deadline, interrupt));
     ch->headers.resize(size());
+    ch->pair_headers.resize(size());
     CHORUS_ASSIGN_OR_RETURN(ch->waiter, transport::Waiter::create(ch->links));
     channels_.push_back(std::move(ch));
   }

@@ -20,6 +20,7 @@
 #include <initializer_list>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -45,6 +46,7 @@ struct StagingBuffers {
   std::vector<char> out[kOut];
   std::vector<char> eager;    // header + data of an eager message over tcp
   std::vector<char> scratch;  // a reduced piece on its way to user memory by streaming stores
+  std::vector<char> aside;    // the input of an all-to-all whose buffers overlap, copied aside
 };
 
 // One submitted operation: the state behind a chorusRequest_t (which the public C++ layer wraps
@@ -77,7 +79,8 @@ struct Channel {
   transport::LinkSet links;
   std::unique_ptr<transport::Waiter> waiter;
   StagingBuffers staging;
-  std::vector<OpHeader> headers;  // one per peer
+  std::vector<OpHeader> headers;       // received, one per peer
+  std::vector<OpHeader> pair_headers;  // sent, one per peer, when the header differs by peer
   // The worker of a channel >= 1: one job at a time.
   std::thread thread;
   std::mutex mu;
@@ -220,6 +223,15 @@ class OpCtx {
   // Sends this operation's header to every rank in `to` and checks the header of every rank
   // in `from` (-1 entries are skipped): how an algorithm opens its links for this operation.
   Status exchange_headers(std::initializer_list<int> to, std::initializer_list<int> from);
+  // The same with every rank in `peers` both ways (distinct ranks, none this one); headers are
+  // checked as they arrive, so a rank in another call is named while others are still late.
+  Status exchange_headers_with(std::span<const int> peers);
+  // Headers of an exchange whose counts differ by pair (all-to-all-v): send_pair_header posts
+  // `to` this operation's header saying `send_count` (what this rank sends it);
+  // check_pair_header checks, once recv_header(from) completed, that `from`'s says `recv_count`
+  // (what this rank expects from it).
+  void send_pair_header(int to, uint64_t send_count);
+  Status check_pair_header(int from, uint64_t recv_count);
   // Small messages over a direct link in one slot: header and data together. Writes ours,
   // waits for the peer's, checks its header and returns its data (valid until eager_release).
   // Both sides must call it for the same exchange. Use when eager_fits().
@@ -288,5 +300,23 @@ Status run_rd_allreduce(OpCtx& ctx, const char* send, char* recv);
 Status run_chain_reduce(OpCtx& ctx, const char* send, char* recv);
 Status run_ring_allgather(OpCtx& ctx, const char* send, char* recv);
 Status run_ring_reduce_scatter(OpCtx& ctx, const char* send, char* recv);
+// Gather and scatter: root's buffer holds nranks blocks of ctx.desc().count elements.
+Status run_gather(OpCtx& ctx, const char* send, char* recv);
+Status run_scatter(OpCtx& ctx, const char* send, char* recv);
+
+// Where each rank's block of an all-to-all lies, in elements: uniform blocks of `count` (block j
+// at j * count), or per-rank counts and displacements (all-to-all-v; the arrays outlive the call).
+struct ExchangeLayout {
+  uint64_t count = 0;
+  const size_t* send_counts = nullptr;  // null: uniform
+  const size_t* send_displs = nullptr;
+  const size_t* recv_counts = nullptr;
+  const size_t* recv_displs = nullptr;
+  size_t send_count(int j) const { return send_counts ? send_counts[j] : count; }
+  size_t send_displ(int j) const { return send_counts ? send_displs[j] : j * count; }
+  size_t recv_count(int j) const { return send_counts ? recv_counts[j] : count; }
+  size_t recv_displ(int j) const { return send_counts ? recv_displs[j] : j * count; }
+};
+Status run_pairwise_alltoall(OpCtx& ctx, const char* send, char* recv, const ExchangeLayout& l);
 
 }  // namespace chorus

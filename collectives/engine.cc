@@ -57,6 +57,47 @@ Status OpCtx::exchange_headers(std::initializer_list<int> to, std::initializer_l
   return Status::ok();
 }
 
+Status OpCtx::exchange_headers_with(std::span<const int> peers) {
+  for (int p : peers) send_header(p);
+  std::vector<std::pair<int, uint64_t>> pending;
+  pending.reserve(peers.size());
+  for (int p : peers) pending.push_back({p, recv_header(p)});
+  Status mismatch;
+  // Checks each header as it lands; done when all are in or one disagrees.
+  CHORUS_TRY(wait(
+      [&] {
+        for (size_t i = 0; i < pending.size();) {
+          auto [p, t] = pending[i];
+          if (!link(p).recv_done(t)) {
+            ++i;
+            continue;
+          }
+          mismatch = check_header(p);
+          if (!mismatch.is_ok()) return true;
+          pending[i] = pending.back();
+          pending.pop_back();
+        }
+        return pending.empty();
+      },
+      peers.size() == 1 ? peers.front() : -1));
+  return mismatch;
+}
+
+void OpCtx::send_pair_header(int to, uint64_t send_count) {
+  OpDesc out = desc_;
+  out.count = send_count;
+  OpHeader& h = ch_.pair_headers[to];  // stays put until sent: one header per peer and operation
+  h = make_header(out, comm_.rank_, comm_.uid_);
+  link(to).post_send(&h, sizeof h);
+}
+
+Status OpCtx::check_pair_header(int from, uint64_t recv_count) {
+  OpDesc expect = desc_;
+  expect.count = recv_count;
+  expect.peer = from;
+  return chorus::check_header(headers_[from], from, expect, comm_.rank_, comm_.uid_);
+}
+
 Result<const char*> OpCtx::eager_exchange(int peer, const void* data, size_t bytes) {
   transport::Link& l = link(peer);
   const size_t total = sizeof(OpHeader) + bytes;

@@ -21,6 +21,14 @@ const char* op_name(OpKind k) {
       return "all_gather";
     case OpKind::kReduceScatter:
       return "reduce_scatter";
+    case OpKind::kGather:
+      return "gather";
+    case OpKind::kScatter:
+      return "scatter";
+    case OpKind::kAllToAll:
+      return "all_to_all";
+    case OpKind::kAllToAllv:
+      return "all_to_all_v";
   }
   return "unknown operation";
 }
@@ -124,6 +132,14 @@ std::string describe(const OpDesc& d) {
     case OpKind::kAllGather:
       return fmt::format("all_gather #{} (count {} {}, {})", d.seq, d.count, dtype_name(d.dtype),
                          algo_name(d.algo));
+    case OpKind::kGather:
+    case OpKind::kScatter:
+      return fmt::format("{} #{} (count {} {}, root {})", op_name(d.kind), d.seq, d.count,
+                         dtype_name(d.dtype), d.root);
+    case OpKind::kAllToAll:
+      return fmt::format("all_to_all #{} (count {} {})", d.seq, d.count, dtype_name(d.dtype));
+    case OpKind::kAllToAllv:  // counts differ by pair: a disagreement is named by check_header
+      return fmt::format("all_to_all_v #{} ({})", d.seq, dtype_name(d.dtype));
   }
   return "unknown operation";
 }
@@ -210,15 +226,26 @@ Status check_header(const OpHeader& got, int from, const OpDesc& mine, int me, u
               theirs.redop == mine.redop && theirs.tag == mine.tag && theirs.algo == mine.algo &&
               theirs.piece == mine.piece && theirs.nchannels == mine.nchannels;
   if (same) return Status::ok();
-  std::string a = fmt::format("{} on rank {}", describe(theirs), from);
-  std::string b = fmt::format("{} on rank {}", describe(mine), me);
+  // Two all-to-all-v calls: each side's count is its own view of this pair's block.
+  const bool pair = mine.kind == OpKind::kAllToAllv && theirs.kind == mine.kind;
+  auto pair_text = [](const OpDesc& d, const char* verb, const char* dir, int other) {
+    return fmt::format("all_to_all_v #{} ({}, {} {} {} rank {})", d.seq, dtype_name(d.dtype), verb,
+                       d.count, dir, other);
+  };
+  std::string a = fmt::format("{} on rank {}",
+                              pair ? pair_text(theirs, "sends", "to", me) : describe(theirs), from);
+  std::string b = fmt::format("{} on rank {}",
+                              pair ? pair_text(mine, "expects", "from", from) : describe(mine), me);
   std::string both = from < me ? a + " vs " + b : b + " vs " + a;
   // Calls of matching kinds that describe() prints alike (for a send and its recv: alike but
   // for the kind and direction): name the fields that differ, lower rank's value first.
   OpDesc theirs_as_mine = theirs;
   theirs_as_mine.kind = mine.kind;
   theirs_as_mine.peer = mine.peer;
-  if (theirs.kind == expect && describe(theirs_as_mine) == describe(mine)) {
+  const bool alike =
+      pair ? theirs.seq == mine.seq && theirs.dtype == mine.dtype && theirs.count == mine.count
+           : theirs.kind == expect && describe(theirs_as_mine) == describe(mine);
+  if (alike) {
     std::string hidden =
         from < me ? hidden_differences(theirs, mine) : hidden_differences(mine, theirs);
     if (!hidden.empty()) both += " (" + hidden + ")";

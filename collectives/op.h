@@ -21,7 +21,11 @@ enum class OpKind : uint16_t {
   kAllReduce,
   kReduce,
   kAllGather,
-  kReduceScatter
+  kReduceScatter,
+  kGather,
+  kScatter,
+  kAllToAll,
+  kAllToAllv
 };
 
 // Algorithms the tuner picks from (and CHORUS_ALGO names).
@@ -30,10 +34,10 @@ const char* algo_name(Algo a);
 
 struct OpDesc {
   OpKind kind = OpKind::kBarrier;
-  uint64_t seq = 0;  // collectives: per communicator; send/recv: per (pair, direction)
-  uint64_t count = 0;
+  uint64_t seq = 0;    // collectives: per communicator; send/recv: per (pair, direction)
+  uint64_t count = 0;  // all-to-all-v: 0 for the call; in a pair's header, what one sends the other
   int dtype = chorusUint8;
-  int root = -1;            // broadcast
+  int root = -1;            // broadcast, reduce, gather, scatter
   int redop = -1;           // reductions (later)
   int peer = -1;            // send/recv: the other rank
   int tag = 0;              // send/recv
@@ -76,6 +80,9 @@ constexpr uint16_t kOpMagic = 0x4f48;  // "OH"
 OpHeader make_header(const OpDesc& d, int sender, uint64_t comm_uid);
 // Checks a received header against what this rank is doing. The error (kMismatch) names both
 // ranks and both calls, lower rank first: "barrier #12 on rank 0 vs broadcast #12 (...) on rank 1".
+// All-to-all-v: `mine.count` is what this rank expects from `from`, the header's count what
+// `from` sends it; the error names both views, "all_to_all_v #3 (i32, sends 5 to rank 1) on
+// rank 0 vs all_to_all_v #3 (i32, expects 4 from rank 0) on rank 1".
 Status check_header(const OpHeader& got, int from, const OpDesc& mine, int me, uint64_t comm_uid);
 
 }  // namespace chorus

@@ -27,6 +27,13 @@ Status run_parts(OpCtx& ctx, FunctionRef<Status(OpCtx&, uint64_t, uint64_t)> par
   });
 }
 
+std::vector<int> ranks_after(int rank, int n) {
+  std::vector<int> out;
+  out.reserve(static_cast<size_t>(n > 0 ? n - 1 : 0));
+  for (int i = 1; i < n; ++i) out.push_back((rank + i) % n);
+  return out;
+}
+
 Status copy_local(const char* send, char* recv, size_t bytes) {
   if (send != recv && bytes > 0) std::memcpy(recv, send, bytes);
   return Status::ok();
@@ -254,6 +261,63 @@ Status Steps::recv_copy_send(int from, int to, char* dst, size_t bytes) {
     end_piece(from, to, p, d);
     off += p.n;
   }
+  return Status::ok();
+}
+
+// to <- own and dst <- from. A send that waited for a free slot before its receive began
+// would deadlock two ranks whose rings towards each other are both full; here each wait ends
+// as soon as either direction can move (or the gate's header arrives). Links without direct
+// slots take each direction as one posted request (a receive only once the gate is open, so
+// no unchecked byte lands in dst), which the same waits progress.
+Status Steps::send_recv(int to, const char* own, size_t send_bytes, int from, char* dst,
+                        size_t recv_bytes, const HeaderGate* gate) {
+  transport::DirectSlots* out_slots = ctx_.link(to).direct();
+  transport::DirectSlots* in_slots = ctx_.link(from).direct();
+  size_t sent = 0, got = 0;
+  if (!out_slots && send_bytes > 0) {
+    post(to, own, send_bytes);
+    sent = send_bytes;
+  }
+  bool gated = gate != nullptr, posted_recv = false;
+  uint64_t recv_ticket = 0;
+  auto post_recv = [&] {
+    if (in_slots || recv_bytes == 0) return;
+    recv_ticket = ctx_.link(from).post_recv(dst, recv_bytes);
+    posted_recv = true;
+    got = recv_bytes;
+  };
+  if (!gated) post_recv();
+  while (sent < send_bytes || gated || got < recv_bytes) {
+    std::pair<char*, size_t> out{nullptr, 0};
+    std::pair<const char*, size_t> in{nullptr, 0};
+    bool header_in = false;
+    CHORUS_TRY(ctx_.wait(
+        [&] {
+          if (sent < send_bytes) out = out_slots->send_reserve();
+          if (gated) header_in = ctx_.link(from).recv_done(gate->ticket);
+          if (!gated && got < recv_bytes) in = in_slots->recv_peek();
+          return out.second > 0 || header_in || in.second > 0;
+        },
+        gated || got < recv_bytes ? from : to));
+    if (header_in) {
+      CHORUS_TRY(gate->check());
+      gated = false;
+      post_recv();
+    }
+    if (out.second > 0) {
+      const size_t n = std::min(send_bytes - sent, out.second);
+      exec_.copy(out.first, own + sent, n);
+      out_slots->send_commit(n);
+      sent += n;
+    }
+    if (in.second > 0) {
+      const size_t n = std::min(recv_bytes - got, in.second);
+      store(dst + got, in.first, n);
+      in_slots->recv_consume(n);
+      got += n;
+    }
+  }
+  if (posted_recv) CHORUS_TRY(ctx_.wait_recv(from, recv_ticket));
   return Status::ok();
 }
 

@@ -8,6 +8,7 @@
 //   recvReduceCopy    dst <- (from op own)
 //   recvCopySend      dst <- from; to <- from
 //   sendCopy          to <- own, copied out at once (own may change right after)
+//   sendRecv          to <- own and dst <- from at once, sizes independent (all-to-all)
 //
 //   send_header / recv_header   the operation's header alone (a signal: barrier)
 //   send_message / recv_message header + data to one peer (send/recv)
@@ -45,6 +46,19 @@ class Steps {
                                bool avg = false);
   Status recv_reduce_copy(int from, const char* own, char* dst, size_t bytes, bool avg = false);
   Status recv_copy_send(int from, int to, char* dst, size_t bytes);
+  // A posted receive of a peer's header (ctx.recv_header's ticket) and the check to run on it
+  // before any of that peer's data is taken.
+  struct HeaderGate {
+    uint64_t ticket;
+    FunctionRef<Status()> check;
+  };
+  // to <- own (send_bytes) and dst <- from (recv_bytes) at once: whichever direction can move
+  // moves, so ranks that send to each other, or around any cycle, never wait on one another
+  // whatever the sizes (either may be 0). With a gate, from's header is waited for and checked
+  // (also when recv_bytes is 0) while our data already flows, and none of from's data is read
+  // before it passes. Bytes only: pieces need not be whole elements.
+  Status send_recv(int to, const char* own, size_t send_bytes, int from, char* dst,
+                   size_t recv_bytes, const HeaderGate* gate = nullptr);
   Status send_header(int to);
   Status recv_header(int from);  // waits for it and checks it against this operation
   // A whole point-to-point message: header then data. A message that fits one direct slot
@@ -107,6 +121,9 @@ inline bool use_streaming(size_t total_bytes) {
 // Runs an operation cut into ctx.desc().nchannels parts of whole elements: part k (elements
 // [begin, begin + count)) on channel k, all at once; with one channel, the whole on ctx.
 Status run_parts(OpCtx& ctx, FunctionRef<Status(OpCtx&, uint64_t begin, uint64_t count)> part);
+
+// Every rank but `rank`, from rank+1 on and wrapping: the order a root serves the others in.
+std::vector<int> ranks_after(int rank, int n);
 
 // One rank: the result is the input (avg over one rank divides by one).
 Status copy_local(const char* send, char* recv, size_t bytes);

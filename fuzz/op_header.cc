@@ -31,7 +31,7 @@ void fail(const char* what, const std::string& message) {
 // only receivers check headers (a send's header goes one way).
 OpDesc my_call(FuzzedDataProvider& in, int me) {
   OpDesc d;
-  d.kind = static_cast<OpKind>(in.ConsumeIntegralInRange<int>(2, 8));
+  d.kind = static_cast<OpKind>(in.ConsumeIntegralInRange<int>(2, 12));  // barrier .. all_to_all_v
   d.seq = in.ConsumeIntegral<uint64_t>();
   d.count = in.ConsumeIntegral<uint64_t>();
   d.dtype = in.ConsumeIntegralInRange<int>(0, chorusNumTypes - 1);

@@ -23,7 +23,8 @@
  * - Blocking calls (chorusSend, chorusBroadcast, ...) return when the operation is complete
  *   on this rank. The chorusI* calls return a request at once; the buffers must stay valid
  *   until chorusWait/chorusTest reports completion. stream must be NULL for CPU buffers.
- * - In place: sendbuff == recvbuff is allowed wherever both appear.
+ * - In place: sendbuff == recvbuff is allowed wherever both appear (for gather, scatter and
+ *   all-to-all see their comments).
  * - A destroyed or aborted communicator answers every later call with an error, never a crash.
  *   chorusCommAbort may be called from any thread.
  * - No C++ exception leaves any chorus* function. When chorus cannot get memory or a thread,
@@ -36,9 +37,13 @@
  * - datatype is a chorusDataType_t (0 .. chorusNumTypes-1); reductions take only the types
  *   their message lists. op is a chorusRedOp_t (0..4).
  * - count * element size must fit in one buffer: at most PTRDIFF_MAX bytes; for all-gather's
- *   recvbuff and reduce-scatter's sendbuff, count * element size * nranks.
+ *   and gather's recvbuff, reduce-scatter's and scatter's sendbuff and both of all-to-all's
+ *   buffers, count * element size * nranks.
  * - sendbuff/recvbuff may be NULL only when count is 0 (or where the call ignores them: sendbuff
- *   off the root of a broadcast, recvbuff off the root of a reduce).
+ *   off the root of a broadcast or scatter, recvbuff off the root of a reduce or gather).
+ * - all-to-all-v: sendcounts, sdispls, recvcounts and rdispls are not NULL; for every j,
+ *   (displacement + count) * element size is at most PTRDIFF_MAX; a buffer may be NULL only when
+ *   all its counts are 0; sendcounts[rank] == recvcounts[rank] (this rank's block to itself).
  * - root and peer are ranks of the communicator (a peer is never this rank).
  * - nranks (chorusCommInitRank), ndev (chorusCommInitAll) and launcher world sizes are
  *   1..CHORUS_MAX_RANKS; rank is 0..nranks-1.
@@ -179,6 +184,35 @@ chorusResult_t chorusReduceScatter(const void* sendbuff, void* recvbuff, size_t 
                                    chorusDataType_t datatype, chorusRedOp_t op, chorusComm_t comm,
                                    chorusStream_t stream);
 
+/* Each rank's own block (as MPI_Gather, MPI_Scatter, MPI_Alltoall, MPI_Alltoallv): all ten types,
+ * no reduction, so the bytes arrive as sent. Every rank passes the same count, type and root. */
+/* recvbuff (root only) holds nranks * sendcount elements, rank i's at offset i * sendcount. In
+ * place: the root's sendbuff may lie anywhere in recvbuff (recvbuff + root * sendcount as
+ * MPI_IN_PLACE). */
+chorusResult_t chorusGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                            chorusDataType_t datatype, int root, chorusComm_t comm,
+                            chorusStream_t stream);
+/* sendbuff (root only) holds nranks * recvcount elements; rank i receives block i. In place: the
+ * root's recvbuff may lie anywhere in sendbuff. */
+chorusResult_t chorusScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                             chorusDataType_t datatype, int root, chorusComm_t comm,
+                             chorusStream_t stream);
+/* sendbuff: nranks blocks of count elements, block j goes to rank j; recvbuff block i came from
+ * rank i. In place (sendbuff == recvbuff, or any overlap) works: the input is first copied
+ * aside, which costs one more copy of it and as much memory for the call's duration. */
+chorusResult_t chorusAllToAll(const void* sendbuff, void* recvbuff, size_t count,
+                              chorusDataType_t datatype, chorusComm_t comm, chorusStream_t stream);
+/* MPI_Alltoallv's shape: counts and displacements in elements, one per rank (nranks entries
+ * each). Block j (sendcounts[j] elements at sendbuff + sdispls[j]) goes to rank j; block i of
+ * recvbuff (recvcounts[i] at rdispls[i]) comes from rank i. Rank i's sendcounts[j] must equal
+ * rank j's recvcounts[i]: a pair that disagrees fails on every rank with chorusMismatch naming
+ * both ranks and both counts (no truncated block). Zero counts are fine. The arrays are copied
+ * by the call (an I-call's caller may free them when it returns); in place as chorusAllToAll. */
+chorusResult_t chorusAllToAllv(const void* sendbuff, const size_t* sendcounts,
+                               const size_t* sdispls, void* recvbuff, const size_t* recvcounts,
+                               const size_t* rdispls, chorusDataType_t datatype, chorusComm_t comm,
+                               chorusStream_t stream);
+
 /* Groups (as ncclGroupStart/End): send/recv calls between Start and End are only queued, then
  * run together at End, so pairwise exchanges cannot deadlock. End waits for them. */
 chorusResult_t chorusGroupStart(void);
@@ -206,6 +240,19 @@ chorusResult_t chorusIallGather(const void* sendbuff, void* recvbuff, size_t sen
 chorusResult_t chorusIreduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
                                     chorusDataType_t datatype, chorusRedOp_t op, chorusComm_t comm,
                                     chorusRequest_t* request);
+chorusResult_t chorusIgather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                             chorusDataType_t datatype, int root, chorusComm_t comm,
+                             chorusRequest_t* request);
+chorusResult_t chorusIscatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                              chorusDataType_t datatype, int root, chorusComm_t comm,
+                              chorusRequest_t* request);
+chorusResult_t chorusIallToAll(const void* sendbuff, void* recvbuff, size_t count,
+                               chorusDataType_t datatype, chorusComm_t comm,
+                               chorusRequest_t* request);
+chorusResult_t chorusIallToAllv(const void* sendbuff, const size_t* sendcounts,
+                                const size_t* sdispls, void* recvbuff, const size_t* recvcounts,
+                                const size_t* rdispls, chorusDataType_t datatype, chorusComm_t comm,
+                                chorusRequest_t* request);
 /* Waits up to timeout_seconds (< 0, INFINITY or > 1e9: until the operation ends, itself bounded
  * by CHORUS_TIMEOUT; NaN: chorusInvalidArgument). chorusInProgress when the time ran out first;
  * the operation's own error otherwise. */

@@ -139,6 +139,44 @@ class Communicator {
                       chorusRedOp_t op) {
     check(chorusReduceScatter(send, recv, recvcount, dt, op, comm_, nullptr));
   }
+  // recv (root only): size() blocks of sendcount elements.
+  void gather(const void* send, void* recv, size_t sendcount, chorusDataType_t dt, int root) {
+    check(chorusGather(send, recv, sendcount, dt, root, comm_, nullptr));
+  }
+  // send (root only): size() blocks of recvcount elements; this rank receives block rank().
+  void scatter(const void* send, void* recv, size_t recvcount, chorusDataType_t dt, int root) {
+    check(chorusScatter(send, recv, recvcount, dt, root, comm_, nullptr));
+  }
+  void all_to_all(const void* send, void* recv, size_t count, chorusDataType_t dt) {
+    check(chorusAllToAll(send, recv, count, dt, comm_, nullptr));
+  }
+  // Counts and displacements in elements, size() entries each (copied by the call).
+  void all_to_all_v(const void* send, const size_t* sendcounts, const size_t* sdispls, void* recv,
+                    const size_t* recvcounts, const size_t* rdispls, chorusDataType_t dt) {
+    check(
+        chorusAllToAllv(send, sendcounts, sdispls, recv, recvcounts, rdispls, dt, comm_, nullptr));
+  }
+  Work igather(const void* send, void* recv, size_t sendcount, chorusDataType_t dt, int root) {
+    chorusRequest_t r = nullptr;
+    check(chorusIgather(send, recv, sendcount, dt, root, comm_, &r));
+    return Work(r);
+  }
+  Work iscatter(const void* send, void* recv, size_t recvcount, chorusDataType_t dt, int root) {
+    chorusRequest_t r = nullptr;
+    check(chorusIscatter(send, recv, recvcount, dt, root, comm_, &r));
+    return Work(r);
+  }
+  Work iall_to_all(const void* send, void* recv, size_t count, chorusDataType_t dt) {
+    chorusRequest_t r = nullptr;
+    check(chorusIallToAll(send, recv, count, dt, comm_, &r));
+    return Work(r);
+  }
+  Work iall_to_all_v(const void* send, const size_t* sendcounts, const size_t* sdispls, void* recv,
+                     const size_t* recvcounts, const size_t* rdispls, chorusDataType_t dt) {
+    chorusRequest_t r = nullptr;
+    check(chorusIallToAllv(send, sendcounts, sdispls, recv, recvcounts, rdispls, dt, comm_, &r));
+    return Work(r);
+  }
   Work iall_reduce(const void* send, void* recv, size_t count, chorusDataType_t dt,
                    chorusRedOp_t op) {
     chorusRequest_t r = nullptr;

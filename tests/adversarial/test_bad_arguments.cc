@@ -310,6 +310,107 @@ TEST_CASE("datatypes, buffers, roots, peers, streams and requests are checked by
   require_ok(res);
 }
 
+TEST_CASE("gather, scatter, all-to-all and all-to-all-v refuse bad arguments",
+          "[adversarial][args]") {
+  auto res = run_ranks(
+      2,
+      [](int rank) {
+        auto comm = chorus::Communicator::from_env();
+        chorusComm_t c = comm.handle();
+        float abuf[8] = {1, 2, 3, 4}, bbuf[8];
+        float *a = abuf, *b = bbuf;  // lambdas copy the pointers
+        chorusRequest_t req = nullptr;
+        static size_t counts[2] = {1, 1}, displs[2] = {0, 1}, zero[2] = {0, 0};
+        static size_t huge[2] = {kHuge, kHuge}, far[2] = {0, static_cast<size_t>(PTRDIFF_MAX)};
+        const size_t *n1 = counts, *d1 = displs, *z = zero, *h = huge, *f = far;
+        const auto f32 = chorusFloat32;
+        std::vector<Bad> cases = {
+            {"gather x nranks",
+             [=] { return chorusGather(a, b, kHalf, chorusUint8, 0, c, nullptr); },
+             chorusInvalidArgument,
+             {"chorusGather on rank", "sendcount 4611686018427387904 of u8 times 2 ranks",
+              "recvbuff"}},
+            {"scatter huge",
+             [=] { return chorusScatter(a, b, kHuge, f32, 1, c, nullptr); },
+             chorusInvalidArgument,
+             {"chorusScatter on rank", "recvcount 4611686018427387905 of f32"}},
+            {"alltoall x nranks",
+             [=] { return chorusAllToAll(a, b, kHalf, chorusUint8, c, nullptr); },
+             chorusInvalidArgument,
+             {"chorusAllToAll on rank", "times 2 ranks is more than sendbuff or recvbuff"}},
+            {"igather root",
+             [=, &req] { return chorusIgather(a, b, 2, f32, 2, c, &req); },
+             chorusInvalidArgument,
+             {"chorusIgather on rank", "root 2 is outside 0..1"}},
+            {"scatter root",
+             [=] { return chorusScatter(a, b, 2, f32, -1, c, nullptr); },
+             chorusInvalidArgument,
+             {"chorusScatter on rank", "root -1 is outside 0..1"}},
+            {"gather NULL send",
+             [=] { return chorusGather(nullptr, b, 2, f32, 0, c, nullptr); },
+             chorusInvalidArgument,
+             {"chorusGather on rank", "sendbuff is NULL with sendcount 2"}},
+            {"scatter NULL recv",
+             [=] { return chorusScatter(a, nullptr, 2, f32, 0, c, nullptr); },
+             chorusInvalidArgument,
+             {"chorusScatter on rank", "recvbuff is NULL with recvcount 2"}},
+            {"iscatter request",
+             [=] { return chorusIscatter(a, b, 2, f32, 0, c, nullptr); },
+             chorusInvalidArgument,
+             {"chorusIscatter: request is NULL"}},
+            {"ialltoall dt",
+             [=, &req] {
+               return chorusIallToAll(a, b, 2, static_cast<chorusDataType_t>(11), c, &req);
+             },
+             chorusInvalidArgument,
+             {"chorusIallToAll on rank", "datatype 11 is not a chorusDataType_t"}},
+            {"alltoall stream",
+             [=] { return chorusAllToAll(a, b, 2, f32, c, reinterpret_cast<chorusStream_t>(0x1)); },
+             chorusInvalidArgument,
+             {"chorusAllToAll: stream 0x1 is not NULL"}},
+            {"alltoallv NULL sendcounts",
+             [=] { return chorusAllToAllv(a, nullptr, d1, b, n1, d1, f32, c, nullptr); },
+             chorusInvalidArgument,
+             {"chorusAllToAllv on rank", "sendcounts is NULL (2 entries expected)"}},
+            {"ialltoallv NULL rdispls",
+             [=, &req] { return chorusIallToAllv(a, n1, d1, b, n1, nullptr, f32, c, &req); },
+             chorusInvalidArgument,
+             {"chorusIallToAllv on rank", "rdispls is NULL (2 entries expected)"}},
+            {"alltoallv huge count",
+             [=] { return chorusAllToAllv(a, h, d1, b, n1, d1, f32, c, nullptr); },
+             chorusInvalidArgument,
+             {"chorusAllToAllv on rank", "sdispls[0] 0 + sendcounts[0] 4611686018427387905",
+              "end past what a buffer can hold"}},
+            {"alltoallv far displacement",
+             [=] { return chorusAllToAllv(a, n1, d1, b, n1, f, f32, c, nullptr); },
+             chorusInvalidArgument,
+             {"chorusAllToAllv on rank", "rdispls[1] 9223372036854775807 + recvcounts[1] 1"}},
+            {"alltoallv NULL recvbuff",
+             [=] { return chorusAllToAllv(a, n1, d1, nullptr, n1, d1, f32, c, nullptr); },
+             chorusInvalidArgument,
+             {"chorusAllToAllv on rank", "recvbuff is NULL with recvcounts[0] 1"}},
+            {"alltoallv own block",
+             [=] { return chorusAllToAllv(a, n1, d1, b, z, d1, f32, c, nullptr); },
+             chorusInvalidArgument,
+             {"chorusAllToAllv on rank " + std::to_string(rank),
+              "sendcounts[" + std::to_string(rank) + "] 1 but recvcounts[" + std::to_string(rank) +
+                  "] 0"}},
+            {"grouped alltoall",
+             [=] {
+               chorusGroupStart();
+               const chorusResult_t rc = chorusAllToAll(a, b, 2, f32, c, nullptr);
+               chorusGroupEnd();
+               return rc;
+             },
+             chorusInvalidUsage,
+             {"chorusAllToAll on rank", "only chorusSend and chorusRecv may be grouped"}},
+        };
+        return run_cases(cases) + still_works(comm);
+      },
+      opts());
+  require_ok(res);
+}
+
 TEST_CASE("chorusWait: NaN is refused; INFINITY and 1e300 wait until the operation ends",
           "[adversarial][args]") {
   auto res = run_ranks(

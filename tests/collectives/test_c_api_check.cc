@@ -19,11 +19,14 @@ using namespace chorus::capi;
 
 namespace {
 
-const OpKind kAllKinds[] = {OpKind::kSend,      OpKind::kRecv,         OpKind::kBarrier,
-                            OpKind::kBroadcast, OpKind::kAllReduce,    OpKind::kReduce,
-                            OpKind::kAllGather, OpKind::kReduceScatter};
+const OpKind kAllKinds[] = {OpKind::kSend,      OpKind::kRecv,          OpKind::kBarrier,
+                            OpKind::kBroadcast, OpKind::kAllReduce,     OpKind::kReduce,
+                            OpKind::kAllGather, OpKind::kReduceScatter, OpKind::kGather,
+                            OpKind::kScatter,   OpKind::kAllToAll,      OpKind::kAllToAllv};
 
 float g_a[8], g_b[8];
+// All-to-all-v over two ranks: blocks of 2 and 1 elements.
+size_t g_scounts[2] = {2, 1}, g_sdispls[2] = {0, 2}, g_rcounts[2] = {2, 1}, g_rdispls[2] = {1, 4};
 
 // Arguments every kind accepts: two buffers, a reducible type, a known op, ranks 0 and 1.
 Args good() {
@@ -35,6 +38,10 @@ Args good() {
   a.op = chorusSum;
   a.root = 0;
   a.peer = 1;
+  a.sendcounts = g_scounts;
+  a.sdispls = g_sdispls;
+  a.recvcounts = g_rcounts;
+  a.rdispls = g_rdispls;
   return a;
 }
 
@@ -96,7 +103,7 @@ TEST_CASE("c api table: count * element size (* nranks) must fit in a buffer", "
   Args a = good();
   a.count = (size_t{1} << 62) + 1;
   for (OpKind k : kAllKinds) {
-    if (k == OpKind::kBarrier) continue;
+    if (k == OpKind::kBarrier || k == OpKind::kAllToAllv) continue;  // no count (its arrays: below)
     CHECK_THAT(refusal(k, a),
                Catch::Contains("4611686018427387905 of f32 (4 bytes each) is more than a buffer "
                                "can hold (9223372036854775807 bytes)"));
@@ -119,8 +126,56 @@ TEST_CASE("c api table: count * element size (* nranks) must fit in a buffer", "
       refusal(OpKind::kReduceScatter, b),
       Catch::Contains(
           "recvcount 4611686018427387904 of u8 times 2 ranks is more than sendbuff can hold"));
+  CHECK_THAT(refusal(OpKind::kGather, b), Catch::Contains("times 2 ranks is more than recvbuff"));
+  CHECK_THAT(refusal(OpKind::kScatter, b), Catch::Contains("times 2 ranks is more than sendbuff"));
+  CHECK_THAT(refusal(OpKind::kAllToAll, b),
+             Catch::Contains("count 4611686018427387904 of u8 times 2 ranks is more than sendbuff "
+                             "or recvbuff can hold"));
   b.count = kMaxBufferBytes / 2;
   CHECK(refusal(OpKind::kAllGather, b) == "accepted");
+  CHECK(refusal(OpKind::kAllToAll, b) == "accepted");
+}
+
+TEST_CASE("c api table: all-to-all-v's arrays, their sizes, buffers and this rank's own block",
+          "[c_api]") {
+  auto v = check_args({"chorusAllToAllv", OpKind::kAllToAllv, false}, good(), 0, 2);
+  REQUIRE(v.is_ok());
+  CHECK(v->total_bytes == 5 * 4);  // recvbuff ends at rdispls[1] + recvcounts[1] = 5 f32
+  for (int which = 0; which < 4; ++which) {
+    Args a = good();
+    const size_t** arr[] = {&a.sendcounts, &a.sdispls, &a.recvcounts, &a.rdispls};
+    const char* name[] = {"sendcounts", "sdispls", "recvcounts", "rdispls"};
+    *arr[which] = nullptr;
+    CHECK(refusal(OpKind::kAllToAllv, a) ==
+          std::string("chorusTest on rank 0: ") + name[which] + " is NULL (2 entries expected)");
+  }
+  size_t huge_counts[2] = {2, (size_t{1} << 62) + 1}, far_displs[2] = {0, kMaxBufferBytes / 4};
+  Args a = good();
+  a.sendcounts = huge_counts;
+  CHECK(refusal(OpKind::kAllToAllv, a) ==
+        "chorusTest on rank 0: sdispls[1] 2 + sendcounts[1] 4611686018427387905 elements of f32 "
+        "(4 bytes each) end past what a buffer can hold (9223372036854775807 bytes)");
+  a = good();
+  a.rdispls = far_displs;  // displacement alone fits; with its count it does not
+  CHECK_THAT(refusal(OpKind::kAllToAllv, a),
+             Catch::Contains("rdispls[1] 2305843009213693951 + recvcounts[1] 1 elements of f32"));
+  a = good();
+  a.sendbuff = nullptr;
+  CHECK(refusal(OpKind::kAllToAllv, a) ==
+        "chorusTest on rank 0: sendbuff is NULL with sendcounts[0] 2");
+  size_t zeros[2] = {0, 0};
+  a.sendcounts = a.recvcounts = zeros;
+  a.recvbuff = nullptr;
+  CHECK(refusal(OpKind::kAllToAllv, a) == "accepted");  // nothing to move: NULL is fine
+  a = good();
+  a.recvcounts = zeros;  // rank 0 sends itself 2, expects 0 from itself
+  CHECK(refusal(OpKind::kAllToAllv, a) ==
+        "chorusTest on rank 0: sendcounts[0] 2 but recvcounts[0] 0 (this rank's block to itself "
+        "must be the same size on both sides)");
+  CHECK(refusal(OpKind::kAllToAllv, a, /*rank=*/1) ==
+        "chorusTest on rank 1: sendcounts[1] 1 but "
+        "recvcounts[1] 0 (this rank's block to "
+        "itself must be the same size on both sides)");
 }
 
 TEST_CASE("c api table: NULL buffers only with count 0 or where the root rule ignores them",
@@ -142,6 +197,18 @@ TEST_CASE("c api table: NULL buffers only with count 0 or where the root rule ig
   CHECK(refusal(OpKind::kReduce, b, /*rank=*/0) != "accepted");  // the root receives
   CHECK(refusal(OpKind::kReduce, b, /*rank=*/1) == "accepted");
   CHECK(refusal(OpKind::kSend, b) == "accepted");
+  // Gather's recvbuff and scatter's sendbuff matter on the root only.
+  CHECK(refusal(OpKind::kGather, b, /*rank=*/0) ==
+        "chorusTest on rank 0: recvbuff is NULL with sendcount 4");
+  CHECK(refusal(OpKind::kGather, b, /*rank=*/1) == "accepted");
+  CHECK(refusal(OpKind::kScatter, b) == "chorusTest on rank 0: recvbuff is NULL with recvcount 4");
+  CHECK(refusal(OpKind::kAllToAll, b) == "chorusTest on rank 0: recvbuff is NULL with count 4");
+  Args c = good();
+  c.sendbuff = nullptr;
+  CHECK(refusal(OpKind::kScatter, c, /*rank=*/0) ==
+        "chorusTest on rank 0: sendbuff is NULL with recvcount 4");
+  CHECK(refusal(OpKind::kScatter, c, /*rank=*/1) == "accepted");
+  CHECK(refusal(OpKind::kGather, c, /*rank=*/1) != "accepted");  // every rank sends
 }
 
 TEST_CASE("c api table: root and peer are ranks of the communicator", "[c_api]") {
@@ -151,7 +218,10 @@ TEST_CASE("c api table: root and peer are ranks of the communicator", "[c_api]")
     CHECK(refusal(OpKind::kBroadcast, a) ==
           "chorusTest on rank 0: root " + std::to_string(root) + " is outside 0..1");
     CHECK(refusal(OpKind::kReduce, a) != "accepted");
+    CHECK(refusal(OpKind::kGather, a) != "accepted");
+    CHECK(refusal(OpKind::kScatter, a) != "accepted");
     CHECK(refusal(OpKind::kAllReduce, a) == "accepted");
+    CHECK(refusal(OpKind::kAllToAll, a) == "accepted");
   }
   for (int peer : {-1, 2}) {
     Args a = good();

@@ -77,6 +77,8 @@ struct Case {
 };
 
 float g_a[2][64], g_b[2][256];
+// All-to-all-v over two ranks: 32 elements each way, rank r's block to itself first.
+const size_t g_counts[2] = {32, 32}, g_displs[2] = {0, 32};
 
 Fn all_reduce(int r) {
   return [r](chorusComm_t c) {
@@ -122,6 +124,29 @@ std::vector<Case> cases() {
       return chorusReduceScatter(a(r), b(r), 32, chorusFloat32, chorusSum, c, nullptr);
     });
   });
+  both("chorusGather", [&](int r) {
+    return Fn(
+        [=](chorusComm_t c) { return chorusGather(a(r), b(r), 64, chorusFloat32, 1, c, nullptr); });
+  });
+  both("chorusScatter", [&](int r) {
+    return Fn([=](chorusComm_t c) {
+      return chorusScatter(a(r), b(r), 32, chorusFloat32, 0, c, nullptr);
+    });
+  });
+  both("chorusAllToAll", [&](int r) {
+    return Fn(
+        [=](chorusComm_t c) { return chorusAllToAll(a(r), b(r), 32, chorusFloat32, c, nullptr); });
+  });
+  both("chorusAllToAll in place", [&](int r) {
+    return Fn(
+        [=](chorusComm_t c) { return chorusAllToAll(b(r), b(r), 32, chorusFloat32, c, nullptr); });
+  });
+  both("chorusAllToAllv", [&](int r) {
+    return Fn([=](chorusComm_t c) {
+      return chorusAllToAllv(a(r), g_counts, g_displs, b(r), g_counts, g_displs, chorusFloat32, c,
+                             nullptr);
+    });
+  });
   both("chorusBarrier",
        [&](int) { return Fn([](chorusComm_t c) { return chorusBarrier(c, nullptr); }); });
   out.push_back(
@@ -155,6 +180,27 @@ std::vector<Case> cases() {
   both("chorusIreduceScatter", [&](int r) {
     return waited([=](chorusComm_t c, chorusRequest_t* q) {
       return chorusIreduceScatter(a(r), b(r), 32, chorusFloat32, chorusSum, c, q);
+    });
+  });
+  both("chorusIgather", [&](int r) {
+    return waited([=](chorusComm_t c, chorusRequest_t* q) {
+      return chorusIgather(a(r), b(r), 64, chorusFloat32, 0, c, q);
+    });
+  });
+  both("chorusIscatter", [&](int r) {
+    return waited([=](chorusComm_t c, chorusRequest_t* q) {
+      return chorusIscatter(a(r), b(r), 32, chorusFloat32, 1, c, q);
+    });
+  });
+  both("chorusIallToAll", [&](int r) {
+    return waited([=](chorusComm_t c, chorusRequest_t* q) {
+      return chorusIallToAll(a(r), b(r), 32, chorusFloat32, c, q);
+    });
+  });
+  both("chorusIallToAllv", [&](int r) {
+    return waited([=](chorusComm_t c, chorusRequest_t* q) {
+      return chorusIallToAllv(a(r), g_counts, g_displs, b(r), g_counts, g_displs, chorusFloat32, c,
+                              q);
     });
   });
   both("chorusIbarrier", [&](int) {

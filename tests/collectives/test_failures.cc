@@ -114,6 +114,79 @@ TEST_CASE("a count mismatch names both counts", "[failure][mismatch]") {
   require_codes(res, {0, 0, 0});
 }
 
+TEST_CASE("a gather met by scatters fails at once on every rank, naming both calls",
+          "[failure][mismatch][gather][scatter]") {
+  auto transport = GENERATE(std::string("shm"), std::string("tcp"));
+  auto res = run_ranks(
+      3,
+      [](int rank) {
+        auto comm = chorus::Communicator::from_env();
+        comm.barrier();  // #1 agrees
+        std::vector<float> send(3 * 4096), recv(3 * 4096);
+        // Whichever pair is seen first, the message names rank 0's gather and a scatter.
+        const std::string both =
+            "gather #2 (count 4096 f32, root 0) on rank 0 vs scatter #2 (count 4096 f32, root 0) "
+            "on rank ";
+        if (rank == 0)
+          return expect_error(
+              [&] { comm.gather(send.data(), recv.data(), 4096, chorusFloat32, 0); },
+              chorusMismatch, both, 5);
+        return expect_error([&] { comm.scatter(send.data(), recv.data(), 4096, chorusFloat32, 0); },
+                            chorusMismatch, both, 5);
+      },
+      on(transport));
+  require_codes(res, {0, 0, 0});
+}
+
+// Neither is the root in its own view, both send a block that overflows their ring: each must
+// still read the other's header rather than wait for a free slot.
+TEST_CASE("two ranks that each take the other for the gather root fail at once",
+          "[failure][mismatch][gather]") {
+  RunOptions o = on("shm");
+  o.env.insert({{"CHORUS_SHM_SLOT_BYTES", "4096"}, {"CHORUS_SHM_SLOTS", "2"}});
+  auto res = run_ranks(
+      2,
+      [](int rank) {
+        auto comm = chorus::Communicator::from_env();
+        std::vector<char> send(1 << 20), recv(2 << 20);
+        return expect_error(
+            [&] { comm.gather(send.data(), recv.data(), send.size(), chorusUint8, 1 - rank); },
+            chorusMismatch,
+            "gather #1 (count 1048576 u8, root 1) on rank 0 vs gather #1 (count 1048576 u8, root "
+            "0) on rank 1",
+            5);
+      },
+      o);
+  require_codes(res, {0, 0});
+}
+
+TEST_CASE("an all-to-all-v pair that disagrees on its count fails on every rank, naming both",
+          "[failure][mismatch][all_to_all]") {
+  auto transport = GENERATE(std::string("shm"), std::string("tcp"));
+  auto res = run_ranks(
+      3,
+      [](int rank) {
+        auto comm = chorus::Communicator::from_env();
+        comm.barrier();  // #1 agrees
+        // Blocks of 4, except that rank 0 sends rank 1 five elements (rank 1 expects four).
+        std::vector<size_t> scounts(3, 4), rcounts(3, 4), displs = {0, 8, 16};
+        if (rank == 0) scounts[1] = 5;
+        std::vector<int32_t> send(24, rank), recv(24, -1);
+        return expect_error(
+            [&] {
+              comm.all_to_all_v(send.data(), scounts.data(), displs.data(), recv.data(),
+                                rcounts.data(), displs.data(), chorusInt32);
+              comm.barrier();  // a rank whose part was done before the news fails here
+            },
+            chorusMismatch,
+            "all_to_all_v #2 (i32, sends 5 to rank 1) on rank 0 vs all_to_all_v #2 (i32, expects "
+            "4 from rank 0) on rank 1",
+            5);
+      },
+      on(transport));
+  require_codes(res, {0, 0, 0});
+}
+
 TEST_CASE("a peer killed with SIGKILL fails every survivor within 5 s, naming it",
           "[failure][dead]") {
   auto transport = GENERATE(std::string("shm"), std::string("tcp"));

@@ -80,3 +80,42 @@ TEST_CASE("a header from another communicator or with a bad magic is corrupt, no
   CHECK(s.code() == Code::kRemoteError);
   CHECK_THAT(s.message(), Catch::Contains("corrupt header from rank 1"));
 }
+
+TEST_CASE(
+    "gather, scatter and all-to-all describe themselves; an all-to-all-v pair names both "
+    "counts",
+    "[op]") {
+  OpDesc g;
+  g.kind = OpKind::kGather;
+  g.seq = 4;
+  g.count = 13;
+  g.dtype = chorusInt8;
+  g.root = 2;
+  CHECK(describe(g) == "gather #4 (count 13 i8, root 2)");
+  OpDesc sc = g;
+  sc.kind = OpKind::kScatter;
+  Status s = check_header(make_header(sc, 1, kUid), 1, g, 0, kUid);
+  CHECK(s.message() ==
+        "gather #4 (count 13 i8, root 2) on rank 0 vs scatter #4 (count 13 i8, root 2) on rank 1");
+  OpDesc a2a = g;
+  a2a.kind = OpKind::kAllToAll;
+  CHECK(describe(a2a) == "all_to_all #4 (count 13 i8)");
+
+  // Rank 3 sends rank 1 five elements; rank 1 expects four from rank 3.
+  OpDesc expects;
+  expects.kind = OpKind::kAllToAllv;
+  expects.seq = 9;
+  expects.count = 4;
+  expects.dtype = chorusInt32;
+  expects.peer = 3;
+  CHECK(describe(expects) == "all_to_all_v #9 (i32)");
+  OpDesc sends = expects;
+  sends.count = 5;
+  sends.peer = 1;
+  REQUIRE(check_header(make_header(expects, 3, kUid), 3, expects, 1, kUid).is_ok());
+  s = check_header(make_header(sends, 3, kUid), 3, expects, 1, kUid);
+  CHECK(s.code() == Code::kMismatch);
+  CHECK(s.message() ==
+        "all_to_all_v #9 (i32, expects 4 from rank 3) on rank 1 vs all_to_all_v #9 (i32, sends 5 "
+        "to rank 1) on rank 3");
+}
