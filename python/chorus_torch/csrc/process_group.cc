@@ -163,9 +163,8 @@ ProcessGroupChorus::WorkPtr ProcessGroupChorus::send(Tensors& tensors, int dst, 
   const Reduction m = moved_as(t);
   const void* p = t.data_ptr();
   const size_t n = t.numel() * m.per_element;
-  return launch("send", c10d::OpType::SEND, {}, {t}, [&](chorusRequest_t* r) {
-    return chorusIsend(p, n, m.dtype, dst, tag, comm_, r);
-  });
+  return launch("send", c10d::OpType::SEND, {}, {t},
+                [&](chorusRequest_t* r) { return chorusIsend(p, n, m.dtype, dst, tag, comm_, r); });
 }
 
 ProcessGroupChorus::WorkPtr ProcessGroupChorus::recv(Tensors& tensors, int src, int tag) {

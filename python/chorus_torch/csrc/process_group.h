@@ -62,10 +62,10 @@ class ProcessGroupChorus : public PgBase {
  private:
   // A Work for `call`, its request made by `submit` (a chorusI* call); throws with chorus's
   // message when the submission is refused.
-  c10::intrusive_ptr<WorkChorus> launch(const char* call, c10d::OpType type, Tensors outputs,
-                                        Tensors keep,
-                                        const std::function<chorusResult_t(chorusRequest_t*)>& submit,
-                                        std::function<void()> after = nullptr);
+  c10::intrusive_ptr<WorkChorus> launch(
+      const char* call, c10d::OpType type, Tensors outputs, Tensors keep,
+      const std::function<chorusResult_t(chorusRequest_t*)>& submit,
+      std::function<void()> after = nullptr);
   std::string what(const char* call) const;
   int check_root(int64_t root, const char* call) const;
   int check_peer(int peer, const char* call) const;

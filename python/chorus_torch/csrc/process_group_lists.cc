@@ -14,8 +14,8 @@ std::vector<at::Tensor>& rank_list(std::vector<std::vector<at::Tensor>>& lists, 
                                    const char* call, const char* what) {
   TORCH_CHECK(lists.size() == 1, "chorus: ", call, ": takes one list of ", what,
               " tensors per process, got ", lists.size());
-  TORCH_CHECK(static_cast<int>(lists[0].size()) == size, "chorus: ", call, ": ", what,
-              " holds ", lists[0].size(), " tensors, expected one per rank (", size, ")");
+  TORCH_CHECK(static_cast<int>(lists[0].size()) == size, "chorus: ", call, ": ", what, " holds ",
+              lists[0].size(), " tensors, expected one per rank (", size, ")");
   return lists[0];
 }
 
@@ -26,7 +26,8 @@ void check_pair(const at::Tensor& out, const at::Tensor& in, int64_t ratio, cons
               out.scalar_type(), " differs from input dtype ", in.scalar_type());
   TORCH_CHECK(out.numel() * (ratio > 0 ? 1 : -ratio) == in.numel() * (ratio > 0 ? ratio : 1),
               "chorus: ", call, ": output has ", out.numel(), " elements and input ", in.numel(),
-              ", expected ", ratio > 0 ? "output = world size x input" : "input = world size x output",
+              ", expected ",
+              ratio > 0 ? "output = world size x input" : "input = world size x output",
               " (world size ", ratio > 0 ? ratio : -ratio, ")");
 }
 
@@ -64,12 +65,13 @@ ProcessGroupChorus::WorkPtr ProcessGroupChorus::_allgather_base(at::Tensor& outp
       [out] { out.finish(); });
 }
 
-ProcessGroupChorus::WorkPtr ProcessGroupChorus::allgather_coalesced(
-    TensorLists& outputs, Tensors& inputs, const c10d::AllgatherOptions&) {
+ProcessGroupChorus::WorkPtr ProcessGroupChorus::allgather_coalesced(TensorLists& outputs,
+                                                                    Tensors& inputs,
+                                                                    const c10d::AllgatherOptions&) {
   const char* call = "all_gather_coalesced";
   TORCH_CHECK(!inputs.empty(), "chorus: ", call, ": no input tensors");
-  TORCH_CHECK(static_cast<int>(outputs.size()) == getSize(), "chorus: ", call, ": ",
-              outputs.size(), " output lists, expected one per rank (", getSize(), ")");
+  TORCH_CHECK(static_cast<int>(outputs.size()) == getSize(), "chorus: ", call, ": ", outputs.size(),
+              " output lists, expected one per rank (", getSize(), ")");
   for (const at::Tensor& in : inputs) {
     check_tensor(in, call);
     TORCH_CHECK(in.scalar_type() == inputs[0].scalar_type(), "chorus: ", call,
@@ -78,7 +80,8 @@ ProcessGroupChorus::WorkPtr ProcessGroupChorus::allgather_coalesced(
   for (size_t r = 0; r < outputs.size(); ++r) {
     TORCH_CHECK(outputs[r].size() == inputs.size(), "chorus: ", call, ": output list ", r, " has ",
                 outputs[r].size(), " tensors, expected ", inputs.size(), " (one per input)");
-    for (size_t j = 0; j < inputs.size(); ++j) check_same({outputs[r][j]}, inputs[j], call, "output");
+    for (size_t j = 0; j < inputs.size(); ++j)
+      check_same({outputs[r][j]}, inputs[j], call, "output");
   }
   at::Tensor flat_in = flatten(inputs);
   at::Tensor flat_out = at::empty({getSize() * flat_in.numel()}, flat_in.options());
@@ -105,8 +108,8 @@ ProcessGroupChorus::WorkPtr ProcessGroupChorus::gather(TensorLists& outputs, Ten
     check_same(outs, in, "gather", "gather_list");
     flat = at::empty({getSize() * in.numel()}, in.options());
   } else {
-    TORCH_CHECK(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()), "chorus: ",
-                what("gather"), ": gather_list is for the root (rank ", root, ") only");
+    TORCH_CHECK(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()),
+                "chorus: ", what("gather"), ": gather_list is for the root (rank ", root, ") only");
   }
   const Reduction m = moved_as(in);
   const size_t n = in.numel() * m.per_element;
@@ -131,8 +134,9 @@ ProcessGroupChorus::WorkPtr ProcessGroupChorus::scatter(Tensors& outputs, Tensor
     check_same(ins, o, "scatter", "scatter_list");
     flat = flatten(ins);
   } else {
-    TORCH_CHECK(inputs.empty() || (inputs.size() == 1 && inputs[0].empty()), "chorus: ",
-                what("scatter"), ": scatter_list is for the root (rank ", root, ") only");
+    TORCH_CHECK(inputs.empty() || (inputs.size() == 1 && inputs[0].empty()),
+                "chorus: ", what("scatter"), ": scatter_list is for the root (rank ", root,
+                ") only");
   }
   Output out(o);
   const Reduction m = moved_as(o);
@@ -214,8 +218,7 @@ void blocks(const at::Tensor& t, const std::vector<int64_t>& splits, int size, i
 
 }  // namespace
 
-ProcessGroupChorus::WorkPtr ProcessGroupChorus::alltoall_base(at::Tensor& output,
-                                                              at::Tensor& input,
+ProcessGroupChorus::WorkPtr ProcessGroupChorus::alltoall_base(at::Tensor& output, at::Tensor& input,
                                                               std::vector<int64_t>& output_splits,
                                                               std::vector<int64_t>& input_splits,
                                                               const c10d::AllToAllOptions&) {

@@ -20,26 +20,45 @@ Reduction reduction_for(const at::Tensor& t, const c10d::ReduceOp& rop, const ch
   using R = c10d::ReduceOp;
   chorusRedOp_t op = chorusSum;
   switch (rop.op_) {
-    case R::SUM: op = chorusSum; break;
-    case R::AVG: op = chorusAvg; break;
-    case R::PRODUCT: op = chorusProd; break;
-    case R::MIN: op = chorusMin; break;
-    case R::MAX: op = chorusMax; break;
+    case R::SUM:
+      op = chorusSum;
+      break;
+    case R::AVG:
+      op = chorusAvg;
+      break;
+    case R::PRODUCT:
+      op = chorusProd;
+      break;
+    case R::MIN:
+      op = chorusMin;
+      break;
+    case R::MAX:
+      op = chorusMax;
+      break;
     default:
       TORCH_CHECK(false, "chorus: ", call, ": ReduceOp.", torch_op_name(rop),
                   " is not supported by chorus (it has SUM, PRODUCT, MIN, MAX and AVG)");
   }
   switch (t.scalar_type()) {
-    case at::kFloat: return {chorusFloat32, op};
-    case at::kDouble: return {chorusFloat64, op};
-    case at::kHalf: return {chorusFloat16, op};
-    case at::kBFloat16: return {chorusBfloat16, op};
-    case at::kChar: return {chorusInt8, op};
-    case at::kByte: return {chorusUint8, op};
-    case at::kInt: return {chorusInt32, op};
-    case at::kLong: return {chorusInt64, op};
+    case at::kFloat:
+      return {chorusFloat32, op};
+    case at::kDouble:
+      return {chorusFloat64, op};
+    case at::kHalf:
+      return {chorusFloat16, op};
+    case at::kBFloat16:
+      return {chorusBfloat16, op};
+    case at::kChar:
+      return {chorusInt8, op};
+    case at::kByte:
+      return {chorusUint8, op};
+    case at::kInt:
+      return {chorusInt32, op};
+    case at::kLong:
+      return {chorusInt64, op};
     case at::kBool:
-      TORCH_CHECK(op != chorusAvg, "chorus: ", call, ": ReduceOp.AVG of a bool tensor has no meaning");
+      TORCH_CHECK(op != chorusAvg, "chorus: ", call,
+                  ": ReduceOp.AVG of a bool tensor has no meaning");
       // or for SUM/MAX, and for PRODUCT/MIN: on 0/1 bytes these are max and min.
       return {chorusUint8, (op == chorusSum || op == chorusMax) ? chorusMax : chorusMin};
     case at::kComplexFloat:
@@ -56,16 +75,26 @@ Reduction reduction_for(const at::Tensor& t, const c10d::ReduceOp& rop, const ch
 
 Reduction moved_as(const at::Tensor& t) {
   switch (t.scalar_type()) {
-    case at::kFloat: return {chorusFloat32, chorusSum};
-    case at::kDouble: return {chorusFloat64, chorusSum};
-    case at::kHalf: return {chorusFloat16, chorusSum};
-    case at::kBFloat16: return {chorusBfloat16, chorusSum};
-    case at::kChar: return {chorusInt8, chorusSum};
-    case at::kInt: return {chorusInt32, chorusSum};
-    case at::kLong: return {chorusInt64, chorusSum};
-    case at::kComplexFloat: return {chorusFloat32, chorusSum, 2};
-    case at::kComplexDouble: return {chorusFloat64, chorusSum, 2};
-    default: return {chorusUint8, chorusSum, static_cast<int64_t>(t.element_size())};
+    case at::kFloat:
+      return {chorusFloat32, chorusSum};
+    case at::kDouble:
+      return {chorusFloat64, chorusSum};
+    case at::kHalf:
+      return {chorusFloat16, chorusSum};
+    case at::kBFloat16:
+      return {chorusBfloat16, chorusSum};
+    case at::kChar:
+      return {chorusInt8, chorusSum};
+    case at::kInt:
+      return {chorusInt32, chorusSum};
+    case at::kLong:
+      return {chorusInt64, chorusSum};
+    case at::kComplexFloat:
+      return {chorusFloat32, chorusSum, 2};
+    case at::kComplexDouble:
+      return {chorusFloat64, chorusSum, 2};
+    default:
+      return {chorusUint8, chorusSum, static_cast<int64_t>(t.element_size())};
   }
 }
 
@@ -81,8 +110,8 @@ void check_same(const std::vector<at::Tensor>& list, const at::Tensor& like, con
 }
 
 at::Tensor& single(std::vector<at::Tensor>& list, const char* call, const char* what) {
-  TORCH_CHECK(list.size() == 1, "chorus: ", call, ": takes one ", what,
-              " tensor per process, got ", list.size());
+  TORCH_CHECK(list.size() == 1, "chorus: ", call, ": takes one ", what, " tensor per process, got ",
+              list.size());
   check_tensor(list[0], call);
   return list[0];
 }
@@ -112,16 +141,26 @@ void unflatten(const at::Tensor& block, const std::vector<at::Tensor>& list) {
 std::string torch_op_name(const c10d::ReduceOp& op) {
   using R = c10d::ReduceOp;
   switch (op.op_) {
-    case R::SUM: return "SUM";
-    case R::AVG: return "AVG";
-    case R::PRODUCT: return "PRODUCT";
-    case R::MIN: return "MIN";
-    case R::MAX: return "MAX";
-    case R::BAND: return "BAND";
-    case R::BOR: return "BOR";
-    case R::BXOR: return "BXOR";
-    case R::PREMUL_SUM: return "PREMUL_SUM";
-    default: return "UNUSED";
+    case R::SUM:
+      return "SUM";
+    case R::AVG:
+      return "AVG";
+    case R::PRODUCT:
+      return "PRODUCT";
+    case R::MIN:
+      return "MIN";
+    case R::MAX:
+      return "MAX";
+    case R::BAND:
+      return "BAND";
+    case R::BOR:
+      return "BOR";
+    case R::BXOR:
+      return "BXOR";
+    case R::PREMUL_SUM:
+      return "PREMUL_SUM";
+    default:
+      return "UNUSED";
   }
 }
 

@@ -14,8 +14,9 @@ WorkChorus::WorkChorus(int rank, c10d::OpType type, std::string what,
       what_(std::move(what)),
       outputs_(std::move(outputs)),
       keep_(std::move(keep)),
-      future_(c10::make_intrusive<c10::ivalue::Future>(
-          c10::ListType::create(c10::TensorType::get()))) {}
+      future_(
+          c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {
+}
 
 WorkChorus::~WorkChorus() {
   for (chorusRequest_t r : requests_) chorusRequestFree(r);
@@ -71,7 +72,9 @@ void WorkChorus::finish_with(std::exception_ptr error) {
 
 Completer::Completer() : thread_([this] { run(); }) {}
 
-Completer::~Completer() { stop(); }
+Completer::~Completer() {
+  stop();
+}
 
 void Completer::push(c10::intrusive_ptr<WorkChorus> w) {
   {
