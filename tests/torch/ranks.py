@@ -7,6 +7,7 @@ Cases:
            a new_group of a subset of ranks; a group created twice on one store.
   ddp      the tutorial CNN under DDP for 100 steps on a chorus group and on a Gloo group from
            the same start: parameters within 1e-6; then the fp16 compression comm hook.
+  inits    init_process_group("chorus") with tcp:// and then file://, destroyed in between.
   desync   rank 0 calls barrier, the others all_reduce: every rank raises, naming both calls.
   kill     the last rank dies by SIGKILL while the others wait in an all_reduce for it: they
            raise within 5 s, naming it.
@@ -430,6 +431,20 @@ def timed_error(fn, seconds, *parts):
     check(took <= seconds, f"took {took:.2f} s, bound {seconds} s")
 
 
+def case_inits():
+    port = int(os.environ["MASTER_PORT"])
+    path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"chorus_torch_init_{port}")
+    for k, method in enumerate([f"tcp://127.0.0.1:{port}", f"file://{path}"]):
+        dist.init_process_group("chorus", init_method=method, rank=RANK, world_size=N,
+                                timeout=datetime.timedelta(seconds=30))
+        t = torch.full((5,), float(RANK + k))
+        dist.all_reduce(t)
+        check(torch.equal(t, torch.full((5,), float(N * k + N * (N - 1) // 2))), method)
+        check(dist.get_backend() == "chorus", f"{method}: backend")
+        dist.destroy_process_group()
+        log(f"init_method {method.split(':')[0]}:// ok")
+
+
 def case_desync():
     dist.init_process_group("chorus", timeout=datetime.timedelta(seconds=60))
     dist.all_reduce(torch.ones(4))
@@ -449,7 +464,7 @@ def case_kill():
 
 
 if __name__ == "__main__":
-    {"ops": case_ops, "ddp": case_ddp, "desync": case_desync, "kill": case_kill}[sys.argv[1]]()
+    {"ops": case_ops, "ddp": case_ddp, "inits": case_inits, "desync": case_desync, "kill": case_kill}[sys.argv[1]]()
     if FAILURES:
         log(f"{len(FAILURES)} checks failed")
         sys.exit(1)
