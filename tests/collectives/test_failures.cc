@@ -413,11 +413,25 @@ TEST_CASE(
     "a communicator's config sets its timeout in place of CHORUS_TIMEOUT; bad configs are "
     "refused",
     "[failure][timeout][config]") {
-  const chorusUniqueId id = chorus::Communicator::unique_id();
+  // Rank 0 makes the id (its store thread must live in a rank, not in this parent, whose
+  // threads a fork does not copy) and hands it over in a file.
+  const std::string path = "/tmp/chorus_config_id_" + std::to_string(getpid());
   RunOptions o = on("shm", 60.0);  // the config's 1.5 s must win over CHORUS_TIMEOUT's 60 s
   auto res = run_ranks(
       2,
       [&](int rank) {
+        chorusUniqueId id;
+        if (rank == 0) {
+          id = chorus::Communicator::unique_id();
+          FILE* f = std::fopen((path + ".tmp").c_str(), "wb");
+          if (!f || std::fwrite(&id, sizeof id, 1, f) != 1 || std::fclose(f) != 0) return 13;
+          std::rename((path + ".tmp").c_str(), path.c_str());
+        } else {
+          FILE* f = nullptr;
+          for (int i = 0; i < 1000 && !(f = std::fopen(path.c_str(), "rb")); ++i) usleep(10000);
+          if (!f || std::fread(&id, sizeof id, 1, f) != 1) return 14;
+          std::fclose(f);
+        }
         chorusComm_t c = nullptr;
         chorusConfig_t bad = CHORUS_CONFIG_INITIALIZER;
         bad.size = 4;
