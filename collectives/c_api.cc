@@ -3,6 +3,7 @@
 // function is a function-try-block ending in CHORUS_CATCH_ALL, and every failure is a
 // chorusResult_t plus a message for chorusGetLastError.
 #include <atomic>
+#include <cstddef>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -135,7 +136,7 @@ class Gate {
 
 // timeout_s > 0: the caller's limit for every wait (a config); 0: CHORUS_TIMEOUT's.
 chorusResult_t init_comm(chorus::Result<chorus::transport::Rendezvous> rdzv, chorusComm_t* out,
-                         const char* call, double timeout_s = 0) {
+                         const char* call, double timeout_s = 0, int deterministic = -1) {
   if (!rdzv.is_ok()) return report(rdzv.status().wrap(call));
   chorus::Result<double> timeout = timeout_s;
   std::string origin = "the communicator's config";
@@ -155,7 +156,8 @@ chorusResult_t init_comm(chorus::Result<chorus::transport::Rendezvous> rdzv, cho
   if (!job.is_ok()) return report(job.status().wrap(call));
   std::vector<int> ranks(size);
   for (int i = 0; i < size; ++i) ranks[i] = i;
-  auto comm = CommImpl::create(job.value(), "r", uid, rank, ranks, deadline, *timeout, origin);
+  auto comm = CommImpl::create(job.value(), "r", uid, rank, ranks, deadline, *timeout, origin,
+                               deterministic);
   if (!comm.is_ok()) return report(comm.status().wrap(fmt::format("{} on rank {}", call, rank)));
   *out = new_handle(std::move(comm.value()));
   return chorusSuccess;
@@ -215,11 +217,19 @@ CHORUS_API chorusResult_t chorusCommInitRankConfig(chorusComm_t* comm, int nrank
   constexpr const char* kCall = "chorusCommInitRankConfig";
   if (!comm) return fail(Code::kInvalidArgument, "{}: comm is NULL", kCall);
   if (!config) return fail(Code::kInvalidArgument, "{}: config is NULL", kCall);
-  if (config->size != sizeof(chorusConfig_t))
+  // The first version of the struct ended before `deterministic`.
+  constexpr size_t kSizeV1 = offsetof(chorusConfig_t, deterministic);
+  if (config->size != sizeof(chorusConfig_t) && config->size != kSizeV1)
     return fail(Code::kInvalidArgument,
                 "{}: config->size is {}, expected sizeof(chorusConfig_t) = {} (start from "
                 "CHORUS_CONFIG_INITIALIZER)",
                 kCall, config->size, sizeof(chorusConfig_t));
+  const int det = config->size == kSizeV1 ? -1 : config->deterministic;
+  if (det < -1 || det > 1)
+    return fail(Code::kInvalidArgument,
+                "{}: config->deterministic is {}, expected 1 (on), 0 (off) or -1 "
+                "(CHORUS_DETERMINISTIC's)",
+                kCall, det);
   const double t = config->timeout_seconds;
   if (!(t >= 0) || t > 1e9)
     return fail(Code::kInvalidArgument,
@@ -230,7 +240,7 @@ CHORUS_API chorusResult_t chorusCommInitRankConfig(chorusComm_t* comm, int nrank
     return report(s);
   chorus::transport::UniqueIdData data;
   std::memcpy(&data, id.internal, sizeof data);
-  return init_comm(chorus::transport::rendezvous_from_id(data, rank, nranks), comm, kCall, t);
+  return init_comm(chorus::transport::rendezvous_from_id(data, rank, nranks), comm, kCall, t, det);
 }
 CHORUS_CATCH_ALL
 

@@ -68,6 +68,10 @@ chorusResult_t submit(CommImpl& c, const OpDesc& d, chorus::OpFn fn, chorusReque
 
 constexpr bool kBlocking = false, kAsync = true;
 
+bool ordered(Algo a) {
+  return a == Algo::kDirect || a == Algo::kFold;
+}
+
 bool is_p2p(OpKind k) {
   return k == OpKind::kSend || k == OpKind::kRecv;
 }
@@ -140,6 +144,7 @@ struct OpBody {
       case OpKind::kAllGather:
         return chorus::run_ring_allgather(ctx, s, r);
       case OpKind::kReduceScatter:
+        if (ctx.desc().algo == Algo::kDirect) return chorus::run_ordered_reduce_scatter(ctx, s, r);
         return chorus::run_ring_reduce_scatter(ctx, s, r);
       case OpKind::kGather:
         return chorus::run_gather(ctx, s, r);
@@ -160,6 +165,7 @@ struct OpBody {
         case OpKind::kBroadcast:
           return chorus::run_broadcast(part, sp, rp, n * es, piece);
         case OpKind::kReduce:
+          if (ordered(part.desc().algo)) return chorus::run_ordered_reduce(part, sp, rp);
           return chorus::run_chain_reduce(part, sp, rp);
         default:
           break;
@@ -169,6 +175,9 @@ struct OpBody {
           return chorus::run_ring_allreduce(part, sp, rp);
         case Algo::kTree:
           return chorus::run_tree_allreduce(part, sp, rp);
+        case Algo::kDirect:
+        case Algo::kFold:
+          return chorus::run_ordered_allreduce(part, sp, rp);
         default:
           return chorus::run_rd_allreduce(part, sp, rp);
       }

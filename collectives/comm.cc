@@ -50,7 +50,8 @@ void Request::finish(Status s) {
 Result<std::shared_ptr<CommImpl>> CommImpl::create(std::shared_ptr<Job> job, std::string prefix,
                                                    uint64_t uid, int rank,
                                                    std::vector<int> job_ranks, Deadline deadline,
-                                                   double timeout_s, std::string timeout_origin) {
+                                                   double timeout_s, std::string timeout_origin,
+                                                   int deterministic) {
   std::shared_ptr<CommImpl> c(new CommImpl());
   c->job_ = job;
   c->prefix_ = std::move(prefix);
@@ -74,6 +75,7 @@ Result<std::shared_ptr<CommImpl>> CommImpl::create(std::shared_ptr<Job> job, std
     c->recv_seq_.assign(c->size(), 0);
     CHORUS_ASSIGN_OR_RETURN(auto transports, transport::Transports::from_env());
     CHORUS_ASSIGN_OR_RETURN(c->tuner_, TunerConfig::from_env());
+    if (deterministic >= 0) c->tuner_.deterministic = deterministic == 1;
     return c->create_channels(transports, deadline);
   }();
   if (!s.is_ok()) {
@@ -106,15 +108,26 @@ Status CommImpl::create_channels(const transport::Transports& transports, Deadli
   auto interrupt = [job, uid = uid_, members = job_ranks_] {
     return job->creation_news(uid, members);
   };
-  CHORUS_TRY(store.set(fmt::format("{}/nch/{}", prefix_, rank_), std::to_string(tuner_.nchannels)));
+  // Settings every rank must share: channel count and deterministic mode.
+  const int det = tuner_.deterministic ? 1 : 0;
+  CHORUS_TRY(store.set(fmt::format("{}/nch/{}", prefix_, rank_),
+                       fmt::format("{} {}", tuner_.nchannels, det)));
   for (int r = 0; r < size(); ++r) {
     CHORUS_ASSIGN_OR_RETURN(std::string v,
                             store.get(fmt::format("{}/nch/{}", prefix_, r), deadline, interrupt));
-    if (std::atoi(v.c_str()) != tuner_.nchannels)
+    int their_nch = 0, their_det = 0;
+    sscanf(v.c_str(), "%d %d", &their_nch, &their_det);
+    if (their_nch != tuner_.nchannels)
       return make_error(
           Code::kInvalidUsage,
           "CHORUS_NCHANNELS is {} on rank {} but {} on rank {}: set it the same everywhere",
-          tuner_.nchannels, rank_, v, r);
+          tuner_.nchannels, rank_, their_nch, r);
+    if (their_det != det)
+      return make_error(Code::kInvalidUsage,
+                        "the deterministic mode is {} on rank {} but {} on rank {} "
+                        "(CHORUS_DETERMINISTIC or the communicator's config): set it the same "
+                        "everywhere",
+                        det ? "on" : "off", rank_, their_det ? "on" : "off", r);
   }
   for (int k = 0; k < tuner_.nchannels; ++k) {
     auto ch = std::make_unique<Channel>();
@@ -534,7 +547,7 @@ Result<std::shared_ptr<CommImpl>> CommImpl::split(int color, int key) {
   std::string prefix = fmt::format("{}.s{}c{}", prefix_, n, color);
   uint64_t uid = transport::hash64(prefix.data(), prefix.size(), uid_);
   return CommImpl::create(job, prefix, uid, new_rank, job_ranks, deadline, timeout_s_,
-                          timeout_origin_);
+                          timeout_origin_, tuner_.deterministic ? 1 : 0);
 }
 
 }  // namespace chorus

@@ -47,6 +47,7 @@ struct StagingBuffers {
   std::vector<char> eager;    // header + data of an eager message over tcp
   std::vector<char> scratch;  // a reduced piece on its way to user memory by streaming stores
   std::vector<char> aside;    // the input of an all-to-all whose buffers overlap, copied aside
+  std::vector<char> multi;    // two pieces per peer of a multi-peer fold (multi_exchange.h)
 };
 
 // One submitted operation: the state behind a chorusRequest_t (which the public C++ layer wraps
@@ -98,16 +99,19 @@ class CommImpl : public std::enable_shared_from_this<CommImpl> {
   // Collective over `job_ranks` (job rank of each comm rank). prefix/uid identify the comm.
   // Every wait of the communicator lasts at most timeout_s seconds (> 0); timeout_origin names
   // where that limit came from in messages ("CHORUS_TIMEOUT", "the communicator's config").
+  // deterministic: 0 or 1 sets the deterministic mode, -1 leaves it to CHORUS_DETERMINISTIC.
   static Result<std::shared_ptr<CommImpl>> create(std::shared_ptr<Job> job, std::string prefix,
                                                   uint64_t uid, int rank,
                                                   std::vector<int> job_ranks, Deadline deadline,
-                                                  double timeout_s, std::string timeout_origin);
+                                                  double timeout_s, std::string timeout_origin,
+                                                  int deterministic = -1);
   ~CommImpl();
 
   int rank() const { return rank_; }
   int size() const { return static_cast<int>(job_ranks_.size()); }
   uint64_t uid() const { return uid_; }
   double timeout_seconds() const { return timeout_s_; }
+  bool deterministic() const { return tuner_.deterministic; }
   // The cost model of the slowest link any pair of ranks uses: the same answer on every rank.
   const transport::LinkModel& link_model() const { return link_model_; }
   // The tuner's answer, remembered for the last (kind, size): training repeats its calls.
@@ -317,6 +321,11 @@ struct ExchangeLayout {
   size_t recv_count(int j) const { return send_counts ? recv_counts[j] : count; }
   size_t recv_displ(int j) const { return send_counts ? recv_displs[j] : j * count; }
 };
+// Ordered (deterministic) reductions, ordered.cc: every element is the fold of the ranks'
+// contributions in rank order (chorus.h, "Deterministic reductions").
+Status run_ordered_allreduce(OpCtx& ctx, const char* send, char* recv);
+Status run_ordered_reduce(OpCtx& ctx, const char* send, char* recv);
+Status run_ordered_reduce_scatter(OpCtx& ctx, const char* send, char* recv);
 Status run_pairwise_alltoall(OpCtx& ctx, const char* send, char* recv, const ExchangeLayout& l);
 
 }  // namespace chorus

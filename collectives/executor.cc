@@ -22,6 +22,10 @@ class CpuExecutor final : public Executor {
                    char* out2, size_t count) override {
     kernels::reduce_copy(t, op, a, b, out, out2, count);
   }
+  void reduce_fold(kernels::DType t, kernels::RedOp op, const char* const* in, int w, char* out,
+                   size_t count, int avg_n) override {
+    kernels::reduce_fold(t, op, reinterpret_cast<const void* const*>(in), w, out, count, avg_n);
+  }
   void scale_avg(kernels::DType t, char* buf, size_t count, int nranks) override {
     kernels::scale_avg(t, buf, count, nranks);
   }

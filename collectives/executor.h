@@ -25,6 +25,10 @@ class Executor {
   // out = out2 = a op b, in one pass.
   virtual void reduce_copy(kernels::DType t, kernels::RedOp op, const char* a, const char* b,
                            char* out, char* out2, size_t count) = 0;
+  // out = in[0] op in[1] op ... op in[w-1], folded left in that order (kernels::reduce_fold);
+  // avg_n > 0: divided by avg_n before the result is rounded to the element type.
+  virtual void reduce_fold(kernels::DType t, kernels::RedOp op, const char* const* in, int w,
+                           char* out, size_t count, int avg_n) = 0;
   // buf /= nranks (the average's last step).
   virtual void scale_avg(kernels::DType t, char* buf, size_t count, int nranks) = 0;
 };

@@ -45,6 +45,10 @@ const char* algo_name(Algo a) {
       return "rd";
     case Algo::kChain:
       return "chain";
+    case Algo::kDirect:
+      return "direct";
+    case Algo::kFold:
+      return "fold";
   }
   return "unknown";
 }

@@ -28,6 +28,10 @@ double model_allreduce_seconds(Algo a, size_t bytes, int n, double alpha, double
                                double gamma) {
   const double s = static_cast<double>(bytes);
   switch (a) {
+    case Algo::kFold:  // one round, W-1 whole buffers out and in, all folded here
+      return alpha + (n - 1.0) * s / beta + (n - 1.0) * s / gamma;
+    case Algo::kDirect:  // two rounds, the ring's bytes; each slice folded once from W inputs
+      return 2.0 * alpha + 2.0 * (n - 1) / n * s / beta + (n - 1.0) / n * s / gamma;
     case Algo::kRecursiveDoubling: {
       int rounds = log2_ceil(n) + ((n & (n - 1)) ? 1 : 0);  // folding costs about a round
       return rounds * (alpha + s / beta + s / gamma);
@@ -50,10 +54,16 @@ Result<TunerConfig> TunerConfig::from_env() {
       c.forced_algo = Algo::kTree;
     else if (*forced == "rd")
       c.forced_algo = Algo::kRecursiveDoubling;
+    else if (*forced == "direct")
+      c.forced_algo = Algo::kDirect;
+    else if (*forced == "fold")
+      c.forced_algo = Algo::kFold;
     else if (*forced != "auto")
-      return make_error(Code::kInvalidArgument, "CHORUS_ALGO='{}': expected ring, tree, rd or auto",
-                        *forced);
+      return make_error(Code::kInvalidArgument,
+                        "CHORUS_ALGO='{}': expected ring, tree, rd, direct, fold or auto", *forced);
   }
+  CHORUS_ASSIGN_OR_RETURN(int64_t det, env_int_in("CHORUS_DETERMINISTIC", 0, 0, 1));
+  c.deterministic = det == 1;
   CHORUS_ASSIGN_OR_RETURN(int64_t chunk, env_int_in("CHORUS_CHUNK_BYTES", 0, 0, int64_t{1} << 30));
   c.chunk_bytes = static_cast<size_t>(chunk);
   CHORUS_ASSIGN_OR_RETURN(c.alpha_us, env_seconds("CHORUS_ALPHA_US", -1));
@@ -65,33 +75,68 @@ Result<TunerConfig> TunerConfig::from_env() {
   return c;
 }
 
+namespace {
+
+// The deterministic mode's choice (ordered.cc): fold or direct by the model, two ranks
+// exchanging whole buffers up to the link's measured crossover; reduce-scatter is direct.
+Algo ordered_algo(const TuneInput& in, const TunerConfig& cfg, double alpha, double beta) {
+  switch (cfg.forced_algo) {
+    case Algo::kRing:
+    case Algo::kDirect:
+      return Algo::kDirect;
+    case Algo::kTree:
+    case Algo::kRecursiveDoubling:
+    case Algo::kFold:
+      return in.kind == OpKind::kReduceScatter ? Algo::kDirect : Algo::kFold;
+    default:
+      break;
+  }
+  if (in.kind == OpKind::kReduceScatter) return Algo::kDirect;
+  if (in.nranks == 2 && in.bytes <= in.link.rd_two_rank_bytes) return Algo::kFold;
+  const double fold =
+      model_allreduce_seconds(Algo::kFold, in.bytes, in.nranks, alpha, beta, kGamma);
+  const double direct =
+      model_allreduce_seconds(Algo::kDirect, in.bytes, in.nranks, alpha, beta, kGamma);
+  return fold <= direct ? Algo::kFold : Algo::kDirect;
+}
+
+}  // namespace
+
 Tuned tune(const TuneInput& in, const TunerConfig& cfg) {
   const transport::LinkModel& m = in.link;
   const double alpha = cfg.alpha_us >= 0 ? cfg.alpha_us * 1e-6 : m.alpha_s;
   const double beta = cfg.beta_gbps > 0 ? cfg.beta_gbps * 1e9 : m.beta_bytes_per_s;
 
   Tuned t{Algo::kChain, 0, 1};
-  switch (in.kind) {
-    case OpKind::kAllReduce: {
-      t.algo = Algo::kRecursiveDoubling;
-      double best = 1e30;
-      for (Algo a : {Algo::kRecursiveDoubling, Algo::kRing, Algo::kTree}) {
-        double c = model_allreduce_seconds(a, in.bytes, in.nranks, alpha, beta, kGamma);
-        if (c < best) best = c, t.algo = a;
+  const bool ordered =
+      cfg.deterministic || cfg.forced_algo == Algo::kDirect || cfg.forced_algo == Algo::kFold;
+  const bool reduction = in.kind == OpKind::kAllReduce || in.kind == OpKind::kReduce ||
+                         in.kind == OpKind::kReduceScatter;
+  if (ordered && reduction) {
+    t.algo = ordered_algo(in, cfg, alpha, beta);
+  } else {
+    switch (in.kind) {
+      case OpKind::kAllReduce: {
+        t.algo = Algo::kRecursiveDoubling;
+        double best = 1e30;
+        for (Algo a : {Algo::kRecursiveDoubling, Algo::kRing, Algo::kTree}) {
+          double c = model_allreduce_seconds(a, in.bytes, in.nranks, alpha, beta, kGamma);
+          if (c < best) best = c, t.algo = a;
+        }
+        // Measured, not modelled: with two ranks a buffer that stays in cache may be faster
+        // exchanged whole (one step) than cut into the ring's three steps; the link's model says
+        // up to which size (shm: near 2 MiB, bench/RESULTS.md, "tuner crossover").
+        if (in.nranks == 2 && in.bytes <= m.rd_two_rank_bytes) t.algo = Algo::kRecursiveDoubling;
+        if (cfg.forced_algo != Algo::kNone) t.algo = cfg.forced_algo;
+        break;
       }
-      // Measured, not modelled: with two ranks a buffer that stays in cache may be faster
-      // exchanged whole (one step) than cut into the ring's three steps; the link's model says
-      // up to which size (shm: near 2 MiB, bench/RESULTS.md, "tuner crossover").
-      if (in.nranks == 2 && in.bytes <= m.rd_two_rank_bytes) t.algo = Algo::kRecursiveDoubling;
-      if (cfg.forced_algo != Algo::kNone) t.algo = cfg.forced_algo;
-      break;
+      case OpKind::kAllGather:
+      case OpKind::kReduceScatter:
+        t.algo = Algo::kRing;
+        break;
+      default:
+        t.algo = Algo::kChain;
     }
-    case OpKind::kAllGather:
-    case OpKind::kReduceScatter:
-      t.algo = Algo::kRing;
-      break;
-    default:
-      t.algo = Algo::kChain;
   }
   // Pieces: small enough that a buffer splits into a few per rank (the pipeline fills),
   // never larger than a slot; multiples of 4 KiB.

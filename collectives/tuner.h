@@ -6,7 +6,8 @@
 // bench/RESULTS.md); CHORUS_ALPHA_US and CHORUS_BETA_GBPS replace them. CHORUS_ALGO (ring|tree|rd),
 // CHORUS_CHUNK_BYTES and CHORUS_NCHANNELS override the choice (read when a communicator is
 // created); the tuner cuts a call into as many parts as there are channels when each part is at
-// least 256 KiB. CHORUS_DEBUG=INFO prints each distinct choice once. The inputs are the same on
+// least 256 KiB. CHORUS_DETERMINISTIC=1 keeps reductions to the ordered algorithms (ordered.cc).
+// CHORUS_DEBUG=INFO prints each distinct choice once. The inputs are the same on
 // every rank (sizes, rank count, the slowest link's model), so every rank picks the same; the
 // operation header double-checks it.
 #pragma once
@@ -40,6 +41,10 @@ struct TunerConfig {
   double alpha_us = -1;            // CHORUS_ALPHA_US (< 0: the link's default)
   double beta_gbps = -1;           // CHORUS_BETA_GBPS
   int nchannels = 1;               // CHORUS_NCHANNELS: channels opened per communicator (1..8)
+  // CHORUS_DETERMINISTIC=1 (or the communicator's config): reductions run only the ordered
+  // algorithms (direct, fold), whose bits depend on nothing but the inputs and the rank count;
+  // a forced ring then means direct, rd and tree mean fold.
+  bool deterministic = false;
   static Result<TunerConfig> from_env();
 };
 

@@ -133,13 +133,15 @@ chorusResult_t chorusCommInitRank(chorusComm_t* comm, int nranks, chorusUniqueId
  * devlist is for GPU builds and may be NULL for CPU communicators. */
 chorusResult_t chorusCommInitAll(chorusComm_t* comms, int ndev, const int* devlist);
 /* Options of a communicator (as ncclConfig_t). Start from CHORUS_CONFIG_INITIALIZER and set
- * what differs; size lets later versions add fields. */
+ * what differs; size lets later versions add fields (a config of the first version, without
+ * `deterministic`, is still accepted). */
 typedef struct {
   size_t size;            /* sizeof(chorusConfig_t) */
   double timeout_seconds; /* limit of every wait of this communicator; 0: CHORUS_TIMEOUT's */
+  int deterministic; /* 1: deterministic reductions (below), 0: not; -1: CHORUS_DETERMINISTIC's */
 } chorusConfig_t;
 #define CHORUS_CONFIG_INITIALIZER \
-  { sizeof(chorusConfig_t), 0.0 }
+  { sizeof(chorusConfig_t), 0.0, -1 }
 /* chorusCommInitRank with options; config is read during the call only. */
 chorusResult_t chorusCommInitRankConfig(chorusComm_t* comm, int nranks, chorusUniqueId comm_id,
                                         int rank, const chorusConfig_t* config);
@@ -168,7 +170,24 @@ chorusResult_t chorusBarrier(chorusComm_t comm, chorusStream_t stream);
 
 /* Reductions. op chorusAvg divides the sum by the number of ranks (integers: truncating).
  * f16 and bf16 are accumulated at float precision. Algorithm, chunk size and channels come from
- * the tuner (CHORUS_ALGO=ring|tree|rd, CHORUS_CHUNK_BYTES, CHORUS_NCHANNELS override it). */
+ * the tuner (CHORUS_ALGO=ring|tree|rd|direct|fold, CHORUS_CHUNK_BYTES, CHORUS_NCHANNELS
+ * override it).
+ *
+ * Deterministic reductions (CHORUS_DETERMINISTIC=1, or config.deterministic = 1; every rank
+ * must agree, creation fails otherwise). Off by default: the ring and tree are faster at some
+ * sizes (README, "Deterministic reductions"). When on, chorusAllReduce, chorusReduce and
+ * chorusReduceScatter give for every element, bit for bit, the left fold of the W ranks'
+ * values in rank order,
+ *     r = (...((x0 op x1) op x2) ... op x(W-1)),
+ * computed in the accumulation type (float for f16 and bf16: each input widened exactly, one
+ * rounding to the 16-bit type at the end; the type itself otherwise); for chorusAvg, r is then
+ * divided by W once, before that rounding. The result depends on nothing but W and the values:
+ * not on the element's position or the count, the call being cut into several calls, the
+ * algorithm (CHORUS_ALGO=ring then runs an ordered direct reduce-scatter and all-gather; rd
+ * and tree an all-gather with a local ordered fold), chunk size, channel count, transport
+ * (shm, tcp), timing, or CPU vector width (CHORUS_CPU_ISA). min and max follow the same
+ * order (it matters for -0 vs +0 and for which NaN). Integer sum and prod wrap and are exact,
+ * so they are deterministic in either mode. */
 chorusResult_t chorusAllReduce(const void* sendbuff, void* recvbuff, size_t count,
                                chorusDataType_t datatype, chorusRedOp_t op, chorusComm_t comm,
                                chorusStream_t stream);

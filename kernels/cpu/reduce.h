@@ -68,4 +68,13 @@ void reduce_copy(DType t, RedOp op, const void* a, const void* b, void* out, voi
 // buf[i] = buf[i] / nranks (see "avg" above). Precondition: nranks >= 1; nranks == 1 is a no-op.
 void scale_avg(DType t, void* buf, size_t count, int nranks);
 
+// The ordered fold of the deterministic collectives (chorus.h, "Deterministic reductions"):
+// out[i] = (...((in[0][i] op in[1][i]) op in[2][i]) ... op in[w-1][i]), left to right in the
+// compute type (float for f16/bf16, so those round once, at the end), then, when avg_n > 0,
+// divided by avg_n in the compute type before that rounding (avg: op is kSum or kAvg).
+// Element i of the result depends only on the w inputs at i, never on count or on where the
+// element lies in the buffer. out may be exactly any in[k]. Precondition: w >= 1.
+void reduce_fold(DType t, RedOp op, const void* const* in, int w, void* out, size_t count,
+                 int avg_n);
+
 }  // namespace chorus::kernels

@@ -21,7 +21,27 @@ void scale_typed(S* buf, size_t count, int nranks) {
     buf[i] = elem::narrow<S>(elem::div(elem::widen(buf[i]), nranks));
 }
 
+template <class S>
+void fold_typed(RedOp op, const void* const* in, int w, S* out, size_t count, int avg_n) {
+  for (size_t i = 0; i < count; i++) {
+    auto acc = elem::widen(static_cast<const S*>(in[0])[i]);
+    for (int k = 1; k < w; k++)
+      acc = elem::apply(op, acc, elem::widen(static_cast<const S*>(in[k])[i]));
+    if (avg_n > 0) acc = elem::div(acc, avg_n);
+    out[i] = elem::narrow<S>(acc);
+  }
+}
+
 }  // namespace
+
+void reduce_fold(DType t, RedOp op, const void* const* in, int w, void* out, size_t count,
+                 int avg_n) {
+  if (unsigned(op) >= unsigned(kNumRedOps) || w < 1) __builtin_trap();
+  elem::with_storage_type(t, [&](auto tag) {
+    using S = decltype(tag);
+    fold_typed(op, in, w, static_cast<S*>(out), count, avg_n);
+  });
+}
 
 void reduce_copy(DType t, RedOp op, const void* a, const void* b, void* out, void* out2,
                  size_t count) {

@@ -1,0 +1,166 @@
+// Ordered reductions: the algorithms of the deterministic mode (chorus.h, "Deterministic
+// reductions"). Each element of a result is reduce_fold of the W ranks' contributions in rank
+// order, computed by exactly one rank from all W raw inputs, so no partial sum ever depends on
+// which rank owned a chunk, how the buffer was cut or which algorithm ran.
+//
+//   fold    every rank sends its whole buffer to every other and folds all W inputs itself:
+//           one round, (W-1)N bytes out per rank -- the latency path (and what rd and tree
+//           mean when forced in this mode).
+//   direct  an ordered direct reduce-scatter -- rank r receives slice r of every rank's buffer
+//           and folds the W slices in rank order -- then a direct all-gather of the folded
+//           slices: 2(W-1)/W N bytes each way per rank, the same as the ring, in two rounds
+//           (what ring means when forced in this mode).
+// Reduce folds at the root (fold) or runs the direct reduce-scatter and gathers the slices at
+// the root (direct). Reduce-scatter is the first half of direct.
+#include <vector>
+
+#include "collectives/multi_exchange.h"
+#include "collectives/prims.h"
+
+namespace chorus {
+namespace {
+
+struct Kit {
+  kernels::DType dt;
+  kernels::RedOp op;
+  size_t es;
+  int avg_n;  // W for avg, else 0
+};
+
+Kit kit_of(const OpCtx& ctx) {
+  const OpDesc& d = ctx.desc();
+  const kernels::DType dt = *kernel_dtype(d.dtype);
+  return {dt, *kernel_redop(d.redop), kernels::dtype_size(dt),
+          d.redop == chorusAvg ? ctx.size() : 0};
+}
+
+std::vector<int> others(int me, int n) {
+  std::vector<int> v;
+  for (int p = 0; p < n; ++p)
+    if (p != me) v.push_back(p);
+  return v;
+}
+
+// Rank k's slice of `count` elements: [begin, begin + len).
+struct Slice {
+  size_t begin, len;
+};
+Slice slice_of(uint64_t count, int n, int k) {
+  const size_t b = count * k / n, e = count * (k + 1) / n;
+  return {b, e - b};
+}
+
+// Folds slice `me` of every rank's buffer into dst (the reduce-scatter half). block(p): where
+// slice p starts in `send`, in elements; len: elements per slice of rank p.
+template <class SliceFn>
+Status ordered_reduce_scatter(OpCtx& ctx, const Kit& k, const char* send, char* dst,
+                              SliceFn slice) {
+  const int n = ctx.size(), r = ctx.rank();
+  std::vector<ExchangeOut> outs;
+  std::vector<ExchangeIn> ins;
+  const Slice mine = slice(r);
+  for (int p : others(r, n)) {
+    const Slice s = slice(p);
+    outs.push_back({p, send + s.begin * k.es, s.len * k.es});
+    ins.push_back({p, nullptr, mine.len * k.es});
+  }
+  const ExchangeFold f{k.dt, k.op, r, send + mine.begin * k.es, dst, mine.len * k.es, k.avg_n};
+  return multi_exchange(ctx, cpu_executor(), k.es, outs, ins, &f);
+}
+
+// Every rank sends `whole` to `to` (each of them) and folds what `from` (each of them, sorted)
+// send, with `own` at this rank's place, into dst.
+Status fold_from(OpCtx& ctx, const Kit& k, const std::vector<int>& to, const char* own,
+                 const std::vector<int>& from, char* dst, size_t bytes) {
+  std::vector<ExchangeOut> outs;
+  std::vector<ExchangeIn> ins;
+  for (int p : to) outs.push_back({p, own, bytes});
+  int me = 0;
+  for (int p : from) {
+    ins.push_back({p, nullptr, bytes});
+    if (p < ctx.rank()) ++me;
+  }
+  const ExchangeFold f{k.dt, k.op, me, own, dst, from.empty() ? 0 : bytes, k.avg_n};
+  return multi_exchange(ctx, cpu_executor(), k.es, outs, ins, &f);
+}
+
+// In place, a rank would fold into the bytes it is still sending: send a copy instead.
+const char* aside_if_in_place(OpCtx& ctx, const char* send, const char* recv, size_t bytes) {
+  if (send != recv) return send;
+  std::vector<char>& a = ctx.staging().aside;
+  if (a.size() < bytes) a.resize(bytes);
+  std::memcpy(a.data(), send, bytes);
+  return a.data();
+}
+
+}  // namespace
+
+Status run_ordered_allreduce(OpCtx& ctx, const char* send, char* recv) {
+  const OpDesc& d = ctx.desc();
+  const Kit k = kit_of(ctx);
+  const int n = ctx.size(), r = ctx.rank();
+  const size_t bytes = d.count * k.es;
+  if (n == 1) return copy_local(send, recv, bytes);
+  const std::vector<int> peers = others(r, n);
+  CHORUS_TRY(ctx.exchange_headers_with(peers));
+  if (d.algo == Algo::kFold) {
+    const char* own = aside_if_in_place(ctx, send, recv, bytes);
+    return fold_from(ctx, k, peers, own, peers, recv, bytes);
+  }
+  auto slice = [&](int p) { return slice_of(d.count, n, p); };
+  const Slice mine = slice(r);
+  CHORUS_TRY(ordered_reduce_scatter(ctx, k, send, recv + mine.begin * k.es, slice));
+  std::vector<ExchangeOut> outs;
+  std::vector<ExchangeIn> ins;
+  for (int p : peers) {
+    outs.push_back({p, recv + mine.begin * k.es, mine.len * k.es});
+    ins.push_back({p, recv + slice(p).begin * k.es, slice(p).len * k.es});
+  }
+  return multi_exchange(ctx, cpu_executor(), k.es, outs, ins, nullptr);
+}
+
+Status run_ordered_reduce(OpCtx& ctx, const char* send, char* recv) {
+  const OpDesc& d = ctx.desc();
+  const Kit k = kit_of(ctx);
+  const int n = ctx.size(), r = ctx.rank(), root = d.root;
+  const size_t bytes = d.count * k.es;
+  if (n == 1) return copy_local(send, recv, bytes);
+  const std::vector<int> peers = others(r, n);
+  if (d.algo == Algo::kFold) {
+    if (r != root) {
+      CHORUS_TRY(ctx.exchange_headers({root}, {root}));
+      return fold_from(ctx, k, {root}, send, {}, nullptr, bytes);
+    }
+    CHORUS_TRY(ctx.exchange_headers_with(peers));
+    return fold_from(ctx, k, {}, send, peers, recv, bytes);
+  }
+  CHORUS_TRY(ctx.exchange_headers_with(peers));
+  auto slice = [&](int p) { return slice_of(d.count, n, p); };
+  const Slice mine = slice(r);
+  char* dst = recv + mine.begin * k.es;  // the root folds straight into its result
+  if (r != root) {
+    std::vector<char>& a = ctx.staging().aside;
+    if (a.size() < mine.len * k.es) a.resize(mine.len * k.es);
+    dst = a.data();
+  }
+  CHORUS_TRY(ordered_reduce_scatter(ctx, k, send, dst, slice));
+  std::vector<ExchangeOut> outs;
+  std::vector<ExchangeIn> ins;
+  if (r != root) outs.push_back({root, dst, mine.len * k.es});
+  for (int p : peers)
+    if (r == root) ins.push_back({p, recv + slice(p).begin * k.es, slice(p).len * k.es});
+  return multi_exchange(ctx, cpu_executor(), k.es, outs, ins, nullptr);
+}
+
+Status run_ordered_reduce_scatter(OpCtx& ctx, const char* send, char* recv) {
+  const OpDesc& d = ctx.desc();
+  const Kit k = kit_of(ctx);
+  const int n = ctx.size(), r = ctx.rank();
+  if (n == 1) return copy_local(send, recv, d.count * k.es);
+  CHORUS_TRY(ctx.exchange_headers_with(others(r, n)));
+  return ordered_reduce_scatter(ctx, k, send, recv, [&](int p) {
+    return Slice{d.count * p, d.count};
+  });
+}
+
+}  // namespace chorus
