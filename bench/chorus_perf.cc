@@ -237,6 +237,7 @@ Row run_size(chorus::Communicator& comm, const Options& o, const TypeInfo& type,
 int run(const Options& o) {
   if (o.algo != "auto") setenv("CHORUS_ALGO", o.algo.c_str(), 1);
   if (o.transport != "auto") setenv("CHORUS_TRANSPORT", o.transport.c_str(), 1);
+  if (o.deterministic) setenv("CHORUS_DETERMINISTIC", "1", 1);
   auto comm = chorus::Communicator::from_env();
   const int rank = comm.rank(), nranks = comm.size();
   if (coll_has_root(o.coll) && (o.root < 0 || o.root >= nranks)) {

@@ -249,6 +249,13 @@ class OpCtx {
   }
   static constexpr size_t kEagerStagedBytes = 64 << 10;
   Result<const char*> eager_exchange(int peer, const void* data, size_t bytes);
+  // The two halves of an exchange, for several peers at once: eager_send writes header + data
+  // to each peer (over links without direct slots: one staged copy posted to each, so wait
+  // for those sends before the next eager_send); eager_recv waits for `peer`'s, checks its header
+  // and returns its data (valid until eager_release; over links without direct slots it lands in
+  // `staged`).
+  Status eager_send(std::span<const int> peers, const void* data, size_t bytes);
+  Result<const char*> eager_recv(int peer, size_t bytes, char* staged);
   void eager_release(int peer, size_t bytes) {
     if (transport::DirectSlots* d = link(peer).direct()) d->recv_consume(sizeof(OpHeader) + bytes);
   }

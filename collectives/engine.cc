@@ -99,35 +99,64 @@ Status OpCtx::check_pair_header(int from, uint64_t recv_count) {
 }
 
 Result<const char*> OpCtx::eager_exchange(int peer, const void* data, size_t bytes) {
+  const int peers[1] = {peer};
+  CHORUS_TRY(eager_send(peers, data, bytes));
+  StagingBuffers& st = ch_.staging;
+  if (!link(peer).direct() && st.in.size() < bytes)
+    st.in.resize(std::max(bytes, StagingBuffers::kBytes));
+  CHORUS_ASSIGN_OR_RETURN(const char* theirs, eager_recv(peer, bytes, st.in.data()));
+  if (!link(peer).direct())  // our staged send is gone: staging is free again
+    CHORUS_TRY(wait([&] { return !link(peer).sends_pending(); }, peer));
+  return theirs;
+}
+
+// Over links without direct slots one staging buffer holds header + data, posted to each peer
+// (callers wait for those sends to leave before the buffer is written again).
+Status OpCtx::eager_send(std::span<const int> peers, const void* data, size_t bytes) {
+  const size_t total = sizeof(OpHeader) + bytes;
+  bool staged = false;
+  for (int peer : peers) {
+    transport::Link& l = link(peer);
+    transport::DirectSlots* d = l.direct();
+    if (!d) {
+      StagingBuffers& st = ch_.staging;
+      if (!staged) {
+        if (st.eager.size() < total) st.eager.resize(std::max(total, StagingBuffers::kBytes));
+        std::memcpy(st.eager.data(), &my_header_, sizeof(OpHeader));
+        if (bytes) std::memcpy(st.eager.data() + sizeof(OpHeader), data, bytes);
+        staged = true;
+      }
+      l.post_send(st.eager.data(), total);
+      continue;
+    }
+    std::pair<char*, size_t> out;
+    CHORUS_TRY(wait(
+        [&] {
+          out = d->send_reserve();
+          return out.second >= total;
+        },
+        peer));
+    std::memcpy(out.first, &my_header_, sizeof(OpHeader));
+    if (bytes) std::memcpy(out.first + sizeof(OpHeader), data, bytes);
+    d->send_commit(total);
+  }
+  return Status::ok();
+}
+
+// The header is read and checked before the data is asked for, so a peer in another call is
+// caught instead of waited for (or read).
+Result<const char*> OpCtx::eager_recv(int peer, size_t bytes, char* staged) {
   transport::Link& l = link(peer);
   const size_t total = sizeof(OpHeader) + bytes;
   transport::DirectSlots* d = l.direct();
   if (!d) {
-    // One send of header + data from staging; the header is read and checked before the data
-    // is asked for, so a peer in another call is caught instead of waited for.
-    StagingBuffers& st = ch_.staging;
-    if (st.eager.size() < total) st.eager.resize(std::max(total, StagingBuffers::kBytes));
-    if (st.in.size() < total) st.in.resize(std::max(total, StagingBuffers::kBytes));
-    std::memcpy(st.eager.data(), &my_header_, sizeof(OpHeader));
-    if (bytes) std::memcpy(st.eager.data() + sizeof(OpHeader), data, bytes);
-    uint64_t ts = l.post_send(st.eager.data(), total);
     uint64_t th = l.post_recv(&headers_[peer], sizeof(OpHeader));
     CHORUS_TRY(wait([&] { return l.recv_done(th); }, peer));
     CHORUS_TRY(check_header(peer));
-    uint64_t td = l.post_recv(st.in.data(), bytes);
-    CHORUS_TRY(wait([&] { return l.recv_done(td) && l.send_done(ts); }, peer));
-    return static_cast<const char*>(st.in.data());
+    uint64_t td = l.post_recv(staged, bytes);
+    CHORUS_TRY(wait([&] { return l.recv_done(td); }, peer));
+    return static_cast<const char*>(staged);
   }
-  std::pair<char*, size_t> out;
-  CHORUS_TRY(wait(
-      [&] {
-        out = d->send_reserve();
-        return out.second >= total;
-      },
-      peer));
-  std::memcpy(out.first, &my_header_, sizeof(OpHeader));
-  if (bytes) std::memcpy(out.first + sizeof(OpHeader), data, bytes);
-  d->send_commit(total);
   std::pair<const char*, size_t> in;
   CHORUS_TRY(wait(
       [&] {

@@ -84,6 +84,39 @@ Status fold_from(OpCtx& ctx, const Kit& k, const std::vector<int>& to, const cha
   return multi_exchange(ctx, cpu_executor(), k.es, outs, ins, &f);
 }
 
+// Small buffers: header and data in one message to each of `to`, then each message of `from`
+// folded straight out of its slot (over tcp: out of per-peer staging) -- one hop, no header
+// round. Every rank decides the same way (eager_path: the size alone, within every link's
+// limit), so a rank never waits for a header its peer sent glued to its data.
+bool eager_path(OpCtx& ctx, const std::vector<int>& peers, size_t bytes) {
+  if (sizeof(OpHeader) + bytes > OpCtx::kEagerStagedBytes) return false;
+  for (int p : peers)
+    if (!ctx.eager_fits(p, bytes)) return false;
+  return true;
+}
+
+Status eager_fold(OpCtx& ctx, const Kit& k, const std::vector<int>& to, const char* own,
+                  const std::vector<int>& from, char* dst, size_t bytes) {
+  CHORUS_TRY(ctx.eager_send(to, own, bytes));  // copies own out: dst may be own
+  std::vector<char>& staged = ctx.staging().multi;
+  if (staged.size() < from.size() * bytes) staged.resize(from.size() * bytes);
+  std::vector<const char*> parts;
+  parts.reserve(from.size() + 1);
+  for (size_t j = 0; j < from.size(); ++j) {
+    if (from[j] > ctx.rank() && parts.size() == j) parts.push_back(own);
+    CHORUS_ASSIGN_OR_RETURN(const char* theirs,
+                            ctx.eager_recv(from[j], bytes, staged.data() + j * bytes));
+    parts.push_back(theirs);
+  }
+  if (parts.size() == from.size()) parts.push_back(own);
+  if (!from.empty())
+    cpu_executor().reduce_fold(k.dt, k.op, parts.data(), static_cast<int>(parts.size()), dst,
+                               bytes / k.es, k.avg_n);
+  for (int p : from) ctx.eager_release(p, bytes);
+  for (int p : to) CHORUS_TRY(ctx.wait([&] { return !ctx.link(p).sends_pending(); }, p));
+  return Status::ok();
+}
+
 // In place, a rank would fold into the bytes it is still sending: send a copy instead.
 const char* aside_if_in_place(OpCtx& ctx, const char* send, const char* recv, size_t bytes) {
   if (send != recv) return send;
@@ -102,6 +135,8 @@ Status run_ordered_allreduce(OpCtx& ctx, const char* send, char* recv) {
   const size_t bytes = d.count * k.es;
   if (n == 1) return copy_local(send, recv, bytes);
   const std::vector<int> peers = others(r, n);
+  if (d.algo == Algo::kFold && eager_path(ctx, peers, bytes))
+    return eager_fold(ctx, k, peers, send, peers, recv, bytes);
   CHORUS_TRY(ctx.exchange_headers_with(peers));
   if (d.algo == Algo::kFold) {
     const char* own = aside_if_in_place(ctx, send, recv, bytes);
@@ -126,6 +161,10 @@ Status run_ordered_reduce(OpCtx& ctx, const char* send, char* recv) {
   const size_t bytes = d.count * k.es;
   if (n == 1) return copy_local(send, recv, bytes);
   const std::vector<int> peers = others(r, n);
+  if (d.algo == Algo::kFold && eager_path(ctx, peers, bytes)) {
+    if (r != root) return eager_fold(ctx, k, {root}, send, {}, nullptr, bytes);
+    return eager_fold(ctx, k, {}, send, peers, recv, bytes);
+  }
   if (d.algo == Algo::kFold) {
     if (r != root) {
       CHORUS_TRY(ctx.exchange_headers({root}, {root}));

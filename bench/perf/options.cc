@@ -73,12 +73,15 @@ std::optional<int> parse_options(int argc, char** argv, Options& o) {
   app.add_option("--coll", coll_s, "collective")
       ->check(CLI::IsMember(coll_names()))
       ->capture_default_str();
-  app.add_option("--algo", o.algo, "CHORUS_ALGO for this run: ring|tree|rd|auto")
-      ->check(CLI::IsMember({"ring", "tree", "rd", "auto"}))
+  app.add_option("--algo", o.algo, "CHORUS_ALGO for this run: ring|tree|rd|direct|fold|auto")
+      ->check(CLI::IsMember({"ring", "tree", "rd", "direct", "fold", "auto"}))
       ->capture_default_str();
   app.add_option("--transport", o.transport, "CHORUS_TRANSPORT for this run: shm|tcp|auto")
       ->check(CLI::IsMember({"shm", "tcp", "auto"}))
       ->capture_default_str();
+  app.add_flag("--deterministic", o.deterministic,
+               "CHORUS_DETERMINISTIC=1 for this run: reductions in rank order, the same bits "
+               "whatever the size, algorithm or transport");
   app.add_option("-r,--root", o.root, "root rank of broadcast and reduce")->capture_default_str();
   app.add_flag("--csv", o.csv,
                "print CSV (a header row, then one row per size) instead of the table");

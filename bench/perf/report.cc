@@ -53,8 +53,9 @@ void Reporter::header(const std::vector<std::string>& rank_lines) {
       coll_name(opt_.coll), nranks_, opt_.min_bytes, opt_.max_bytes,
       opt_.factor > 1 ? opt_.factor : static_cast<double>(opt_.step_bytes),
       opt_.factor > 1 ? "factor" : "bytes", opt_.warmup, opt_.iters, opt_.check ? 1 : 0);
-  std::printf("# CHORUS_TRANSPORT=%s CHORUS_ALGO=%s\n", env_or("CHORUS_TRANSPORT", "auto").c_str(),
-              env_or("CHORUS_ALGO", "auto").c_str());
+  std::printf("# CHORUS_TRANSPORT=%s CHORUS_ALGO=%s CHORUS_DETERMINISTIC=%s\n",
+              env_or("CHORUS_TRANSPORT", "auto").c_str(), env_or("CHORUS_ALGO", "auto").c_str(),
+              env_or("CHORUS_DETERMINISTIC", "0").c_str());
   std::printf("#\n# Using ranks\n");
   for (const auto& line : rank_lines) std::printf("#  %s\n", line.c_str());
   std::printf("#\n");
@@ -131,6 +132,7 @@ bool Reporter::write_json(const std::vector<std::string>& rank_lines) const {
       {"date", date},
       {"transport", env_or("CHORUS_TRANSPORT", "auto")},
       {"algo", env_or("CHORUS_ALGO", "auto")},
+      {"deterministic", env_or("CHORUS_DETERMINISTIC", "0") == "1"},
       {"iters", opt_.iters},
       {"warmup_iters", opt_.warmup},
       {"check", opt_.check},
