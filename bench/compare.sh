@@ -12,8 +12,10 @@
 #   bench/compare.sh --repeats 1        # one pass instead of 3 (passes interleave; medians of passes)
 #   bench/compare.sh --contention       # beside one busy loop per core: 8 B latency, 1 MiB busbw
 #   bench/compare.sh --summarize bench/out/compare-....txt   # tables again from a raw file
+#   bench/compare.sh --deterministic --ranks 3   # also chorus with CHORUS_DETERMINISTIC=1
 #
-# Options: --repeats N (default 3), --contention, --sizes LIST (bytes, comma-separated),
+# Options: --repeats N (default 3), --ranks N (default 2), --deterministic (adds chorus-shm-det and
+# chorus-tcp-det: the deterministic mode, with its ratios to chorus's default), --contention, --sizes LIST (bytes, comma-separated),
 # --budget S (seconds of timed ops per program and size, default 0.25), --build DIR (default
 # <repo>/build), --out DIR (default <repo>/bench/out), --peers DIR (the peers' sources),
 # --summarize FILE. Needs a built tree (meson setup build && ninja -C build). Installs missing
@@ -32,12 +34,15 @@ BUDGET=0.25
 SUMMARIZE=""
 PER_CMD_TIMEOUT=${PER_CMD_TIMEOUT:-300}
 NRANKS=2
+DETERMINISTIC=0
 
 usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "${BASH_SOURCE[0]}"; }
 while (($#)); do
   case $1 in
     --repeats) REPEATS=${2:?--repeats needs a number}; shift ;;
     --contention) CONTENTION=1 ;;
+    --deterministic) DETERMINISTIC=1 ;;
+    --ranks) NRANKS=${2:?--ranks needs a number}; shift ;;
     --sizes) SIZES=${2:?--sizes needs a list}; shift ;;
     --budget) BUDGET=${2:?--budget needs seconds}; shift ;;
     --build) BUILD=$(cd "${2:?}" && pwd) || exit 2; shift ;;
@@ -50,6 +55,7 @@ while (($#)); do
   shift
 done
 [[ $REPEATS =~ ^[1-9][0-9]*$ ]] || { echo "compare: --repeats wants a positive integer" >&2; exit 2; }
+[[ $NRANKS =~ ^[2-8]$ ]] || { echo "compare: --ranks wants 2..8" >&2; exit 2; }
 if [ -z "$SIZES" ]; then
   if [ "$CONTENTION" = 1 ]; then SIZES=8,1048576; else SIZES=8,1024,65536,1048576,16777216,134217728; fi
 fi
@@ -117,6 +123,11 @@ summarize() {
         (best == "" ? "none" : best), (best == "" ? "n/a" : ratio("chorus-tcp" sfx, best))
       if (sfx != "") printf "   chorus-shm/mpi-shm-yield %s", ratio("chorus-shm" sfx, "mpi-shm-yield" sfx)
       printf "\n"
+      if (("chorus-shm-det" sfx) in bw || ("chorus-tcp-det" sfx) in bw)
+        printf "  deterministic: shm-det/shm %s   tcp-det/tcp %s   shm-det/mpi-shm %s   tcp-det/mpi-tcp %s   tcp-det/best gloo %s\n", \
+          ratio("chorus-shm-det" sfx, "chorus-shm" sfx), ratio("chorus-tcp-det" sfx, "chorus-tcp" sfx), \
+          ratio("chorus-shm-det" sfx, "mpi-shm" sfx), ratio("chorus-tcp-det" sfx, "mpi-tcp" sfx), \
+          (best == "" ? "n/a" : ratio("chorus-tcp-det" sfx, best))
     }
   }' "$raw"
 }
@@ -230,12 +241,12 @@ chorus_warmup() {
   local b=$1
   if ((b <= 65536)); then echo 200; elif ((b <= 1048576)); then echo 20; elif ((b <= 16777216)); then echo 3; else echo 2; fi
 }
-run_chorus() {  # run_chorus TRANSPORT LABEL: one chorus-perf per size (sizes are not geometric)
-  local transport=$1 label=$2 b rc=0
+run_chorus() {  # run_chorus TRANSPORT LABEL [FLAG]: one chorus-perf per size (sizes are not geometric)
+  local transport=$1 label=$2 flag=${3:-} b rc=0
   for b in ${SIZES//,/ }; do
     timeout "$PER_CMD_TIMEOUT" "$CHORUS_RUN" --no-prefix -n "$NRANKS" "$CHORUS_PERF" -b "$b" -e "$b" -d float -o sum -c 1 \
       --transport "$transport" -n 20000 -w "$(chorus_warmup "$b")" --time-budget "$BUDGET" \
-      --result-label "$label" || rc=$?
+      --result-label "$label" $flag || rc=$?
   done
   return $rc
 }
@@ -283,11 +294,13 @@ step() {
 
 for pass in $(seq 1 "$REPEATS"); do
   step "$pass" chorus-shm run_chorus shm "chorus-shm$SFX"
+  [ $DETERMINISTIC = 1 ] && step "$pass" chorus-shm-det run_chorus shm "chorus-shm-det$SFX" --deterministic
   [ $HAVE_MPI = 1 ] && step "$pass" mpi-shm "${MPIRUN[@]}" -np "$NRANKS" "$PEER_BIN/mpi_allreduce" mpi-shm
   if [ $HAVE_MPI = 1 ] && [ "$CONTENTION" = 1 ]; then  # the spin-then-yield variant, fairer under load
     step "$pass" mpi-shm-yield "${MPIRUN[@]}" --mca mpi_yield_when_idle 1 -np "$NRANKS" "$PEER_BIN/mpi_allreduce" mpi-shm-yield
   fi
   step "$pass" chorus-tcp run_chorus tcp "chorus-tcp$SFX"
+  [ $DETERMINISTIC = 1 ] && step "$pass" chorus-tcp-det run_chorus tcp "chorus-tcp-det$SFX" --deterministic
   [ $HAVE_MPI = 1 ] && step "$pass" mpi-tcp "${MPIRUN[@]}" "${MPI_TCP[@]}" -np "$NRANKS" "$PEER_BIN/mpi_allreduce" mpi-tcp
   [ $HAVE_GLOO = 1 ] && step "$pass" gloo "$PEER_BIN/gloo_allreduce" "$NRANKS" ring,ring_chunked,hd
 done

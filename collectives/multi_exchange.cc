@@ -8,6 +8,7 @@ namespace chorus {
 namespace {
 
 constexpr size_t kStagePiece = StagingBuffers::kBytes;  // a multiple of every element size
+constexpr int kDepth = 4;                               // staged pieces in flight per peer
 
 // One incoming range. Direct links are read out of their slots; others either receive the
 // whole range into its destination in one request (gather mode) or piece by piece into two
@@ -17,10 +18,10 @@ struct InCursor {
   transport::Link* link;
   transport::DirectSlots* slots;
   size_t done = 0;  // bytes stored or folded
-  // staged (fold mode, no direct slots)
-  char* stage[2] = {nullptr, nullptr};
-  uint64_t ticket[2] = {0, 0};
-  size_t len[2] = {0, 0};
+  // staged (fold mode, no direct slots): a ring of kDepth pieces
+  char* stage[kDepth] = {};
+  uint64_t ticket[kDepth] = {};
+  size_t len[kDepth] = {};
   int head = 0;
   size_t used = 0;    // of stage[head]
   size_t posted = 0;  // bytes asked of the link so far
@@ -47,15 +48,38 @@ struct InCursor {
     if (used < len[head]) return;
     used = 0;
     post_next(head);
-    head ^= 1;
+    head = (head + 1) % kDepth;
   }
 };
 
+// One outgoing range. Direct links copy into slots; others post pieces straight out of the
+// caller's memory, at most kDepth at once (bursts of megabytes would starve the receive side
+// of this rank's progress calls).
 struct OutCursor {
   ExchangeOut out;
+  transport::Link* link;
   transport::DirectSlots* slots;
-  size_t sent = 0;
-  uint64_t ticket = 0;  // the whole range's request, links without direct slots
+  size_t sent = 0;  // direct: committed; else posted
+  uint64_t tickets[kDepth] = {};
+  int inflight = 0, oldest = 0;
+
+  // Links without direct slots: retire finished pieces, post new ones; true if any posted.
+  bool post_more() {
+    while (inflight > 0 && link->send_done(tickets[oldest])) {
+      oldest = (oldest + 1) % kDepth;
+      --inflight;
+    }
+    bool posted = false;
+    while (inflight < kDepth && sent < out.bytes) {
+      const size_t n = std::min(kStagePiece, out.bytes - sent);
+      tickets[(oldest + inflight) % kDepth] = link->post_send(out.src + sent, n);
+      ++inflight;
+      sent += n;
+      posted = true;
+    }
+    return posted;
+  }
+  bool done() const { return sent == out.bytes && (slots || inflight == 0); }
 };
 
 }  // namespace
@@ -66,11 +90,8 @@ Status multi_exchange(OpCtx& ctx, Executor& exec, size_t es, std::span<const Exc
   os.reserve(outs.size());
   for (const ExchangeOut& o : outs) {
     if (o.bytes == 0) continue;
-    OutCursor c{o, ctx.link(o.peer).direct()};
-    if (!c.slots) {
-      c.ticket = ctx.link(o.peer).post_send(o.src, o.bytes);
-      c.sent = o.bytes;
-    }
+    OutCursor c{o, &ctx.link(o.peer), ctx.link(o.peer).direct()};
+    if (!c.slots) c.post_more();
     os.push_back(c);
   }
   std::vector<InCursor> is;
@@ -78,18 +99,18 @@ Status multi_exchange(OpCtx& ctx, Executor& exec, size_t es, std::span<const Exc
   const bool folding = fold && fold->bytes > 0;
   if (folding) {
     StagingBuffers& st = ctx.staging();
-    const size_t need = ins.size() * 2 * kStagePiece;
+    const size_t need = ins.size() * kDepth * kStagePiece;
     if (st.multi.size() < need) st.multi.resize(need);
   }
   for (const ExchangeIn& i : ins) {
     if (i.bytes == 0) continue;
     InCursor c{i, &ctx.link(i.peer), ctx.link(i.peer).direct()};
     if (!c.slots && folding) {
-      char* base = ctx.staging().multi.data() + is.size() * 2 * kStagePiece;
-      c.stage[0] = base;
-      c.stage[1] = base + kStagePiece;
-      c.post_next(0);
-      c.post_next(1);
+      char* base = ctx.staging().multi.data() + is.size() * kDepth * kStagePiece;
+      for (int k = 0; k < kDepth; ++k) {
+        c.stage[k] = base + k * kStagePiece;
+        c.post_next(k);
+      }
     } else if (!c.slots) {
       c.whole = true;
       c.whole_ticket = c.link->post_recv(i.dst, i.bytes);
@@ -117,6 +138,10 @@ Status multi_exchange(OpCtx& ctx, Executor& exec, size_t es, std::span<const Exc
     bool moved = false;
     for (OutCursor& c : os) {
       if (c.sent == c.out.bytes) continue;
+      if (!c.slots) {
+        moved |= c.post_more();
+        continue;
+      }
       auto [p, room] = c.slots->send_reserve();
       size_t n = std::min(c.out.bytes - c.sent, room - room % es);
       if (n == 0) continue;
@@ -159,15 +184,19 @@ Status multi_exchange(OpCtx& ctx, Executor& exec, size_t es, std::span<const Exc
     for (const InCursor& c : is)
       if (c.whole ? !c.link->recv_done(c.whole_ticket) : c.done < c.in.bytes) return c.in.peer;
     for (const OutCursor& c : os)
-      if (c.sent < c.out.bytes) return c.out.peer;
+      if (!c.done()) return c.out.peer;
     return -1;
   };
   while (sends_left() || recvs_left()) {
     if (step()) continue;
     CHORUS_TRY(ctx.wait(
         [&] {
-          for (OutCursor& c : os)
-            if (c.sent < c.out.bytes && c.slots->send_reserve().second >= es) return true;
+          for (OutCursor& c : os) {
+            if (c.sent == c.out.bytes) continue;
+            if (!c.slots ? c.link->send_done(c.tickets[c.oldest])
+                         : c.slots->send_reserve().second >= es)
+              return true;
+          }
           if (folding) {
             if (folded == fold->bytes) return false;
             for (InCursor& c : is)
@@ -183,8 +212,10 @@ Status multi_exchange(OpCtx& ctx, Executor& exec, size_t es, std::span<const Exc
   // Requests of links without direct slots: every send gone, every whole receive in.
   return ctx.wait(
       [&] {
-        for (const OutCursor& c : os)
-          if (!c.slots && !ctx.link(c.out.peer).send_done(c.ticket)) return false;
+        for (OutCursor& c : os) {
+          if (!c.slots) c.post_more();
+          if (!c.done()) return false;
+        }
         for (const InCursor& c : is)
           if (c.whole && !c.link->recv_done(c.whole_ticket)) return false;
         return true;
