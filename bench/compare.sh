@@ -219,6 +219,7 @@ build_peer "$PEER_BIN/gloo_allreduce" "$PEERS/gloo_allreduce.cc" g++ -lgloo -pth
 
 MPIRUN=(mpirun --bind-to none)
 [ "$(id -u)" = 0 ] && MPIRUN+=(--allow-run-as-root)
+((NRANKS > $(nproc))) && MPIRUN+=(--oversubscribe)  # more ranks than cores: mpirun refuses otherwise
 MPI_TCP=(--mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo)
 export BENCH_SIZES=$SIZES BENCH_TIME_BUDGET=$BUDGET
 NCPU=$(nproc)
