@@ -137,12 +137,14 @@ Status CommImpl::agree_on_settings(Deadline deadline, const std::function<Status
   const int det = tuner_.deterministic ? 1 : 0;
   CHORUS_TRY(store.set(fmt::format("{}/nch/{}", prefix_, rank_),
                        fmt::format("{} {}", tuner_.nchannels, det)));
+  // Marks in the store that this rank has stopped reading (see the end).
+  auto done = [&] { (void)store.set(fmt::format("{}/nch_done/{}", prefix_, rank_), "1"); };
   Status agreed = Status::ok();
   for (int r = 0; r < size() && agreed.is_ok(); ++r) {
     auto v = store.get(fmt::format("{}/nch/{}", prefix_, r), deadline, interrupt);
-    if (!v.is_ok()) {
-      agreed = v.status();
-      break;
+    if (!v.is_ok()) {  // news of another rank's failure, or of the store's
+      done();
+      return v.status();
     }
     int their_nch = 0, their_det = 0;
     sscanf(v.value().c_str(), "%d %d", &their_nch, &their_det);
@@ -159,10 +161,11 @@ Status CommImpl::agree_on_settings(Deadline deadline, const std::function<Status
                           det ? "on" : "off", rank_, their_det ? "on" : "off", r);
   }
   if (agreed.is_ok()) return agreed;
-  // Every rank fails here. The one whose process hosts the store waits (5 s at most) until
-  // the others are done reading: its failure may end the process and close the store under
-  // a rank still reading, which would then report a closed store instead of the mismatch.
-  (void)store.set(fmt::format("{}/nch_done/{}", prefix_, rank_), "1");
+  // A mismatch: every rank that gets here finds one. The one whose process hosts the store
+  // waits (5 s at most) until the others are done reading: its failure may end the process and
+  // close the store under a rank still reading, which would then report a closed store
+  // instead of the mismatch.
+  done();
   const Deadline linger = Deadline::after_seconds(std::min(5.0, deadline.remaining()));
   for (int r = 0; r < size() && job_->hosts_store(); ++r)
     if (r != rank_ && !store.get(fmt::format("{}/nch_done/{}", prefix_, r), linger).is_ok()) break;
