@@ -260,7 +260,8 @@ std::vector<Call> matrix_calls(int w, int k0, int every = 1) {
 // Sizes around a boundary of `bytes` (a slot, a staging piece), for a few types and ops: a
 // whole buffer on each side of it (fold sends whole buffers), a reduce-scatter block on each
 // side, and for f32 sum one direct slice on each side (direct cuts the buffer in w slices).
-std::vector<Call> boundary_calls(int w, size_t bytes, int k0) {
+// nkinds: how many of the six type x op pairs (the first ones).
+std::vector<Call> boundary_calls(int w, size_t bytes, int k0, int nkinds = 6) {
   const struct {
     chorusDataType_t t;
     chorusRedOp_t op;
@@ -268,7 +269,8 @@ std::vector<Call> boundary_calls(int w, size_t bytes, int k0) {
                {chorusFloat16, chorusSum}, {chorusFloat32, chorusMin},  {chorusInt32, chorusAvg}};
   std::vector<Call> v;
   int k = k0;
-  for (const auto& kind : kinds) {
+  for (int j = 0; j < nkinds; ++j) {
+    const auto& kind = kinds[j];
     const size_t s = bytes / esize(kind.t);
     std::vector<size_t> counts = {s - 1, s + 1};
     if (kind.t == chorusFloat32 && kind.op == chorusSum)
@@ -324,7 +326,7 @@ std::vector<Config> plan(int w) {
     const std::string a = algo;
     Config c{"tcp, CHORUS_ALGO=" + a, {{"CHORUS_TRANSPORT", "tcp"}}, matrix_calls(w, w + 3, 4)};
     if (a != "auto") c.env["CHORUS_ALGO"] = a;
-    if (a != "auto") c.calls = join(c.calls, boundary_calls(w, kPieceBytes, w));
+    if (a != "auto") c.calls = join(c.calls, boundary_calls(w, kPieceBytes, w, w < 5 ? 6 : 3));
     if (a == "auto" && w == 3) c.calls = join(large_calls(w), c.calls);
     v.push_back(c);
   }
