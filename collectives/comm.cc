@@ -108,27 +108,7 @@ Status CommImpl::create_channels(const transport::Transports& transports, Deadli
   auto interrupt = [job, uid = uid_, members = job_ranks_] {
     return job->creation_news(uid, members);
   };
-  // Settings every rank must share: channel count and deterministic mode.
-  const int det = tuner_.deterministic ? 1 : 0;
-  CHORUS_TRY(store.set(fmt::format("{}/nch/{}", prefix_, rank_),
-                       fmt::format("{} {}", tuner_.nchannels, det)));
-  for (int r = 0; r < size(); ++r) {
-    CHORUS_ASSIGN_OR_RETURN(std::string v,
-                            store.get(fmt::format("{}/nch/{}", prefix_, r), deadline, interrupt));
-    int their_nch = 0, their_det = 0;
-    sscanf(v.c_str(), "%d %d", &their_nch, &their_det);
-    if (their_nch != tuner_.nchannels)
-      return make_error(
-          Code::kInvalidUsage,
-          "CHORUS_NCHANNELS is {} on rank {} but {} on rank {}: set it the same everywhere",
-          tuner_.nchannels, rank_, their_nch, r);
-    if (their_det != det)
-      return make_error(Code::kInvalidUsage,
-                        "the deterministic mode is {} on rank {} but {} on rank {} "
-                        "(CHORUS_DETERMINISTIC or the communicator's config): set it the same "
-                        "everywhere",
-                        det ? "on" : "off", rank_, their_det ? "on" : "off", r);
-  }
+  CHORUS_TRY(agree_on_settings(deadline, interrupt));
   for (int k = 0; k < tuner_.nchannels; ++k) {
     auto ch = std::make_unique<Channel>();
     std::string prefix = k == 0 ? prefix_ : fmt::format("{}/ch{}", prefix_, k);
@@ -148,6 +128,48 @@ Status CommImpl::create_channels(const transport::Transports& transports, Deadli
                                          [this, k] { channel_loop(k); }));
   }
   return Status::ok();
+}
+
+// Each rank publishes its settings and reads everyone's; on a mismatch, every rank fails
+// naming itself and a rank that differs.
+Status CommImpl::agree_on_settings(Deadline deadline, const std::function<Status()>& interrupt) {
+  auto& store = job_->store();
+  const int det = tuner_.deterministic ? 1 : 0;
+  CHORUS_TRY(store.set(fmt::format("{}/nch/{}", prefix_, rank_),
+                       fmt::format("{} {}", tuner_.nchannels, det)));
+  // Marks in the store that this rank has stopped reading (see the end).
+  auto done = [&] { (void)store.set(fmt::format("{}/nch_done/{}", prefix_, rank_), "1"); };
+  Status agreed = Status::ok();
+  for (int r = 0; r < size() && agreed.is_ok(); ++r) {
+    auto v = store.get(fmt::format("{}/nch/{}", prefix_, r), deadline, interrupt);
+    if (!v.is_ok()) {  // news of another rank's failure, or of the store's
+      done();
+      return v.status();
+    }
+    int their_nch = 0, their_det = 0;
+    sscanf(v.value().c_str(), "%d %d", &their_nch, &their_det);
+    if (their_nch != tuner_.nchannels)
+      agreed = make_error(
+          Code::kInvalidUsage,
+          "CHORUS_NCHANNELS is {} on rank {} but {} on rank {}: set it the same everywhere",
+          tuner_.nchannels, rank_, their_nch, r);
+    else if (their_det != det)
+      agreed = make_error(Code::kInvalidUsage,
+                          "the deterministic mode is {} on rank {} but {} on rank {} "
+                          "(CHORUS_DETERMINISTIC or the communicator's config): set it the same "
+                          "everywhere",
+                          det ? "on" : "off", rank_, their_det ? "on" : "off", r);
+  }
+  if (agreed.is_ok()) return agreed;
+  // A mismatch: every rank that gets here finds one. The one whose process hosts the store
+  // waits (5 s at most) until the others are done reading: its failure may end the process and
+  // close the store under a rank still reading, which would then report a closed store
+  // instead of the mismatch.
+  done();
+  const Deadline linger = Deadline::after_seconds(std::min(5.0, deadline.remaining()));
+  for (int r = 0; r < size() && job_->hosts_store(); ++r)
+    if (r != rank_ && !store.get(fmt::format("{}/nch_done/{}", prefix_, r), linger).is_ok()) break;
+  return agreed;
 }
 
 CommImpl::~CommImpl() {

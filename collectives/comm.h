@@ -160,6 +160,8 @@ class CommImpl : public std::enable_shared_from_this<CommImpl> {
   void progress_loop();
   void channel_loop(int k);
   Status create_channels(const transport::Transports& transports, Deadline deadline);
+  // Every rank must open the same number of channels and share the deterministic mode.
+  Status agree_on_settings(Deadline deadline, const std::function<Status()>& interrupt);
   Status wait_idle(std::unique_lock<std::mutex>& lock, Deadline deadline);
   Status join_threads(Deadline deadline);
   void fail(const Status& s);

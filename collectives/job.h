@@ -27,6 +27,8 @@ class Job : public std::enable_shared_from_this<Job> {
   transport::StoreClient& store() { return *store_; }
   transport::WatchClient* watch() { return watch_.get(); }
   const std::string& method() const { return method_; }
+  // This process hosts the bootstrap store (it closes when the process ends).
+  bool hosts_store() const { return server_ != nullptr; }
 
   void add(const std::shared_ptr<CommImpl>& c);
   void remove(const CommImpl* c);

@@ -3,12 +3,16 @@
 // A scan of the sources makes sure no variable is added without a case here.
 #include <catch2/catch.hpp>
 
+#include <cstddef>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <regex>
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "chorus/chorus.h"
 #include "harness.h"
@@ -49,6 +53,10 @@ const BadValue kBad[] = {
     {"CHORUS_ALPHA_US", "-2"},
     {"CHORUS_BETA_GBPS", "0"},
     {"CHORUS_CPU_ISA", "avx9"},
+    {"CHORUS_DETERMINISTIC", "2"},
+    {"CHORUS_DETERMINISTIC", "yes"},
+    {"CHORUS_DETERMINISTIC", "-1"},
+    {"CHORUS_DETERMINISTIC", "on", Entry::kInitFromEnv},
     {"CHORUS_DEBUG", "LOUD"},
     {"CHORUS_TRANSPORT", "pigeon"},
     {"CHORUS_SOCKET_IFNAME", "no-such-if0", Entry::kInitAll, "CHORUS_TRANSPORT=tcp"},
@@ -142,4 +150,126 @@ TEST_CASE("every CHORUS_* variable the sources read has a bad-value case or a re
     }
   }
   REQUIRE(files > 50);
+}
+
+TEST_CASE("ranks that disagree on CHORUS_DETERMINISTIC all fail creation, naming both ranks",
+          "[env][deterministic]") {
+  // Rank 1 asks for the mode, ranks 0 and 2 do not: every rank must fail at once, not hang.
+  RunOptions opt;
+  opt.limit_seconds = 30;
+  auto res = run_ranks(
+      3,
+      [](int rank) {
+        if (rank == 1)
+          setenv("CHORUS_DETERMINISTIC", "1", 1);
+        else
+          unsetenv("CHORUS_DETERMINISTIC");
+        chorusComm_t comm = nullptr;
+        const chorusResult_t r = chorusCommInitFromEnv(&comm);
+        if (r == chorusSuccess) {
+          chorusCommDestroy(comm);
+          std::fprintf(stderr, "accepted\n");
+          return 1;
+        }
+        std::fprintf(stderr, "error %d: %s\n", r, chorusGetLastError(nullptr));
+        return r == chorusInvalidUsage ? 0 : 2;
+      },
+      opt);
+  for (int r = 0; r < 3; ++r) {
+    INFO("rank " << r << " output: " << res[r].output);
+    CHECK(res[r].exit_code == 0);
+    CHECK(res[r].seconds < 20);
+    CHECK(contains(res[r].output, "CHORUS_DETERMINISTIC"));
+    // Two ranks that differ, each with its real setting: this rank's own finding, or the news
+    // of another rank's failure (whichever comes first).
+    const std::regex pair(
+        "the deterministic mode is (on|off) on rank (\\d) but (on|off) on rank (\\d)");
+    std::smatch m;
+    REQUIRE(std::regex_search(res[r].output, m, pair));
+    CHECK(m[1] != m[3]);
+    CHECK(m[1] == (m[2] == "1" ? "on" : "off"));
+    CHECK(m[3] == (m[4] == "1" ? "on" : "off"));
+  }
+}
+
+namespace {
+
+// Creates a 2-rank communicator in two threads of this process, rank k with configs[k];
+// returns each rank's result and last error message.
+struct InitResult {
+  chorusResult_t code;
+  std::string message;
+};
+std::vector<InitResult> init_two(const chorusConfig_t configs[2]) {
+  chorusUniqueId id;
+  if (chorusGetUniqueId(&id) != chorusSuccess) return {};
+  std::vector<InitResult> out(2);
+  std::vector<std::thread> threads;
+  for (int k = 0; k < 2; ++k)
+    threads.emplace_back([&, k] {
+      chorusComm_t comm = nullptr;
+      out[k].code = chorusCommInitRankConfig(&comm, 2, id, k, &configs[k]);
+      out[k].message = out[k].code == chorusSuccess ? "" : chorusGetLastError(nullptr);
+      if (comm) chorusCommDestroy(comm);
+    });
+  for (auto& t : threads) t.join();
+  std::fprintf(stderr, "rank 0: %d %s\nrank 1: %d %s\n", out[0].code, out[0].message.c_str(),
+               out[1].code, out[1].message.c_str());
+  return out;
+}
+
+bool both(const std::vector<InitResult>& r, chorusResult_t code, const std::string& part) {
+  return r.size() == 2 && r[0].code == code && r[1].code == code && contains(r[0].message, part) &&
+         contains(r[1].message, part);
+}
+
+// Both ranks refused creation, each naming its own mode and the other rank's.
+bool disagree(const std::vector<InitResult>& r, const std::string& mode0,
+              const std::string& mode1) {
+  return both(r, chorusInvalidUsage, "the deterministic mode is") &&
+         contains(r[0].message, mode0 + " on rank 0 but " + mode1 + " on rank 1") &&
+         contains(r[1].message, mode1 + " on rank 1 but " + mode0 + " on rank 0");
+}
+
+}  // namespace
+
+TEST_CASE(
+    "config.deterministic: 2 is refused; a config of the first size is accepted and "
+    "follows CHORUS_DETERMINISTIC; the config wins over the variable",
+    "[env][deterministic][config]") {
+  RunOptions opt;
+  opt.limit_seconds = 60;
+  opt.env["CHORUS_DETERMINISTIC"] = "1";
+  auto res = run_ranks(
+      1,
+      [](int) {
+        chorusConfig_t c[2] = {CHORUS_CONFIG_INITIALIZER, CHORUS_CONFIG_INITIALIZER};
+        c[0].deterministic = c[1].deterministic = 2;
+        if (!both(init_two(c), chorusInvalidArgument,
+                  "config->deterministic is 2, expected 1 (on), 0 (off) or -1"))
+          return 10;
+        c[0].deterministic = c[1].deterministic = -2;
+        if (!both(init_two(c), chorusInvalidArgument, "config->deterministic is -2")) return 11;
+        // The first version of the struct ended before `deterministic`: rank 0's config is of
+        // that size (and its field holds garbage it must not read), so CHORUS_DETERMINISTIC=1
+        // decides for it, which agrees with rank 1's explicit 1...
+        c[0] = c[1] = CHORUS_CONFIG_INITIALIZER;
+        c[0].size = offsetof(chorusConfig_t, deterministic);
+        c[0].deterministic = 7;
+        c[1].deterministic = 1;
+        if (!both(init_two(c), chorusSuccess, "")) return 12;
+        // ... and disagrees with an explicit 0, which wins over the variable.
+        c[1].deterministic = 0;
+        if (!disagree(init_two(c), "on", "off")) return 13;
+        // -1 leaves it to the variable: the same as the old size.
+        c[0] = c[1] = CHORUS_CONFIG_INITIALIZER;
+        c[1].deterministic = 1;
+        if (!both(init_two(c), chorusSuccess, "")) return 14;
+        c[0].deterministic = 0;
+        if (!disagree(init_two(c), "off", "on")) return 15;
+        return 0;
+      },
+      opt);
+  INFO(res[0].output);
+  CHECK(res[0].exit_code == 0);
 }
