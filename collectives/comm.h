@@ -44,10 +44,12 @@ struct StagingBuffers {
   static constexpr size_t kBytes = 256 << 10;
   std::vector<char> in;
   std::vector<char> out[kOut];
-  std::vector<char> eager;    // header + data of an eager message over tcp
-  std::vector<char> scratch;  // a reduced piece on its way to user memory by streaming stores
-  std::vector<char> aside;    // the input of an all-to-all whose buffers overlap, copied aside
-  std::vector<char> multi;    // two pieces per peer of a multi-peer fold (multi_exchange.h)
+  std::vector<char> eager;         // header + data of an eager message over tcp
+  std::vector<char> scratch;       // a reduced piece on its way to user memory by streaming stores
+  std::vector<char> aside;         // the input of an all-to-all whose buffers overlap, copied aside
+  std::vector<char> multi;         // staged pieces per peer of a multi-peer fold (multi_exchange.h)
+  std::vector<int> peers;          // every other rank, in order (ordered.cc)
+  std::vector<const char*> parts;  // one fold's inputs (ordered.cc)
 };
 
 // One submitted operation: the state behind a chorusRequest_t (which the public C++ layer wraps

@@ -12,6 +12,7 @@
 //           (what ring means when forced in this mode).
 // Reduce folds at the root (fold) or runs the direct reduce-scatter and gathers the slices at
 // the root (direct). Reduce-scatter is the first half of direct.
+#include <span>
 #include <vector>
 
 #include "collectives/multi_exchange.h"
@@ -34,10 +35,14 @@ Kit kit_of(const OpCtx& ctx) {
           d.redop == chorusAvg ? ctx.size() : 0};
 }
 
-std::vector<int> others(int me, int n) {
-  std::vector<int> v;
-  for (int p = 0; p < n; ++p)
-    if (p != me) v.push_back(p);
+// Every rank but this one, in rank order: kept in the channel's staging (no allocation per call).
+std::span<const int> others(OpCtx& ctx) {
+  std::vector<int>& v = ctx.staging().peers;
+  if (v.size() + 1 != static_cast<size_t>(ctx.size())) {
+    v.clear();
+    for (int p = 0; p < ctx.size(); ++p)
+      if (p != ctx.rank()) v.push_back(p);
+  }
   return v;
 }
 
@@ -50,16 +55,16 @@ Slice slice_of(uint64_t count, int n, int k) {
   return {b, e - b};
 }
 
-// Folds slice `me` of every rank's buffer into dst (the reduce-scatter half). block(p): where
-// slice p starts in `send`, in elements; len: elements per slice of rank p.
+// Folds slice r (this rank's) of every rank's buffer into dst (the reduce-scatter half).
+// slice(p): where rank p's slice starts in `send` and its length, in elements.
 template <class SliceFn>
 Status ordered_reduce_scatter(OpCtx& ctx, const Kit& k, const char* send, char* dst,
                               SliceFn slice) {
-  const int n = ctx.size(), r = ctx.rank();
+  const int r = ctx.rank();
   std::vector<ExchangeOut> outs;
   std::vector<ExchangeIn> ins;
   const Slice mine = slice(r);
-  for (int p : others(r, n)) {
+  for (int p : others(ctx)) {
     const Slice s = slice(p);
     outs.push_back({p, send + s.begin * k.es, s.len * k.es});
     ins.push_back({p, nullptr, mine.len * k.es});
@@ -70,8 +75,8 @@ Status ordered_reduce_scatter(OpCtx& ctx, const Kit& k, const char* send, char* 
 
 // Every rank sends `whole` to `to` (each of them) and folds what `from` (each of them, sorted)
 // send, with `own` at this rank's place, into dst.
-Status fold_from(OpCtx& ctx, const Kit& k, const std::vector<int>& to, const char* own,
-                 const std::vector<int>& from, char* dst, size_t bytes) {
+Status fold_from(OpCtx& ctx, const Kit& k, std::span<const int> to, const char* own,
+                 std::span<const int> from, char* dst, size_t bytes) {
   std::vector<ExchangeOut> outs;
   std::vector<ExchangeIn> ins;
   for (int p : to) outs.push_back({p, own, bytes});
@@ -86,22 +91,23 @@ Status fold_from(OpCtx& ctx, const Kit& k, const std::vector<int>& to, const cha
 
 // Small buffers: header and data in one message to each of `to`, then each message of `from`
 // folded straight out of its slot (over tcp: out of per-peer staging) -- one hop, no header
-// round. Every rank decides the same way (eager_path: the size alone, within every link's
-// limit), so a rank never waits for a header its peer sent glued to its data.
-bool eager_path(OpCtx& ctx, const std::vector<int>& peers, size_t bytes) {
-  if (sizeof(OpHeader) + bytes > OpCtx::kEagerStagedBytes) return false;
+// round. Every rank decides the same way (eager_path: whether header + data fit one message on
+// every link it uses -- a slot over shm, 64 KiB over tcp; the ranks of a job share those
+// limits: one host has shm links only, and on several every rank also has tcp links), so a
+// rank never waits for a header its peer sent glued to its data.
+bool eager_path(OpCtx& ctx, std::span<const int> peers, size_t bytes) {
   for (int p : peers)
     if (!ctx.eager_fits(p, bytes)) return false;
   return true;
 }
 
-Status eager_fold(OpCtx& ctx, const Kit& k, const std::vector<int>& to, const char* own,
-                  const std::vector<int>& from, char* dst, size_t bytes) {
+Status eager_fold(OpCtx& ctx, const Kit& k, std::span<const int> to, const char* own,
+                  std::span<const int> from, char* dst, size_t bytes) {
   CHORUS_TRY(ctx.eager_send(to, own, bytes));  // copies own out: dst may be own
   std::vector<char>& staged = ctx.staging().multi;
   if (staged.size() < from.size() * bytes) staged.resize(from.size() * bytes);
-  std::vector<const char*> parts;
-  parts.reserve(from.size() + 1);
+  std::vector<const char*>& parts = ctx.staging().parts;
+  parts.clear();
   for (size_t j = 0; j < from.size(); ++j) {
     if (from[j] > ctx.rank() && parts.size() == j) parts.push_back(own);
     CHORUS_ASSIGN_OR_RETURN(const char* theirs,
@@ -134,7 +140,7 @@ Status run_ordered_allreduce(OpCtx& ctx, const char* send, char* recv) {
   const int n = ctx.size(), r = ctx.rank();
   const size_t bytes = d.count * k.es;
   if (n == 1) return copy_local(send, recv, bytes);
-  const std::vector<int> peers = others(r, n);
+  const std::span<const int> peers = others(ctx);
   if (d.algo == Algo::kFold && eager_path(ctx, peers, bytes))
     return eager_fold(ctx, k, peers, send, peers, recv, bytes);
   CHORUS_TRY(ctx.exchange_headers_with(peers));
@@ -160,15 +166,16 @@ Status run_ordered_reduce(OpCtx& ctx, const char* send, char* recv) {
   const int n = ctx.size(), r = ctx.rank(), root = d.root;
   const size_t bytes = d.count * k.es;
   if (n == 1) return copy_local(send, recv, bytes);
-  const std::vector<int> peers = others(r, n);
+  const std::span<const int> peers = others(ctx);
+  const std::span<const int> to_root(&root, 1);
   if (d.algo == Algo::kFold && eager_path(ctx, peers, bytes)) {
-    if (r != root) return eager_fold(ctx, k, {root}, send, {}, nullptr, bytes);
+    if (r != root) return eager_fold(ctx, k, to_root, send, {}, nullptr, bytes);
     return eager_fold(ctx, k, {}, send, peers, recv, bytes);
   }
   if (d.algo == Algo::kFold) {
     if (r != root) {
       CHORUS_TRY(ctx.exchange_headers({root}, {root}));
-      return fold_from(ctx, k, {root}, send, {}, nullptr, bytes);
+      return fold_from(ctx, k, to_root, send, {}, nullptr, bytes);
     }
     CHORUS_TRY(ctx.exchange_headers_with(peers));
     return fold_from(ctx, k, {}, send, peers, recv, bytes);
@@ -194,9 +201,8 @@ Status run_ordered_reduce(OpCtx& ctx, const char* send, char* recv) {
 Status run_ordered_reduce_scatter(OpCtx& ctx, const char* send, char* recv) {
   const OpDesc& d = ctx.desc();
   const Kit k = kit_of(ctx);
-  const int n = ctx.size(), r = ctx.rank();
-  if (n == 1) return copy_local(send, recv, d.count * k.es);
-  CHORUS_TRY(ctx.exchange_headers_with(others(r, n)));
+  if (ctx.size() == 1) return copy_local(send, recv, d.count * k.es);
+  CHORUS_TRY(ctx.exchange_headers_with(others(ctx)));
   return ordered_reduce_scatter(ctx, k, send, recv, [&](int p) {
     return Slice{d.count * p, d.count};
   });

@@ -187,7 +187,9 @@ chorusResult_t chorusBarrier(chorusComm_t comm, chorusStream_t stream);
  * and tree an all-gather with a local ordered fold), chunk size, channel count, transport
  * (shm, tcp), timing, or CPU vector width (CHORUS_CPU_ISA). min and max follow the same
  * order (it matters for -0 vs +0 and for which NaN). Integer sum and prod wrap and are exact,
- * so they are deterministic in either mode. */
+ * so they are deterministic in either mode. One exception: where sum, prod or avg give a NaN,
+ * the result is a NaN but its payload bits are not part of the contract (the kernel builds
+ * propagate different operands' payloads, as the hardware does). */
 chorusResult_t chorusAllReduce(const void* sendbuff, void* recvbuff, size_t count,
                                chorusDataType_t datatype, chorusRedOp_t op, chorusComm_t comm,
                                chorusStream_t stream);

@@ -55,6 +55,14 @@ void reduce_fold(DType t, RedOp op, const void* const* in, int w, void* out, siz
                  int avg_n) {
   if (w < 1) __builtin_trap();
   if (count == 0) return;
+  // Two inputs need no accumulator: one pairwise pass is the fold (16-bit types too, whose
+  // pairwise op rounds once; not for their avg, which must divide before that rounding).
+  const bool half = t == DType::kF16 || t == DType::kBF16;
+  if (w == 2 && !(half && avg_n > 0)) {
+    reduce(t, op, in[0], in[1], out, count);
+    if (avg_n > 0) scale_avg(t, out, count, avg_n);
+    return;
+  }
   if (t == DType::kF16) return fold_half(op, in, w, static_cast<elem::F16*>(out), count, avg_n);
   if (t == DType::kBF16) return fold_half(op, in, w, static_cast<elem::BF16*>(out), count, avg_n);
   const size_t es = dtype_size(t);
