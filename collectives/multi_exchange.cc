@@ -162,8 +162,15 @@ Status multi_exchange(OpCtx& ctx, Executor& exec, size_t es, std::span<const Exc
       }
       if (static_cast<size_t>(fold->me) >= is.size()) parts[k++] = fold->own + folded;
       if (n == 0) return moved;
-      exec.reduce_fold(fold->dtype, fold->op, parts.data(), static_cast<int>(parts.size()),
-                       fold->dst + folded, n / es, fold->avg_n);
+      char* out = fold->dst + folded;
+      if (fold->streaming) {
+        std::vector<char>& scratch = ctx.staging().scratch;
+        if (scratch.size() < n) scratch.resize(std::max(n, kStagePiece));
+        out = scratch.data();
+      }
+      exec.reduce_fold(fold->dtype, fold->op, parts.data(), static_cast<int>(parts.size()), out,
+                       n / es, fold->avg_n);
+      if (fold->streaming) exec.copy_streaming(fold->dst + folded, out, n);
       for (InCursor& c : is) c.consume(n);
       folded += n;
       return true;

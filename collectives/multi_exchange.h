@@ -43,6 +43,9 @@ struct ExchangeFold {
   char* dst;
   size_t bytes;
   int avg_n;  // > 0: avg, divide the fold by this
+  // Large results (use_streaming in prims.h): fold each piece into cache-resident scratch and
+  // store it with streaming stores, so dst's lines are never read for ownership.
+  bool streaming = false;
 };
 
 Status multi_exchange(OpCtx& ctx, Executor& exec, size_t elem_size,

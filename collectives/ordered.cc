@@ -21,6 +21,8 @@
 namespace chorus {
 namespace {
 
+constexpr uint64_t kRoundSliceBytes = 2 << 20;  // direct all-reduce: one round's slice per rank
+
 struct Kit {
   kernels::DType dt;
   kernels::RedOp op;
@@ -58,8 +60,8 @@ Slice slice_of(uint64_t count, int n, int k) {
 // Folds slice r (this rank's) of every rank's buffer into dst (the reduce-scatter half).
 // slice(p): where rank p's slice starts in `send` and its length, in elements.
 template <class SliceFn>
-Status ordered_reduce_scatter(OpCtx& ctx, const Kit& k, const char* send, char* dst,
-                              SliceFn slice) {
+Status ordered_reduce_scatter(OpCtx& ctx, const Kit& k, const char* send, char* dst, SliceFn slice,
+                              bool streaming) {
   const int r = ctx.rank();
   std::vector<ExchangeOut> outs;
   std::vector<ExchangeIn> ins;
@@ -69,7 +71,14 @@ Status ordered_reduce_scatter(OpCtx& ctx, const Kit& k, const char* send, char* 
     outs.push_back({p, send + s.begin * k.es, s.len * k.es});
     ins.push_back({p, nullptr, mine.len * k.es});
   }
-  const ExchangeFold f{k.dt, k.op, r, send + mine.begin * k.es, dst, mine.len * k.es, k.avg_n};
+  const ExchangeFold f{.dtype = k.dt,
+                       .op = k.op,
+                       .me = r,
+                       .own = send + mine.begin * k.es,
+                       .dst = dst,
+                       .bytes = mine.len * k.es,
+                       .avg_n = k.avg_n,
+                       .streaming = streaming};
   return multi_exchange(ctx, cpu_executor(), k.es, outs, ins, &f);
 }
 
@@ -148,16 +157,30 @@ Status run_ordered_allreduce(OpCtx& ctx, const char* send, char* recv) {
     const char* own = aside_if_in_place(ctx, send, recv, bytes);
     return fold_from(ctx, k, peers, own, peers, recv, bytes);
   }
-  auto slice = [&](int p) { return slice_of(d.count, n, p); };
-  const Slice mine = slice(r);
-  CHORUS_TRY(ordered_reduce_scatter(ctx, k, send, recv + mine.begin * k.es, slice));
-  std::vector<ExchangeOut> outs;
-  std::vector<ExchangeIn> ins;
-  for (int p : peers) {
-    outs.push_back({p, recv + mine.begin * k.es, mine.len * k.es});
-    ins.push_back({p, recv + slice(p).begin * k.es, slice(p).len * k.es});
+  // Rounds of about kRoundSliceBytes per rank, each a reduce-scatter then an all-gather: a
+  // rank's folded slice is sent on while it is still in cache (the ring's per-piece pipeline
+  // gets the same for free); every element is still folded once, from the same W inputs.
+  const uint64_t per_round =
+      std::max<uint64_t>(1, kRoundSliceBytes / k.es * static_cast<uint64_t>(n));
+  for (uint64_t b = 0; b == 0 || b < d.count; b += per_round) {
+    const uint64_t count = std::min(per_round, d.count - b);
+    auto slice = [&](int p) {
+      Slice s = slice_of(count, n, p);
+      s.begin += b;
+      return s;
+    };
+    const Slice mine = slice(r);
+    // No streaming stores: the slice is sent on next, from the cache.
+    CHORUS_TRY(ordered_reduce_scatter(ctx, k, send, recv + mine.begin * k.es, slice, false));
+    std::vector<ExchangeOut> outs;
+    std::vector<ExchangeIn> ins;
+    for (int p : peers) {
+      outs.push_back({p, recv + mine.begin * k.es, mine.len * k.es});
+      ins.push_back({p, recv + slice(p).begin * k.es, slice(p).len * k.es});
+    }
+    CHORUS_TRY(multi_exchange(ctx, cpu_executor(), k.es, outs, ins, nullptr));
   }
-  return multi_exchange(ctx, cpu_executor(), k.es, outs, ins, nullptr);
+  return Status::ok();
 }
 
 Status run_ordered_reduce(OpCtx& ctx, const char* send, char* recv) {
@@ -189,7 +212,7 @@ Status run_ordered_reduce(OpCtx& ctx, const char* send, char* recv) {
     if (a.size() < mine.len * k.es) a.resize(mine.len * k.es);
     dst = a.data();
   }
-  CHORUS_TRY(ordered_reduce_scatter(ctx, k, send, dst, slice));
+  CHORUS_TRY(ordered_reduce_scatter(ctx, k, send, dst, slice, false));
   std::vector<ExchangeOut> outs;
   std::vector<ExchangeIn> ins;
   if (r != root) outs.push_back({root, dst, mine.len * k.es});
@@ -203,9 +226,12 @@ Status run_ordered_reduce_scatter(OpCtx& ctx, const char* send, char* recv) {
   const Kit k = kit_of(ctx);
   if (ctx.size() == 1) return copy_local(send, recv, d.count * k.es);
   CHORUS_TRY(ctx.exchange_headers_with(others(ctx)));
-  return ordered_reduce_scatter(ctx, k, send, recv, [&](int p) {
-    return Slice{d.count * p, d.count};
-  });
+  return ordered_reduce_scatter(
+      ctx, k, send, recv,
+      [&](int p) {
+        return Slice{d.count * p, d.count};
+      },
+      use_streaming(d.count * k.es * ctx.size()));
 }
 
 }  // namespace chorus

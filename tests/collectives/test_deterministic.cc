@@ -314,6 +314,11 @@ std::vector<Config> plan(int w) {
     Config c{std::string("shm, CHORUS_ALGO=") + algos[a], {}, matrix_calls(w, 7 * a + w)};
     if (a > 0) c.env["CHORUS_ALGO"] = algos[a];
     if (a == 0 || a >= 4) c.calls = join(c.calls, boundary_calls(w, kSlotBytes, a));
+    // direct all-reduces run in rounds of 2 MiB per rank's slice (ordered.cc): cross two
+    // round boundaries, with a remainder.
+    if (a == 4 && w == 3)
+      c.calls.push_back(
+          {Coll::kAllReduce, chorusFloat32, chorusSum, 2 * (size_t{1} << 19) * w + 7, false, 1, 2});
     if (a == 0) {  // the first all-reduce is also cut in pieces
       const size_t n = (large ? size_t{1} << 18 : w * (kSlotBytes / 4)) + 3;
       c.calls.insert(c.calls.begin(), {Coll::kAllReduce, chorusFloat32, chorusSum, n, false, 1, 2});
