@@ -26,14 +26,14 @@
 #include "typed_values.h"
 
 using chorus::test::esize;
+using chorus::test::kOpNames;
+using chorus::test::kOps;
 using chorus::test::kTypeNames;
 using chorus::test::kTypes;
 using chorus::test::RunOptions;
 
 namespace {
 
-const chorusRedOp_t kOps[] = {chorusSum, chorusProd, chorusMax, chorusMin, chorusAvg};
-const char* const kOpNames[] = {"sum", "prod", "max", "min", "avg"};  // by chorusRedOp_t
 constexpr int kMaxRanks = 6;
 const size_t kSmall[] = {0, 1, 2, 3, 5, 7, 13, 31, 61, 127, 257, 509, 1021, 2053, 4099};
 constexpr size_t kNumSmall = sizeof kSmall / sizeof kSmall[0];

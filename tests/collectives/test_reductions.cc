@@ -17,6 +17,7 @@
 #include "typed_values.h"
 
 using chorus::test::esize;
+using chorus::test::kOps;
 using chorus::test::kTypeNames;
 using chorus::test::kTypes;
 using chorus::test::put;
@@ -24,8 +25,6 @@ using chorus::test::run_ranks;
 using chorus::test::RunOptions;
 
 namespace {
-
-const chorusRedOp_t kOps[] = {chorusSum, chorusProd, chorusMax, chorusMin, chorusAvg};
 
 // Small integers: exact in every type, sums and products stay exact (bf16 up to 256).
 int input_value(int rank, size_t i, chorusRedOp_t op) {

@@ -17,6 +17,9 @@ inline constexpr chorusDataType_t kTypes[] = {
 // Indexed by chorusDataType_t.
 inline constexpr const char* kTypeNames[] = {"i8",  "u8",  "i32", "u32", "i64",
                                              "u64", "f16", "f32", "f64", "bf16"};
+// The five reduction ops, and their names indexed by chorusRedOp_t.
+inline constexpr chorusRedOp_t kOps[] = {chorusSum, chorusProd, chorusMax, chorusMin, chorusAvg};
+inline constexpr const char* kOpNames[] = {"sum", "prod", "max", "min", "avg"};
 inline constexpr size_t kTypeSizes[] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2};
 
 inline size_t esize(chorusDataType_t t) {
