@@ -135,9 +135,21 @@ Status Job::creation_news(uint64_t comm_uid, const std::vector<int>& members) {
 void Job::publish_creation_failure(uint64_t comm_uid, const Status& why) {
   if (!watch_ || why.code() == Code::kRemoteError)
     return;  // news from elsewhere: the others have it
-  watch_->broadcast_error(comm_uid,
-                          fmt::format("{}|rank {} failed while creating the communicator: {}",
-                                      static_cast<int>(why.code()), rank_, why.message()));
+  broadcast_error(comm_uid, fmt::format("{}|rank {} failed while creating the communicator: {}",
+                                        static_cast<int>(why.code()), rank_, why.message()));
+}
+
+std::string Job::dead_text(int r) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = dead_.find(r);
+  return it == dead_.end() ? "" : it->second;
+}
+
+void Job::broadcast_error(uint64_t comm_uid, const std::string& text) {
+  if (server_)
+    server_->announce_error(rank_, comm_uid, text);
+  else if (watch_)
+    watch_->broadcast_error(comm_uid, text);
 }
 
 void Job::on_event(const transport::WatchEvent& e) {

@@ -26,6 +26,11 @@ class Job : public std::enable_shared_from_this<Job> {
   const transport::Secret& secret() const { return secret_; }
   transport::StoreClient& store() { return *store_; }
   transport::WatchClient* watch() { return watch_.get(); }
+  // How job rank r died, as the watch channel told it; "" while it is not known to be dead.
+  std::string dead_text(int r) const;
+  // Tells every rank of the job about an error of communicator comm_uid (watch channel); the
+  // store's host sends it itself, so it is out before that process can end.
+  void broadcast_error(uint64_t comm_uid, const std::string& text);
   const std::string& method() const { return method_; }
   // This process hosts the bootstrap store (it closes when the process ends).
   bool hosts_store() const { return server_ != nullptr; }
@@ -55,7 +60,7 @@ class Job : public std::enable_shared_from_this<Job> {
   std::shared_ptr<transport::StoreServer> server_;
   std::unique_ptr<transport::StoreClient> store_;
   std::unique_ptr<transport::WatchClient> watch_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::vector<std::weak_ptr<CommImpl>> comms_;
   // News that came before its communicator was registered (a fast peer failed while this rank
   // was still connecting): applied when that communicator is added.

@@ -56,6 +56,12 @@ class StoreServer {
   bool finished() const { return finished_.load(); }
   // Runs when the store stops (first thing in the destructor): removes what advertises it.
   void on_stop(std::function<void()> fn) { on_stop_ = std::move(fn); }
+  // A rank of the process hosting the store tells every watch client of an error, from the
+  // calling thread: sent when this returns, so news sent just before the process ends is not
+  // lost with the serving thread that would have forwarded it.
+  void announce_error(int32_t rank, uint64_t comm_uid, const std::string& text) {
+    broadcast(WatchType::kError, rank, comm_uid, 0, rank, text, nullptr, rank);
+  }
   // For tests: serving threads alive, bytes held.
   size_t serving_threads() const;
   size_t stored_bytes() const;
@@ -75,8 +81,9 @@ class StoreServer {
   bool handle_set(Conn& c, std::string key, std::string val,
                   const std::function<bool(Code, const std::string&)>& reply);
   Status handle_join(Conn& c, uint32_t timeout_ms);
+  // To every watch client but `except` and the clients of rank except_rank (>= 0).
   void broadcast(WatchType type, int32_t rank, uint64_t comm_uid, uint64_t qid, int32_t target,
-                 const std::string& text, const Conn* except);
+                 const std::string& text, const Conn* except, int except_rank = -1);
   void reap_workers(bool all);
   bool job_over();
 
@@ -93,6 +100,7 @@ class StoreServer {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   int world_ = 0;
+  int64_t watch_delay_ms_ = 0;  // CHORUS_TEST_WATCH_DELAY_MS
   bool all_joined_once_ = false;
   size_t stored_bytes_ = 0;
   std::map<std::string, std::string> kv_;

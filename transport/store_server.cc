@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/env.h"
 #include "common/log.h"
 #include "common/thread.h"
 #include "transport/store.h"
@@ -48,6 +49,10 @@ struct StoreServer::Conn {
 Result<std::unique_ptr<StoreServer>> StoreServer::start(const std::string& host, int port,
                                                         const Secret& secret, StoreOptions opt) {
   std::unique_ptr<StoreServer> s(new StoreServer());
+  // Test hook: the serving threads forward a rank's error news this much later, as a loaded
+  // machine may (tests/collectives/test_failures.cc).
+  CHORUS_ASSIGN_OR_RETURN(s->watch_delay_ms_,
+                          env_int_in("CHORUS_TEST_WATCH_DELAY_MS", 0, 0, 10000));
   CHORUS_ASSIGN_OR_RETURN(s->listen_, tcp_listen(host, port, &s->addr_));
   s->secret_ = secret;
   s->opt_ = opt;
@@ -301,7 +306,8 @@ Status StoreServer::handle_join(Conn& c, uint32_t timeout_ms) {
 }
 
 void StoreServer::broadcast(WatchType type, int32_t rank, uint64_t comm_uid, uint64_t qid,
-                            int32_t target, const std::string& text, const Conn* except) {
+                            int32_t target, const std::string& text, const Conn* except,
+                            int except_rank) {
   std::string frame = encode_watch(type, rank, comm_uid, qid, target, text);
   std::vector<std::shared_ptr<Conn>> conns;
   {
@@ -314,6 +320,7 @@ void StoreServer::broadcast(WatchType type, int32_t rank, uint64_t comm_uid, uin
   }
   for (auto& c : conns) {
     if (c.get() == except || c->hello.kind != static_cast<uint16_t>(ConnKind::kWatch)) continue;
+    if (except_rank >= 0 && c->hello.rank == except_rank) continue;
     if (target >= 0 && type == WatchType::kState && c->hello.rank != target) continue;
     std::lock_guard<std::mutex> lock(c->write_mu);
     (void)send_all(c->fd.get(), frame.data(), frame.size(), Deadline::after_seconds(1.0), c->peer);
@@ -338,6 +345,7 @@ void StoreServer::serve_watch(const std::shared_ptr<Conn>& c) {
       c->bye = true;
       break;
     }
+    if (type == WatchType::kError && watch_delay_ms_ > 0) usleep(watch_delay_ms_ * 1000);
     if (type == WatchType::kError || type == WatchType::kQuery)
       broadcast(type, c->hello.rank, m->comm_uid, m->qid, c->hello.rank, text, c.get());
     else if (type == WatchType::kState)
