@@ -175,6 +175,8 @@ struct OpBody {
           return chorus::run_ring_allreduce(part, sp, rp);
         case Algo::kTree:
           return chorus::run_tree_allreduce(part, sp, rp);
+        case Algo::kHier:
+          return chorus::run_hier_allreduce(part, sp, rp);
         case Algo::kDirect:
         case Algo::kFold:
           return chorus::run_ordered_allreduce(part, sp, rp);

@@ -121,7 +121,19 @@ Status CommImpl::create_channels(const transport::Transports& transports, Deadli
     channels_.push_back(std::move(ch));
   }
   nchannels_ = static_cast<int>(channels_.size());
-  link_model_ = transports.model_for(channels_[0]->links.peers);
+  const std::vector<transport::PeerInfo>& peers = channels_[0]->links.peers;
+  link_model_ = transports.model_for(peers);
+  std::vector<std::string> host_ids;
+  for (const transport::PeerInfo& p : peers) host_ids.push_back(p.host);
+  hosts_ = HostLayout::from_hosts(host_ids);
+  // Inside the first of the largest hosts: the same answer on every rank, as the tuner's must be.
+  std::vector<transport::PeerInfo> local;
+  for (const std::vector<int>& m : hosts_.members)
+    if (static_cast<int>(m.size()) == hosts_.max_local()) {
+      for (int r : m) local.push_back(peers[r]);
+      break;
+    }
+  local_link_model_ = transports.model_for(local);
   for (int k = 1; k < nchannels(); ++k) {
     CHORUS_ASSIGN_OR_RETURN(channels_[k]->thread,
                             start_thread(fmt::format("channel {} of rank {}", k, rank_),
@@ -283,6 +295,7 @@ void CommImpl::progress_loop() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       last_done_ = current_;
+      last_done_at_ = now_seconds();
       have_last_ = true;
       busy_ = false;
       running_op_ = false;
@@ -320,6 +333,7 @@ bool CommImpl::try_run_inline(const OpDesc& desc, const OpFn& fn, Status* result
   if (!result->is_ok()) fail(*result);
   std::lock_guard<std::mutex> lock(mu_);
   last_done_ = current_;
+  last_done_at_ = now_seconds();
   have_last_ = true;
   busy_ = false;
   running_op_ = false;
@@ -363,8 +377,7 @@ void CommImpl::fail(const Status& s) {
   if (first) {
     log_error("{}", s.message());
     if (s.code() != Code::kRemoteError && job && job->watch())
-      job->watch()->broadcast_error(uid_,
-                                    fmt::format("{}|{}", static_cast<int>(s.code()), s.message()));
+      job->broadcast_error(uid_, fmt::format("{}|{}", static_cast<int>(s.code()), s.message()));
   }
 }
 
@@ -403,7 +416,9 @@ std::string CommImpl::state_text() const {
   if (busy_ && current_since_ > 0)
     return fmt::format("in {} for {:.1f} s", describe(current_), now_seconds() - current_since_);
   if (busy_) return fmt::format("in {}", describe(current_));
-  if (have_last_) return fmt::format("idle, last finished {}", describe(last_done_));
+  if (have_last_)
+    return fmt::format("idle, last finished {} {:.1f} s ago", describe(last_done_),
+                       now_seconds() - last_done_at_);
   return "idle, no operation yet";
 }
 
@@ -416,11 +431,17 @@ std::string CommImpl::timeout_report(const OpDesc& d, const std::string& waiting
     job = job_;
   }
   if (job && job->watch()) {
+    // Each rank is dead (its process or connection gone), in this call, or late: alive but
+    // elsewhere, with what it is doing or last finished and how long ago.
     auto answers = job->watch()->query(uid_, job->size() - 1, 2.0);
     for (int r = 0; r < size(); ++r) {
       if (r == rank_) continue;
       auto it = answers.find(job_ranks_[r]);
-      std::string text = it == answers.end() ? "no answer" : it->second;
+      std::string text = it == answers.end() ? "no answer within 2 s" : it->second;
+      if (std::string dead = job->dead_text(job_ranks_[r]); !dead.empty())
+        text = "dead: " + dead;
+      else if (text.rfind(mine, 0) != 0)
+        text = "late: " + text;
       report += fmt::format("; rank {}: {}", r, text);
       if (text.rfind(mine, 0) == 0) continue;
       if (!absent.empty()) absent += ',';

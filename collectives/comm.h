@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "collectives/hosts.h"
 #include "collectives/op.h"
 #include "collectives/tuner.h"
 #include "common/clock.h"
@@ -116,12 +117,16 @@ class CommImpl : public std::enable_shared_from_this<CommImpl> {
   bool deterministic() const { return tuner_.deterministic; }
   // The cost model of the slowest link any pair of ranks uses: the same answer on every rank.
   const transport::LinkModel& link_model() const { return link_model_; }
+  // Which ranks share a host, the same on every rank.
+  const HostLayout& hosts() const { return hosts_; }
   // The tuner's answer, remembered for the last (kind, size): training repeats its calls.
   // Any thread may call it (the cache is under a lock of its own).
   Tuned tune(OpKind kind, size_t bytes) {
     std::lock_guard<std::mutex> lock(tune_mu_);
     if (kind == last_tune_kind_ && bytes == last_tune_bytes_) return last_tune_;
-    last_tune_ = chorus::tune({kind, bytes, size(), link_model_, nchannels()}, tuner_);
+    last_tune_ = chorus::tune({kind, bytes, size(), link_model_, nchannels(), hosts_.nhosts(),
+                               hosts_.max_local(), local_link_model_},
+                              tuner_);
     last_tune_kind_ = kind;
     last_tune_bytes_ = bytes;
     return last_tune_;
@@ -181,7 +186,9 @@ class CommImpl : public std::enable_shared_from_this<CommImpl> {
   double timeout_s_ = 300;
   std::string timeout_origin_ = "CHORUS_TIMEOUT";
   transport::LinkModel link_model_{};
-  int drain_waiters_ = 0;  // threads waiting for the queue to empty (destroy)
+  HostLayout hosts_;
+  transport::LinkModel local_link_model_{};  // of the links inside the largest host
+  int drain_waiters_ = 0;                    // threads waiting for the queue to empty (destroy)
   TunerConfig tuner_;
   std::mutex tune_mu_;
   OpKind last_tune_kind_ = OpKind::kSend;  // kSend is never tuned: the cache starts empty
@@ -210,6 +217,7 @@ class CommImpl : public std::enable_shared_from_this<CommImpl> {
   double current_since_ = 0;
   bool have_last_ = false;
   OpDesc last_done_;
+  double last_done_at_ = 0;  // now_seconds() when last_done_ finished
   std::thread thread_;
   bool thread_exited_ = false;  // the progress thread has left its loop (under mu_)
   bool destroyed_ = false;      // destroy() has finished (under mu_)
@@ -226,6 +234,7 @@ class OpCtx {
   int size() const { return comm_.size(); }
   StagingBuffers& staging() { return ch_.staging; }
   const OpDesc& desc() const { return desc_; }
+  const HostLayout& hosts() const { return comm_.hosts_; }
   transport::Link& link(int peer) { return *ch_.links.links[peer]; }
 
   // Sends this operation's header to every rank in `to` and checks the header of every rank
@@ -310,6 +319,10 @@ Status run_barrier(OpCtx& ctx);
 Status run_broadcast(OpCtx& ctx, const void* send, void* recv, size_t bytes, size_t chunk_bytes);
 // Reductions and gathers: buffers as in chorus.h, counts in elements, ctx.desc() says the rest.
 Status run_ring_allreduce(OpCtx& ctx, const char* send, char* recv);
+// The ring's steps over `ring` (ranks in ring order, this one among them), headers exchanged.
+Status ring_allreduce_steps(OpCtx& ctx, std::span<const int> ring, const char* send, char* recv);
+// Inside each host to its leader, across hosts between leaders, back inside (hier_allreduce.cc).
+Status run_hier_allreduce(OpCtx& ctx, const char* send, char* recv);
 Status run_tree_allreduce(OpCtx& ctx, const char* send, char* recv);
 Status run_rd_allreduce(OpCtx& ctx, const char* send, char* recv);
 Status run_chain_reduce(OpCtx& ctx, const char* send, char* recv);

@@ -26,9 +26,6 @@ class CpuExecutor final : public Executor {
                    size_t count, int avg_n) override {
     kernels::reduce_fold(t, op, reinterpret_cast<const void* const*>(in), w, out, count, avg_n);
   }
-  void scale_avg(kernels::DType t, char* buf, size_t count, int nranks) override {
-    kernels::scale_avg(t, buf, count, nranks);
-  }
 };
 
 }  // namespace

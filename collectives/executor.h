@@ -29,8 +29,6 @@ class Executor {
   // avg_n > 0: divided by avg_n before the result is rounded to the element type.
   virtual void reduce_fold(kernels::DType t, kernels::RedOp op, const char* const* in, int w,
                            char* out, size_t count, int avg_n) = 0;
-  // buf /= nranks (the average's last step).
-  virtual void scale_avg(kernels::DType t, char* buf, size_t count, int nranks) = 0;
 };
 
 // The CPU kernels (kernels/cpu/), one instance for the process.

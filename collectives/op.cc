@@ -49,6 +49,8 @@ const char* algo_name(Algo a) {
       return "direct";
     case Algo::kFold:
       return "fold";
+    case Algo::kHier:
+      return "hier";
   }
   return "unknown";
 }

@@ -30,7 +30,16 @@ enum class OpKind : uint16_t {
 
 // Algorithms the tuner picks from (and CHORUS_ALGO names).
 // kDirect and kFold are the ordered algorithms of the deterministic mode (ordered.cc).
-enum class Algo : int32_t { kNone = 0, kRing, kTree, kRecursiveDoubling, kChain, kDirect, kFold };
+enum class Algo : int32_t {
+  kNone = 0,
+  kRing,
+  kTree,
+  kRecursiveDoubling,
+  kChain,
+  kDirect,
+  kFold,
+  kHier
+};
 const char* algo_name(Algo a);
 
 struct OpDesc {

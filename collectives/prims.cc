@@ -157,9 +157,15 @@ void Steps::store(char* dst, const char* src, size_t n) {
     exec_.copy(dst, src, n);
 }
 
-// out = in op own, or own op in (set_own_first).
-void Steps::reduce_piece(const char* in, const char* own, char* out, size_t n) {
-  exec_.reduce(dtype_, op_, own_first_ ? own : in, own_first_ ? in : own, out, n / esize_);
+// out = in op own, or own op in (set_own_first). avg: the result divided by the rank count
+// before it is rounded to the type (reduce_fold), so a 16-bit avg rounds once, as the
+// deterministic mode's fold does: at two ranks this is x0 op x1 exactly as chorus.h defines it.
+void Steps::reduce_piece(const char* in, const char* own, char* out, size_t n, bool avg) {
+  const char* a = own_first_ ? own : in;
+  const char* b = own_first_ ? in : own;
+  if (!avg) return exec_.reduce(dtype_, op_, a, b, out, n / esize_);
+  const char* const pair[2] = {a, b};
+  exec_.reduce_fold(dtype_, op_, pair, 2, out, n / esize_, ctx_.size());
 }
 
 // ---- the primitives ----
@@ -226,8 +232,7 @@ Status Steps::recv_reduce_copy_send(int from, int to, const char* own, char* dst
       exec_.reduce_copy(dtype_, op_, a, b, d, p.slot, p.n / esize_);
     } else {
       char* target = p.slot ? p.slot : (streaming_ ? scratch(p.n) : d);
-      reduce_piece(p.in, own + off, target, p.n);
-      if (avg) exec_.scale_avg(dtype_, target, p.n / esize_, ctx_.size());
+      reduce_piece(p.in, own + off, target, p.n, avg);
       if (target != d) store(d, target, p.n);
     }
     end_piece(from, to, p, d);
@@ -242,8 +247,7 @@ Status Steps::recv_reduce_copy(int from, const char* own, char* dst, size_t byte
     CHORUS_ASSIGN_OR_RETURN(Piece p, begin_piece(from, -1, nullptr, bytes - off));
     char* d = dst + off;
     char* target = streaming_ ? scratch(p.n) : d;
-    reduce_piece(p.in, own + off, target, p.n);
-    if (avg) exec_.scale_avg(dtype_, target, p.n / esize_, ctx_.size());
+    reduce_piece(p.in, own + off, target, p.n, avg);
     if (target != d) store(d, target, p.n);
     end_piece(from, -1, p, nullptr);
     off += p.n;
@@ -365,8 +369,7 @@ Status Steps::recv_message(int from, char* dst, size_t bytes) {
 
 Status Steps::exchange_reduce_copy(int peer, const char* own, char* dst, size_t bytes, bool avg) {
   CHORUS_ASSIGN_OR_RETURN(const char* theirs, ctx_.eager_exchange(peer, own, bytes));
-  reduce_piece(theirs, own, dst, bytes);
-  if (avg) exec_.scale_avg(dtype_, dst, bytes / esize_, ctx_.size());
+  reduce_piece(theirs, own, dst, bytes, avg);
   ctx_.eager_release(peer, bytes);
   return Status::ok();
 }

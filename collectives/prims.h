@@ -41,7 +41,7 @@ class Steps {
   Status send_copy(int to, const char* own, size_t bytes);
   Status recv(int from, char* dst, size_t bytes);
   Status recv_reduce_send(int from, int to, const char* own, size_t bytes);
-  // avg: divide the (final) sum by the number of ranks before it is stored and sent on.
+  // avg: divide the (final) sum by the number of ranks before it is rounded, stored and sent on.
   Status recv_reduce_copy_send(int from, int to, const char* own, char* dst, size_t bytes,
                                bool avg = false);
   Status recv_reduce_copy(int from, const char* own, char* dst, size_t bytes, bool avg = false);
@@ -91,7 +91,7 @@ class Steps {
   void end_piece(int from, int to, const Piece& p, const char* result);
   Result<const char*> take_input(int from, char* recv_into, size_t* n);
   Result<char*> take_output(int to, size_t* n);
-  void reduce_piece(const char* in, const char* own, char* out, size_t n);
+  void reduce_piece(const char* in, const char* own, char* out, size_t n, bool avg = false);
   void post(int to, const char* buf, size_t n);
   char* stage_out(int to, size_t n);
   char* scratch(size_t n);

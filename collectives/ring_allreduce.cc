@@ -8,6 +8,8 @@
 // partial sum of that chunk from its predecessor, adds its own part and passes it on. After
 // n-1 steps rank r holds the complete chunk r+1... n-1 steps later every rank holds all.
 // Each rank sends and receives 2(n-1)/n of the buffer: optimal in bandwidth for large messages.
+#include <algorithm>
+
 #include "collectives/prims.h"
 
 namespace chorus {
@@ -25,18 +27,32 @@ Piece piece_of(size_t count, int n, size_t chunk_elems, size_t piece_elems, int 
 }
 }  // namespace
 
+// The ring runs host by host (hosts.h): each host boundary is crossed once per direction.
 Status run_ring_allreduce(OpCtx& ctx, const char* send, char* recv) {
+  const std::vector<int>& ring = ctx.hosts().ring;
+  const int n = ctx.size(), pos = ctx.hosts().ring_pos[ctx.rank()];
+  if (n == 1)
+    return copy_local(send, recv,
+                      ctx.desc().count * kernels::dtype_size(*kernel_dtype(ctx.desc().dtype)));
+  CHORUS_TRY(ctx.exchange_headers({ring[(pos + 1) % n]}, {ring[(pos + n - 1) % n]}));
+  return ring_allreduce_steps(ctx, ring, send, recv);
+}
+
+Status ring_allreduce_steps(OpCtx& ctx, std::span<const int> ring, const char* send, char* recv) {
   const OpDesc& d = ctx.desc();
-  const int n = ctx.size(), r = ctx.rank();
+  const int n = static_cast<int>(ring.size());
+  const int r = static_cast<int>(std::find(ring.begin(), ring.end(), ctx.rank()) - ring.begin());
   auto dt = *kernel_dtype(d.dtype);
   auto op = *kernel_redop(d.redop);
   const size_t es = kernels::dtype_size(dt);
-  const bool avg = d.redop == chorusAvg;
+  const bool avg = d.redop == chorusAvg;  // divides by the communicator's size
   if (n == 1) return copy_local(send, recv, d.count * es);
-  const int next = (r + 1) % n, prev = (r + n - 1) % n;
-  CHORUS_TRY(ctx.exchange_headers({next}, {prev}));
+  const int next = ring[(r + 1) % n], prev = ring[(r + n - 1) % n];
   Steps s(ctx, dt, op);
   s.set_streaming(use_streaming(d.count * es));
+  // Two ranks combine each element once, in rank order: x0 op x1, the deterministic mode's
+  // fold (chorus.h), whatever the chunks and pieces -- so that mode runs this ring there.
+  s.set_own_first(n == 2 && ctx.rank() < prev);
   const size_t chunk_elems = (d.count + n - 1) / n;
   const size_t piece_elems = std::max<size_t>(1, d.piece / es);
   const size_t npieces = chunk_elems == 0 ? 0 : (chunk_elems + piece_elems - 1) / piece_elems;

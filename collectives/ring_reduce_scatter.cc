@@ -20,6 +20,7 @@ Status run_ring_reduce_scatter(OpCtx& ctx, const char* send, char* recv) {
   CHORUS_TRY(ctx.exchange_headers({next}, {prev}));
   Steps s(ctx, dt, *kernel_redop(d.redop));
   s.set_streaming(use_streaming(block * n));
+  s.set_own_first(n == 2 && r == 0);  // two ranks: x0 op x1, as in ring_allreduce.cc
   auto mod = [n](int x) { return ((x % n) + n) % n; };
   const size_t piece = std::max(es, d.piece - d.piece % es);
   const bool avg = d.redop == chorusAvg;

@@ -13,7 +13,8 @@
 namespace chorus {
 namespace {
 
-constexpr double kGamma = 8.0e9;  // f32 a+b -> c, one core, memory-bound sizes
+constexpr size_t kDirectMinBytes = 4 << 20;  // where direct overtakes the ring on shm
+constexpr double kGamma = 8.0e9;             // f32 a+b -> c, one core, memory-bound sizes
 constexpr size_t kMinChannelBytes = 256 << 10;
 
 int log2_ceil(int n) {
@@ -45,6 +46,15 @@ double model_allreduce_seconds(Algo a, size_t bytes, int n, double alpha, double
   }
 }
 
+double model_hier_seconds(const TuneInput& in, double alpha, double beta) {
+  const double s = static_cast<double>(in.bytes), h = in.nhosts;
+  const double la = in.local_link.alpha_s, lb = in.local_link.beta_bytes_per_s;
+  // Two chains inside the largest host (pipelined: a buffer's time plus a step per rank), and
+  // the leaders' ring across hosts with the slowest link's figures.
+  const double chains = 2.0 * ((in.max_local - 1) * la + s / lb) + s / kGamma;
+  return chains + 2.0 * (h - 1) * alpha + 2.0 * (h - 1) / h * s / beta + (h - 1) / h * s / kGamma;
+}
+
 Result<TunerConfig> TunerConfig::from_env() {
   TunerConfig c;
   if (auto forced = env_get("CHORUS_ALGO")) {
@@ -58,9 +68,12 @@ Result<TunerConfig> TunerConfig::from_env() {
       c.forced_algo = Algo::kDirect;
     else if (*forced == "fold")
       c.forced_algo = Algo::kFold;
+    else if (*forced == "hier")
+      c.forced_algo = Algo::kHier;
     else if (*forced != "auto")
       return make_error(Code::kInvalidArgument,
-                        "CHORUS_ALGO='{}': expected ring, tree, rd, direct, fold or auto", *forced);
+                        "CHORUS_ALGO='{}': expected ring, tree, rd, direct, fold, hier or auto",
+                        *forced);
   }
   CHORUS_ASSIGN_OR_RETURN(int64_t det, env_int_in("CHORUS_DETERMINISTIC", 0, 0, 1));
   c.deterministic = det == 1;
@@ -79,9 +92,15 @@ namespace {
 
 // The deterministic mode's choice (ordered.cc): fold or direct by the model, two ranks
 // exchanging whole buffers up to the link's measured crossover; reduce-scatter is direct.
+// An all-reduce of two ranks may also take the ring, which combines each element once in rank
+// order there (ring_allreduce.cc): where the link stages what it receives (tcp) the ring's
+// pipeline, which overlaps its two halves, beats direct's two rounds (bench/RESULTS.md).
 Algo ordered_algo(const TuneInput& in, const TunerConfig& cfg, double alpha, double beta) {
+  const bool two_rank_ring = in.nranks == 2 && in.kind == OpKind::kAllReduce;
+  const Algo slices = two_rank_ring && !in.link.read_in_place ? Algo::kRing : Algo::kDirect;
   switch (cfg.forced_algo) {
     case Algo::kRing:
+      return two_rank_ring ? Algo::kRing : Algo::kDirect;
     case Algo::kDirect:
       return Algo::kDirect;
     case Algo::kTree:
@@ -97,7 +116,7 @@ Algo ordered_algo(const TuneInput& in, const TunerConfig& cfg, double alpha, dou
       model_allreduce_seconds(Algo::kFold, in.bytes, in.nranks, alpha, beta, kGamma);
   const double direct =
       model_allreduce_seconds(Algo::kDirect, in.bytes, in.nranks, alpha, beta, kGamma);
-  return fold <= direct ? Algo::kFold : Algo::kDirect;
+  return fold <= direct ? Algo::kFold : slices;
 }
 
 }  // namespace
@@ -127,6 +146,15 @@ Tuned tune(const TuneInput& in, const TunerConfig& cfg) {
         // exchanged whole (one step) than cut into the ring's three steps; the link's model says
         // up to which size (shm: near 2 MiB, bench/RESULTS.md, "tuner crossover").
         if (in.nranks == 2 && in.bytes <= m.rd_two_rank_bytes) t.algo = Algo::kRecursiveDoubling;
+        // Over links read in place (shm), direct (ordered.cc) folds each rank's slice once,
+        // straight out of the peers' slots: measured 1.2-2.8x the ring from 4 MiB up at 2, 3 and
+        // 4 ranks; at 2 MiB and below it is not reliably faster (bench/RESULTS.md, "Direct by
+        // default").
+        if (m.read_in_place && in.bytes >= kDirectMinBytes &&
+            !(in.nranks == 2 && in.bytes <= m.rd_two_rank_bytes))
+          t.algo = Algo::kDirect;
+        if (in.nhosts > 1 && in.max_local > 1 && model_hier_seconds(in, alpha, beta) < best)
+          t.algo = Algo::kHier;
         if (cfg.forced_algo != Algo::kNone) t.algo = cfg.forced_algo;
         break;
       }

@@ -24,8 +24,11 @@ struct TuneInput {
   OpKind kind;
   size_t bytes;  // the whole buffer (all-gather: the result)
   int nranks;
-  transport::LinkModel link;  // of the slowest link any pair of ranks uses
-  int channels;               // channels the communicator has
+  transport::LinkModel link;          // of the slowest link any pair of ranks uses
+  int channels;                       // channels the communicator has
+  int nhosts = 1;                     // hosts the ranks are on (hosts.h)
+  int max_local = 0;                  // the most ranks one host has
+  transport::LinkModel local_link{};  // of the links inside a host (when max_local > 1)
 };
 
 struct Tuned {
@@ -52,5 +55,7 @@ Tuned tune(const TuneInput& in, const TunerConfig& cfg);
 // Modelled seconds of an all-reduce algorithm (exposed for tests and bench/).
 double model_allreduce_seconds(Algo a, size_t bytes, int n, double alpha, double beta,
                                double gamma);
+// The hierarchical all-reduce's (hier_allreduce.cc): alpha and beta of the links between hosts.
+double model_hier_seconds(const TuneInput& in, double alpha, double beta);
 
 }  // namespace chorus

@@ -72,15 +72,18 @@ LinkModel Transports::model_for(const std::vector<PeerInfo>& peers) const {
   LinkModel slowest{};
   bool any = false;
   size_t max_piece = SIZE_MAX;
+  bool read_in_place = true;
   for (size_t k = 0; k < all_.size(); ++k) {
     if (!used[k]) continue;
     LinkModel m = all_[k]->model();
     max_piece = std::min(max_piece, m.max_piece);
+    read_in_place = read_in_place && m.read_in_place;
     if (!any || m.alpha_s > slowest.alpha_s) slowest = m;
     any = true;
   }
   if (!any) return all_.front()->model();  // one rank: no pair, no links
   slowest.max_piece = max_piece;
+  slowest.read_in_place = read_in_place;
   return slowest;
 }
 

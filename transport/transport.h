@@ -29,12 +29,15 @@ struct PeerInfo {
 // The tuner's view of a backend: latency per message, bandwidth, and the largest piece a
 // link takes at once. rd_two_rank_bytes: up to this size two ranks exchange a buffer whole
 // (recursive doubling) rather than in the ring's steps -- a measured crossover, 0 for none.
+// read_in_place: a receive is read where it lands (shared-memory slots), so a fold of several
+// peers' inputs needs no staging copy; the deterministic mode's direct algorithm wants that.
 struct LinkModel {
   const char* name;
   double alpha_s;
   double beta_bytes_per_s;
   size_t max_piece;
   size_t rd_two_rank_bytes;
+  bool read_in_place = false;
 };
 
 // The links of one channel, indexed by peer rank (null for self), and what the backends keep

@@ -73,8 +73,8 @@ std::optional<int> parse_options(int argc, char** argv, Options& o) {
   app.add_option("--coll", coll_s, "collective")
       ->check(CLI::IsMember(coll_names()))
       ->capture_default_str();
-  app.add_option("--algo", o.algo, "CHORUS_ALGO for this run: ring|tree|rd|direct|fold|auto")
-      ->check(CLI::IsMember({"ring", "tree", "rd", "direct", "fold", "auto"}))
+  app.add_option("--algo", o.algo, "CHORUS_ALGO for this run: ring|tree|rd|direct|fold|hier|auto")
+      ->check(CLI::IsMember({"ring", "tree", "rd", "direct", "fold", "hier", "auto"}))
       ->capture_default_str();
   app.add_option("--transport", o.transport, "CHORUS_TRANSPORT for this run: shm|tcp|auto")
       ->check(CLI::IsMember({"shm", "tcp", "auto"}))

@@ -169,9 +169,9 @@ chorusResult_t chorusBroadcast(const void* sendbuff, void* recvbuff, size_t coun
 chorusResult_t chorusBarrier(chorusComm_t comm, chorusStream_t stream);
 
 /* Reductions. op chorusAvg divides the sum by the number of ranks (integers: truncating).
- * f16 and bf16 are accumulated at float precision. Algorithm, chunk size and channels come from
- * the tuner (CHORUS_ALGO=ring|tree|rd|direct|fold, CHORUS_CHUNK_BYTES, CHORUS_NCHANNELS
- * override it).
+ * f16 and bf16 are accumulated at float precision; avg divides before the last rounding. Algorithm,
+ * chunk size and channels come from the tuner (CHORUS_ALGO=ring|tree|rd|direct|fold,
+ * CHORUS_CHUNK_BYTES, CHORUS_NCHANNELS override it).
  *
  * Deterministic reductions (CHORUS_DETERMINISTIC=1, or config.deterministic = 1; every rank
  * must agree, creation fails otherwise). Off by default: the ring and tree are faster at some
@@ -183,8 +183,9 @@ chorusResult_t chorusBarrier(chorusComm_t comm, chorusStream_t stream);
  * rounding to the 16-bit type at the end; the type itself otherwise); for chorusAvg, r is then
  * divided by W once, before that rounding. The result depends on nothing but W and the values:
  * not on the element's position or the count, the call being cut into several calls, the
- * algorithm (CHORUS_ALGO=ring then runs an ordered direct reduce-scatter and all-gather; rd
- * and tree an all-gather with a local ordered fold), chunk size, channel count, transport
+ * algorithm (CHORUS_ALGO=ring then runs an ordered direct reduce-scatter and all-gather, or at
+ * two ranks the ring itself, which combines each element once, x0 op x1; rd and tree an
+ * all-gather with a local ordered fold), chunk size, channel count, transport
  * (shm, tcp), timing, or CPU vector width (CHORUS_CPU_ISA). min and max follow the same
  * order (it matters for -0 vs +0 and for which NaN). Integer sum and prod wrap and are exact,
  * so they are deterministic in either mode. One exception: where sum, prod or avg give a NaN,

@@ -65,7 +65,8 @@ inline uint64_t nan_bits(chorusDataType_t t, unsigned payload, bool negative) {
 // (it hangs on i, not on the rank), chosen so that the order of the fold shows:
 //   sum, avg: mixed magnitudes (±(1+u)·2^e, e in ±12), cancellation (one rank large, another
 //             its negation, the rest below half an ulp of it), values around the smallest
-//             normal (subnormals), infinities and NaN, signed zeros;
+//             normal (subnormals), values near the largest (a sum overflows, an average of
+//             16-bit values must not), infinities and NaN, signed zeros;
 //   prod:     wide exponents (whether a product overflows depends on the order), near-1
 //             mantissas, zeros, infinities and NaN;
 //   min, max: signed zeros (the later operand wins a tie), NaNs with the rank in their payload
@@ -115,6 +116,13 @@ inline uint64_t input_bits(chorusDataType_t t, chorusRedOp_t op, int nranks, int
   }
   if (kind < 14)
     return float_type_bits(t, sign() * mant() * std::ldexp(1.0, min_exp + pick(-8, 2)));
+  if (kind == 14 && (p >> 20) % 2) {  // near the largest finite value, one sign on every
+    // rank: a sum of two overflows where their average (of 16-bit values: rounded once) does not
+    const int max_exp = f64 ? 1023 : f16 ? 15 : 127;
+    const double u = std::ldexp(static_cast<double>(next() >> 12), -52);
+    return float_type_bits(
+        t, ((p >> 40) & 1 ? -1.0 : 1.0) * (1.0 + 0.9 * u) * std::ldexp(1.0, max_exp));
+  }
   if (kind == 14) {
     const int s = pick(0, 5);
     if (s == 0) return float_type_bits(t, INFINITY);

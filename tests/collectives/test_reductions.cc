@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -179,29 +180,34 @@ int check_wrap(chorus::Communicator& comm) {
   return 0;
 }
 
+// One all-reduce algorithm (CHORUS_ALGO) through every type, op, count and placement.
+int check_algorithm(chorus::Communicator& comm, const char* algo) {
+  const size_t counts[] = {0, 1, 2, 7, 13, 101, 4099};
+  // Knobs are read when a communicator is created: set them, then split off a fresh one.
+  setenv("CHORUS_ALGO", algo, 1);
+  auto sub = comm.split(0, comm.rank());
+  for (auto t : kTypes)
+    for (auto op : kOps)
+      for (size_t count : counts)
+        for (bool ip : {false, true})
+          if (int rc = check_all_reduce(sub, t, op, count, ip)) return rc;
+  if (int rc = check_wrap(sub)) return rc;
+  // Large, with small pieces so every pipeline runs deep.
+  setenv("CHORUS_CHUNK_BYTES", "16K", 1);
+  auto deep = comm.split(0, comm.rank());
+  if (int rc = check_all_reduce(deep, chorusFloat32, chorusSum, (size_t{1} << 20) + 3, false))
+    return rc;
+  if (int rc = check_all_reduce(deep, chorusBfloat16, chorusAvg, 300007, true)) return rc;
+  unsetenv("CHORUS_CHUNK_BYTES");
+  return 0;
+}
+
 int run_matrix(int rank) {
   (void)rank;
   auto comm = chorus::Communicator::from_env();
   const int n = comm.size();
-  const size_t counts[] = {0, 1, 2, 7, 13, 101, 4099};
-  // Knobs are read when a communicator is created: set them, then split off a fresh one.
-  for (const char* algo : {"ring", "tree", "rd"}) {
-    setenv("CHORUS_ALGO", algo, 1);
-    auto sub = comm.split(0, comm.rank());
-    for (auto t : kTypes)
-      for (auto op : kOps)
-        for (size_t count : counts)
-          for (bool ip : {false, true})
-            if (int rc = check_all_reduce(sub, t, op, count, ip)) return rc;
-    if (int rc = check_wrap(sub)) return rc;
-    // Large, with small pieces so every pipeline runs deep.
-    setenv("CHORUS_CHUNK_BYTES", "16K", 1);
-    auto deep = comm.split(0, comm.rank());
-    if (int rc = check_all_reduce(deep, chorusFloat32, chorusSum, (size_t{1} << 20) + 3, false))
-      return rc;
-    if (int rc = check_all_reduce(deep, chorusBfloat16, chorusAvg, 300007, true)) return rc;
-    unsetenv("CHORUS_CHUNK_BYTES");
-  }
+  for (const char* algo : {"ring", "tree", "rd"})
+    if (int rc = check_algorithm(comm, algo)) return rc;
   unsetenv("CHORUS_ALGO");
   for (auto t : kTypes)
     for (auto op : kOps)
@@ -224,7 +230,43 @@ int run_matrix(int rank) {
   return 0;
 }
 
+// Ranks on simulated hosts (CHORUS_HOSTID: one letter per rank, so links between hosts are
+// tcp): the hierarchical all-reduce, and the ring in host order, against the reference.
+int run_hosts(int rank, const char* hosts) {
+  setenv("CHORUS_HOSTID", std::string(1, hosts[rank]).c_str(), 1);
+  auto comm = chorus::Communicator::from_env();
+  for (const char* algo : {"hier", "ring"})
+    if (int rc = check_algorithm(comm, algo)) return rc;
+  comm.barrier();
+  return 0;
+}
+
 }  // namespace
+
+TEST_CASE("the hierarchical all-reduce and the host-ordered ring match the serial reference",
+          "[all_reduce][hosts]") {
+  // Even hosts; uneven, interleaved ranks; a host of one; one host.
+  for (const char* hosts : {"aabb", "abacb", "aab", "aaa"}) {
+    const int n = static_cast<int>(std::strlen(hosts));
+    DYNAMIC_SECTION("hosts " << hosts) {
+      RunOptions o;
+      o.env["CHORUS_SHM_SLOT_BYTES"] = "64K";
+      o.env["CHORUS_DEBUG"] = "INFO";
+      o.limit_seconds = 240;
+      auto res = run_ranks(
+          n, [&](int rank) { return run_hosts(rank, hosts); }, o);
+      for (int r = 0; r < n; ++r) {
+        INFO("rank " << r << " output:\n" << res[r].output);
+        REQUIRE(res[r].exit_code == 0);
+        CHECK(chorus::test::contains(res[r].output, "algorithm hier"));
+        if (std::string(hosts) == "aabb") {  // shm inside a host, tcp across
+          CHECK(chorus::test::contains(res[r].output, "1 shm peer(s)"));
+          CHECK(chorus::test::contains(res[r].output, "2 tcp peer(s)"));
+        }
+      }
+    }
+  }
+}
 
 TEST_CASE("reductions and gathers match the serial reference",
           "[reduce][all_reduce][all_gather][reduce_scatter]") {

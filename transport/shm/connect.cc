@@ -29,7 +29,7 @@ class ShmTransport final : public Transport {
   // Measured 2026-11-21 with examples/bcast_barrier and bench/ on the 2-core project machine;
   // the two-rank crossover is in bench/RESULTS.md, "tuner crossover".
   LinkModel model() const override {
-    return {"shm", 1.0e-6, 6.0e9, std::min<size_t>(cfg_.slot_bytes, 256 << 10), 2 << 20};
+    return {"shm", 1.0e-6, 6.0e9, std::min<size_t>(cfg_.slot_bytes, 256 << 10), 2 << 20, true};
   }
   Status connect(const ConnectCtx& ctx, const std::vector<int>& local, LinkSet& set) override;
   void clean_up_after_failure(const ConnectCtx& ctx) override;

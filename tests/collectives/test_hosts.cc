@@ -1,0 +1,72 @@
+// Which ranks share a host (collectives/hosts.h), and what the tuner picks for all-reduce: the
+// hierarchical algorithm across hosts, direct over shared memory (tuner.cc), on their own.
+#include <catch2/catch.hpp>
+
+#include "collectives/hosts.h"
+#include "collectives/tuner.h"
+
+using namespace chorus;
+
+TEST_CASE("host layout: hosts in order of their lowest rank, the ring host by host", "[hosts]") {
+  const HostLayout l = HostLayout::from_hosts({"b", "a", "b", "c", "a", "b"});
+  CHECK(l.nhosts() == 3);
+  CHECK(l.max_local() == 3);
+  CHECK(l.host_of == std::vector<int>{0, 1, 0, 2, 1, 0});
+  CHECK(l.members == std::vector<std::vector<int>>{{0, 2, 5}, {1, 4}, {3}});
+  CHECK(l.leaders == std::vector<int>{0, 1, 3});
+  CHECK(l.ring == std::vector<int>{0, 2, 5, 1, 4, 3});
+  for (int p = 0; p < 6; ++p) CHECK(l.ring_pos[l.ring[p]] == p);
+
+  const HostLayout one = HostLayout::from_hosts({"h", "h"});
+  CHECK(one.nhosts() == 1);
+  CHECK(one.ring == std::vector<int>{0, 1});
+  CHECK(one.leaders == std::vector<int>{0});
+}
+
+TEST_CASE("tuner: the hierarchical all-reduce where links between hosts are the bottleneck",
+          "[hosts][tuner]") {
+  const transport::LinkModel tcp{"tcp", 12e-6, 2.5e9, 256 << 10, 0};
+  const transport::LinkModel shm{"shm", 1e-6, 6e9, 64 << 10, 2 << 20, true};
+  TuneInput in{OpKind::kAllReduce, 16 << 20, 4, tcp, 1, 2, 2, shm};
+  TunerConfig cfg;
+  // A 1 Gbit/s network (CHORUS_BETA_GBPS=0.125): 2 hosts of 2 ranks move 1 buffer across
+  // instead of the ring's 1.5.
+  cfg.beta_gbps = 0.125;
+  CHECK(tune(in, cfg).algo == Algo::kHier);
+  // One rank per host, or one host: nothing to gain.
+  TuneInput flat = in;
+  flat.max_local = 1;
+  flat.nhosts = 4;
+  CHECK(tune(flat, cfg).algo != Algo::kHier);
+  flat = in;
+  flat.nhosts = 1;
+  flat.max_local = 4;
+  CHECK(tune(flat, cfg).algo != Algo::kHier);
+  // Small messages: latency decides, the ring's or recursive doubling's.
+  TuneInput small = in;
+  small.bytes = 64;
+  CHECK(tune(small, cfg).algo != Algo::kHier);
+  // Forced.
+  TunerConfig forced;
+  forced.forced_algo = Algo::kHier;
+  CHECK(tune(small, forced).algo == Algo::kHier);
+}
+
+TEST_CASE("tuner: direct by default for large all-reduces over shared memory", "[tuner]") {
+  const transport::LinkModel tcp{"tcp", 12e-6, 2.5e9, 256 << 10, 0};
+  const transport::LinkModel shm{"shm", 1e-6, 6e9, 64 << 10, 2 << 20, true};
+  const TunerConfig cfg;
+  for (int n : {2, 3, 4}) {
+    INFO(n << " ranks");
+    CHECK(tune({OpKind::kAllReduce, 16 << 20, n, shm, 1}, cfg).algo == Algo::kDirect);
+    CHECK(tune({OpKind::kAllReduce, 2 << 20, n, shm, 1}, cfg).algo != Algo::kDirect);
+    CHECK(tune({OpKind::kAllReduce, 16 << 20, n, tcp, 1}, cfg).algo != Algo::kDirect);
+  }
+  // Two ranks exchange whole buffers up to the link's crossover (2 MiB here); direct from 4 MiB.
+  CHECK(tune({OpKind::kAllReduce, 2 << 20, 2, shm, 1}, cfg).algo == Algo::kRecursiveDoubling);
+  CHECK(tune({OpKind::kAllReduce, 4 << 20, 2, shm, 1}, cfg).algo == Algo::kDirect);
+  // A forced algorithm still wins.
+  TunerConfig ring;
+  ring.forced_algo = Algo::kRing;
+  CHECK(tune({OpKind::kAllReduce, 16 << 20, 3, shm, 1}, ring).algo == Algo::kRing);
+}
