@@ -12,24 +12,33 @@
 #include <cstring>
 
 #include "kernels/cpu/isa_ns.h"
+#include "kernels/hd.h"
 
 namespace chorus::kernels {
 inline namespace CHORUS_HELPERS_NS {
 
-inline uint32_t float_bits(float f) {
+CHORUS_HD inline uint32_t float_bits(float f) {
+#ifdef __CUDA_ARCH__
+  return __float_as_uint(f);
+#else
   uint32_t u;
   std::memcpy(&u, &f, sizeof u);
   return u;
+#endif
 }
 
-inline float bits_float(uint32_t u) {
+CHORUS_HD inline float bits_float(uint32_t u) {
+#ifdef __CUDA_ARCH__
+  return __uint_as_float(u);
+#else
   float f;
   std::memcpy(&f, &u, sizeof f);
   return f;
+#endif
 }
 
 // binary16: 1 sign, 5 exponent (bias 15), 10 mantissa bits.
-inline float half_to_float(uint16_t h) {
+CHORUS_HD inline float half_to_float(uint16_t h) {
   uint32_t sign = uint32_t(h & 0x8000u) << 16;
   uint32_t exp = (h >> 10) & 0x1fu;
   uint32_t mant = h & 0x3ffu;
@@ -46,7 +55,7 @@ inline float half_to_float(uint16_t h) {
   return bits_float(sign | ((exp + (127 - 15)) << 23) | (mant << 13));
 }
 
-inline uint16_t float_to_half(float f) {
+CHORUS_HD inline uint16_t float_to_half(float f) {
   uint32_t u = float_bits(f);
   uint16_t sign = uint16_t((u >> 16) & 0x8000u);
   uint32_t abs = u & 0x7fffffffu;
@@ -72,11 +81,11 @@ inline uint16_t float_to_half(float f) {
 }
 
 // bfloat16: the top 16 bits of a float.
-inline float bf16_to_float(uint16_t h) {
+CHORUS_HD inline float bf16_to_float(uint16_t h) {
   return bits_float(uint32_t(h) << 16);
 }
 
-inline uint16_t float_to_bf16(float f) {
+CHORUS_HD inline uint16_t float_to_bf16(float f) {
   uint32_t u = float_bits(f);
   if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x0040u);  // quiet NaN
   return uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);  // round to nearest even; may reach inf

@@ -9,6 +9,7 @@
 #include "kernels/cpu/half.h"
 #include "kernels/cpu/isa_ns.h"
 #include "kernels/cpu/reduce.h"
+#include "kernels/hd.h"
 
 namespace chorus::kernels {
 inline namespace CHORUS_HELPERS_NS {
@@ -36,38 +37,38 @@ struct Compute<BF16> {
 };
 
 template <class S>
-inline typename Compute<S>::type widen(S x) {
+CHORUS_HD inline typename Compute<S>::type widen(S x) {
   return x;
 }
-inline float widen(F16 x) {
+CHORUS_HD inline float widen(F16 x) {
   return half_to_float(x.bits);
 }
-inline float widen(BF16 x) {
+CHORUS_HD inline float widen(BF16 x) {
   return bf16_to_float(x.bits);
 }
 
 template <class S>
-inline S narrow(typename Compute<S>::type x) {
+CHORUS_HD inline S narrow(typename Compute<S>::type x) {
   return x;
 }
 template <>
-inline F16 narrow<F16>(float x) {
+CHORUS_HD inline F16 narrow<F16>(float x) {
   return F16{float_to_half(x)};
 }
 template <>
-inline BF16 narrow<BF16>(float x) {
+CHORUS_HD inline BF16 narrow<BF16>(float x) {
   return BF16{float_to_bf16(x)};
 }
 
 template <class T>
-inline bool is_nan(T x) {
+CHORUS_HD inline bool is_nan(T x) {
   if constexpr (std::is_floating_point_v<T>) return x != x;
   return false;
 }
 
 // Integer sum/prod wrap: do them in the unsigned type of the same width.
 template <class T>
-inline T sum(T a, T b) {
+CHORUS_HD inline T sum(T a, T b) {
   if constexpr (std::is_integral_v<T>) {
     using U = std::make_unsigned_t<T>;
     return T(U(U(a) + U(b)));
@@ -75,7 +76,7 @@ inline T sum(T a, T b) {
   return a + b;
 }
 template <class T>
-inline T prod(T a, T b) {
+CHORUS_HD inline T prod(T a, T b) {
   if constexpr (std::is_integral_v<T>) {
     using U = std::make_unsigned_t<T>;
     using W = std::conditional_t<(sizeof(U) < sizeof(unsigned)), unsigned, U>;  // no int promotion
@@ -84,19 +85,19 @@ inline T prod(T a, T b) {
   return a * b;
 }
 template <class T>
-inline T min(T a, T b) {
+CHORUS_HD inline T min(T a, T b) {
   if (is_nan(a)) return a;
   return a < b ? a : b;
 }
 template <class T>
-inline T max(T a, T b) {
+CHORUS_HD inline T max(T a, T b) {
   if (is_nan(a)) return a;
   return a > b ? a : b;
 }
 // avg's division: floats divide (correctly rounded); integers truncate toward zero (C++ `/`),
 // computed at 64 bits so that n need not fit the element type (i8 with 1000 ranks).
 template <class T>
-inline T div(T x, int n) {
+CHORUS_HD inline T div(T x, int n) {
   if constexpr (std::is_floating_point_v<T>) {
     return x / T(n);
   } else if constexpr (std::is_signed_v<T>) {
@@ -107,7 +108,7 @@ inline T div(T x, int n) {
 }
 
 template <class T>
-inline T apply(RedOp op, T a, T b) {
+CHORUS_HD inline T apply(RedOp op, T a, T b) {
   switch (op) {
     case RedOp::kSum:
     case RedOp::kAvg:

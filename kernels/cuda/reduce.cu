@@ -1,28 +1,96 @@
-// CUDA reduction kernels for the collectives' GPU path: out = a op b over f32 (more types follow
-// with the CUDA transport). Built whenever nvcc is found; tested where a GPU is present.
+// CUDA reduction kernels: one template kernel per (type, op) around fold_thread (fold.cuh), which
+// holds the element loop so that the CPU tests run the same lines.
 #include "kernels/cuda/reduce.h"
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
+
+#include "kernels/cuda/fold.cuh"
+
 namespace chorus::kernels::cuda {
 namespace {
 
-__global__ void sum_f32(const float* __restrict__ a, const float* __restrict__ b,
-                        float* __restrict__ out, size_t n) {
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<size_t>(gridDim.x) * blockDim.x)
-    out[i] = a[i] + b[i];
+constexpr int kThreads = 256;
+constexpr size_t kMaxBlocks = 2048;
+
+template <class S, RedOp Op>
+__global__ void __launch_bounds__(kThreads) fold_kernel(FoldArgs a) {
+  size_t nthreads = size_t(gridDim.x) * blockDim.x;
+  fold_thread<S, Op>(a, size_t(blockIdx.x) * blockDim.x + threadIdx.x, nthreads);
+}
+
+template <class S>
+int launch(RedOp op, const FoldArgs& a, cudaStream_t stream) {
+  // Enough threads that each has about kUnroll vectors to move, capped (grid-stride past it).
+  size_t vecs = (a.count * sizeof(S) + 15) / 16;
+  size_t want = (vecs + size_t(kThreads) * kUnroll - 1) / (size_t(kThreads) * kUnroll);
+  unsigned blocks = unsigned(std::clamp<size_t>(want, 1, kMaxBlocks));
+  switch (op) {
+    case RedOp::kSum:
+    case RedOp::kAvg:
+      fold_kernel<S, RedOp::kSum><<<blocks, kThreads, 0, stream>>>(a);
+      break;
+    case RedOp::kProd:
+      fold_kernel<S, RedOp::kProd><<<blocks, kThreads, 0, stream>>>(a);
+      break;
+    case RedOp::kMin:
+      fold_kernel<S, RedOp::kMin><<<blocks, kThreads, 0, stream>>>(a);
+      break;
+    case RedOp::kMax:
+      fold_kernel<S, RedOp::kMax><<<blocks, kThreads, 0, stream>>>(a);
+      break;
+  }
+  return int(cudaGetLastError());
+}
+
+int run(DType t, RedOp op, const FoldArgs& a, void* stream) {
+  if (unsigned(op) >= unsigned(kNumRedOps) || unsigned(t) >= unsigned(kNumDTypes) || a.w < 1 ||
+      a.w > kMaxFoldInputs || a.avg_n < 0)
+    return int(cudaErrorInvalidValue);
+  if (a.count == 0) return 0;
+  int rc = 0;
+  elem::with_storage_type(
+      t, [&](auto tag) { rc = launch<decltype(tag)>(op, a, static_cast<cudaStream_t>(stream)); });
+  return rc;
 }
 
 }  // namespace
 
-int reduce_sum_f32(const float* a, const float* b, float* out, size_t count, void* stream) {
-  if (count == 0) return 0;
-  const int threads = 256;
-  const size_t want = (count + threads - 1) / threads;
-  const int blocks = static_cast<int>(want < 65535 ? want : 65535);
-  sum_f32<<<blocks, threads, 0, static_cast<cudaStream_t>(stream)>>>(a, b, out, count);
-  return static_cast<int>(cudaGetLastError());
+int reduce_fold(DType t, RedOp op, const void* const* in, int w, void* out, size_t count, int avg_n,
+                void* stream) {
+  FoldArgs a;
+  if (w < 1 || w > kMaxFoldInputs) return int(cudaErrorInvalidValue);
+  for (int k = 0; k < w; k++) a.in[k] = in[k];
+  a.w = w;
+  a.out = out;
+  a.count = count;
+  a.avg_n = avg_n;
+  return run(t, op, a, stream);
+}
+
+int reduce_copy(DType t, RedOp op, const void* a, const void* b, void* out, void* out2,
+                size_t count, void* stream) {
+  FoldArgs f;
+  f.in[0] = a;
+  f.in[1] = b;
+  f.w = 2;
+  f.out = out;
+  f.out2 = out2;
+  f.count = count;
+  return run(t, op, f, stream);
+}
+
+int scale_avg(DType t, void* buf, size_t count, int nranks, void* stream) {
+  if (nranks < 1) return int(cudaErrorInvalidValue);
+  if (nranks == 1) return 0;
+  FoldArgs f;
+  f.in[0] = buf;
+  f.w = 1;
+  f.out = buf;
+  f.count = count;
+  f.avg_n = nranks;
+  return run(t, RedOp::kSum, f, stream);
 }
 
 }  // namespace chorus::kernels::cuda
