@@ -8,6 +8,8 @@
 #include <string>
 #include <system_error>
 
+#include "kernels/cuda/memory.h"
+
 namespace chorus::capi {
 namespace {
 
@@ -132,6 +134,27 @@ Status check_buffers(const OpRule& rule, const Args& a, int rank, At at) {
   return Status::ok();
 }
 
+// Where the buffers live: the collectives move host memory (and managed memory, which the CPU
+// reads); a device buffer is refused here, by name, before any rank touches it.
+Status check_space(const void* buf, const char* name, At at) {
+  if (buf == nullptr) return Status::ok();
+  kernels::cuda::PointerInfo info = kernels::cuda::classify_pointer(buf);
+  if (info.space != kernels::cuda::MemSpace::kDevice) return Status::ok();
+  return make_error(Code::kInvalidArgument,
+                    "{}: {} {} is memory of CUDA device {}; this build's collectives move host "
+                    "memory only (copy it to host memory, or use managed memory)",
+                    at, name, buf, info.device);
+}
+
+// The buffers the call's rule uses (any rank's role: a root's buffer is checked everywhere).
+Status check_spaces(const OpRule& rule, const Args& a, At at) {
+  if (rule.sendbuff != Need::kNo || rule.per_rank)
+    CHORUS_TRY(check_space(a.sendbuff, "sendbuff", at));
+  if (rule.recvbuff != Need::kNo || rule.per_rank)
+    CHORUS_TRY(check_space(a.recvbuff, "recvbuff", at));
+  return Status::ok();
+}
+
 // One side of an all-to-all-v: its arrays are there, each block's end (displacement + count)
 // fits in a buffer, and the buffer is there when a block is not empty.
 Result<size_t> check_side(const Args& a, int nranks, At at, bool send) {
@@ -200,10 +223,14 @@ Result<Checked> check_args(const Call& call, const Args& a, int rank, int nranks
   const OpRule& rule = rule_for(call.kind);
   const At at{call.name, rank};
   CHORUS_TRY(check_types(rule, a, at));
-  if (rule.per_rank) return check_per_rank(a, rank, nranks, at);
+  if (rule.per_rank) {
+    CHORUS_TRY(check_spaces(rule, a, at));
+    return check_per_rank(a, rank, nranks, at);
+  }
   CHORUS_ASSIGN_OR_RETURN(Checked c, check_sizes(rule, a, nranks, at));
   CHORUS_TRY(check_ranks(rule, a, rank, nranks, at));
   CHORUS_TRY(check_buffers(rule, a, rank, at));
+  CHORUS_TRY(check_spaces(rule, a, at));
   return c;
 }
 

@@ -48,6 +48,10 @@
  * - nranks (chorusCommInitRank), ndev (chorusCommInitAll) and launcher world sizes are
  *   1..CHORUS_MAX_RANKS; rank is 0..nranks-1.
  * - stream must be NULL (CPU buffers); request must not be NULL.
+ * - Buffers are host memory (managed memory is taken too: the CPU reads it). A CUDA device
+ *   buffer is refused with chorusInvalidArgument naming the argument and the device, before
+ *   any rank touches it: this build does not move device memory yet (where no CUDA driver is
+ *   loaded, every buffer counts as host memory).
  * - chorusWait: timeout_seconds NaN is refused; a negative value, INFINITY, or anything above
  *   1e9 waits until the operation ends.
  */

@@ -13,6 +13,7 @@
 
 #include "collectives/c_api_check.h"
 #include "collectives/comm.h"
+#include "kernels/cuda/memory.h"
 
 using namespace chorus;
 using namespace chorus::capi;
@@ -232,6 +233,39 @@ TEST_CASE("c api table: root and peer are ranks of the communicator", "[c_api]")
   Args self = good();
   self.peer = 0;
   CHECK_THAT(refusal(OpKind::kRecv, self), Catch::Contains("peer 0 is this rank"));
+}
+
+TEST_CASE("c api table: device buffers are refused by name, host and managed ones taken",
+          "[c_api]") {
+  namespace kc = chorus::kernels::cuda;
+  // A fake driver: g_b is memory of CUDA device 1, g_a managed memory of device 0.
+  kc::set_pointer_classifier_for_test([](const void* p) -> kc::PointerInfo {
+    if (p == g_b) return {kc::MemSpace::kDevice, 1};
+    if (p == g_a) return {kc::MemSpace::kManaged, 0};
+    return {};
+  });
+  for (OpKind k : kAllKinds) {
+    INFO(op_name(k));
+    std::string why = refusal(k, good());
+    if (k == OpKind::kBarrier || k == OpKind::kSend) {
+      CHECK(why == "accepted");  // no recvbuff; send's sendbuff is managed memory
+      continue;
+    }
+    CHECK_THAT(why, Catch::StartsWith("chorusTest on rank 0: recvbuff 0x") &&
+                        Catch::Contains("is memory of CUDA device 1; this build's collectives "
+                                        "move host memory only"));
+  }
+  Args send_dev = good();
+  send_dev.sendbuff = g_b;
+  send_dev.recvbuff = g_a;
+  CHECK_THAT(refusal(OpKind::kAllReduce, send_dev), Catch::Contains(": sendbuff 0x"));
+  Args managed = good();
+  managed.recvbuff = g_a;
+  CHECK(refusal(OpKind::kAllReduce, managed) == "accepted");
+  kc::set_pointer_classifier_for_test(nullptr);
+  CHECK(refusal(OpKind::kAllReduce, good()) == "accepted");
+  // No CUDA here (or no device): every pointer is host memory.
+  if (kc::device_count() == 0) CHECK(kc::classify_pointer(g_b).space == kc::MemSpace::kHost);
 }
 
 TEST_CASE("c api table: stream of blocking calls, request of asynchronous ones", "[c_api]") {

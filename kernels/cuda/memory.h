@@ -1,0 +1,36 @@
+// Where a buffer lives, as the CUDA driver sees it. Plain C++ interface, in every build: with
+// CUDA (memory_driver.cu, the driver reached through cudaGetDriverEntryPointByVersion, never
+// linked) and without it (memory_none.cc: everything is host memory). The C API uses it to refuse
+// device buffers clearly while the collectives move host memory only (issue 19 item 2).
+#pragma once
+
+namespace chorus::kernels::cuda {
+
+enum class MemSpace {
+  kHost,     // ordinary or pinned host memory, or no CUDA on this machine
+  kDevice,   // device memory (cudaMalloc, cuMem*), not readable by the CPU
+  kManaged,  // managed (unified) memory: readable by the CPU
+};
+
+struct PointerInfo {
+  MemSpace space = MemSpace::kHost;
+  int device = -1;  // the device ordinal for kDevice / kManaged
+};
+
+// Devices the driver reports (0: no CUDA build, no driver or no device). Probed once; creates no
+// context.
+int device_count();
+
+// What p points at. Costs nothing when device_count() is 0; otherwise one driver query, which
+// creates no context either.
+PointerInfo classify_pointer(const void* p);
+// The same without the test hook (memory_driver.cu or memory_none.cc).
+PointerInfo driver_classify_pointer(const void* p);
+
+// Tests: replace the classification (nullptr: back to the driver's).
+using PointerClassifier = PointerInfo (*)(const void* p);
+void set_pointer_classifier_for_test(PointerClassifier fn);
+
+const char* mem_space_name(MemSpace s);
+
+}  // namespace chorus::kernels::cuda
