@@ -10,6 +10,7 @@
 #include "common/log.h"
 #include "common/thread.h"
 #include "kernels/cpu/isa.h"
+#include "transport/machine.h"
 
 namespace chorus {
 
@@ -197,7 +198,18 @@ int CommImpl::job_rank_of(int pid, const std::string& host) const {
   return -1;
 }
 
+// Progress and channel threads run next to their rank: when the launcher (or taskset, numactl)
+// bound the process, on the CPUs of its NUMA node(s), not only its own core (transport/machine.h).
+static void bind_near_rank(int rank, const char* what) {
+  auto r = transport::bind_thread_near_process();
+  if (!r.is_ok())
+    log_warn("rank {}: {}: not bound next to the rank: {}", rank, what, r.status().message());
+  else if (!r->empty())
+    log_info("rank {}: {}: {}", rank, what, *r);
+}
+
 void CommImpl::channel_loop(int k) {
+  bind_near_rank(rank_, "channel thread");
   Channel& ch = *channels_[k];
   std::unique_lock<std::mutex> lock(ch.mu);
   while (true) {
@@ -262,6 +274,7 @@ Result<std::shared_ptr<Request>> CommImpl::submit(OpDesc desc, OpFn fn) {
 }
 
 void CommImpl::progress_loop() {
+  bind_near_rank(rank_, "progress thread");
   while (true) {
     std::shared_ptr<Request> work;
     OpFn fn;

@@ -95,8 +95,10 @@ Result<LinkSet> connect_links(StoreClient& store, const std::string& prefix, uin
   std::string summary;
   for (size_t k = 0; k < by_backend.size(); ++k) {
     Transport& t = *transports.all()[k];
-    summary +=
-        fmt::format("{}{} {} peer(s)", summary.empty() ? "" : ", ", by_backend[k].size(), t.name());
+    // Every pair's link, for CHORUS_DEBUG=INFO: "1 shm peer(s) (1), 2 tcp peer(s) (2,3)".
+    summary += fmt::format(
+        "{}{} {} peer(s){}", summary.empty() ? "" : ", ", by_backend[k].size(), t.name(),
+        by_backend[k].empty() ? "" : fmt::format(" ({})", fmt::join(by_backend[k], ",")));
     if (by_backend[k].empty()) continue;
     Status s = t.connect(ctx, by_backend[k], set);
     if (!s.is_ok()) {

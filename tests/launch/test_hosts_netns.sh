@@ -38,13 +38,15 @@ job() {
   echo "ok: $name ($((SECONDS - t0)) s)"
 }
 
-# every rank: one shm peer (its host's other rank), four tcp peers
+# every rank: one shm peer (its host's other rank), four tcp peers, each pair named (INFO)
 perf_args=(-b 8 -e 1M -f 16 -n 1 -w 1 -c 1 --coll all_reduce --algo hier -d all -o all)
 job "all_reduce hier" env
 for i in 0 1 2; do
   for r in 0 1; do
-    grep -q "links: rank $((2 * i + r)): 1 shm peer(s), 4 tcp peer(s)" "$logs/all_reduce hier.$i" ||
-      { echo "FAIL: rank $((2 * i + r)) on host $i: not 1 shm + 4 tcp peers"; cat "$logs/all_reduce hier.$i"; fail=1; }
+    me=$((2 * i + r)) mate=$((2 * i + 1 - r))
+    tcp=$(for p in 0 1 2 3 4 5; do [ $p -ne $me ] && [ $p -ne $mate ] && echo $p; done | paste -sd,)
+    grep -q "links: rank $me: 1 shm peer(s) ($mate), 4 tcp peer(s) ($tcp)" "$logs/all_reduce hier.$i" ||
+      { echo "FAIL: rank $me on host $i: not shm to $mate and tcp to $tcp"; cat "$logs/all_reduce hier.$i"; fail=1; }
   done
 done
 grep -q "algorithm hier" "$logs/all_reduce hier.0" || { echo "FAIL: hier did not run"; fail=1; }

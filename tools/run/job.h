@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "tools/run/bind.h"
 #include "tools/run/options.h"
 
 namespace chorus::run {
@@ -11,8 +12,9 @@ namespace chorus::run {
 struct Job {
   std::string master_addr;
   int master_port = 0;
-  std::string secret;  // 32 lower-case hex digits
-  std::string run_id;  // TORCHELASTIC_RUN_ID
+  std::string secret;             // 32 lower-case hex digits
+  std::string run_id;             // TORCHELASTIC_RUN_ID
+  std::vector<Binding> bindings;  // one per local rank (--bind)
 };
 
 // Fixes the endpoint (picking a free port on one node when none was given) and the secret.

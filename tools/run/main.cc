@@ -3,6 +3,7 @@
 //        [--max-restarts R] [--grace S] [--no-prefix] PROGRAM [ARGS...]   (see --help)
 #include <fmt/format.h>
 
+#include "tools/run/bind.h"
 #include "tools/run/job.h"
 #include "tools/run/options.h"
 #include "tools/run/supervisor.h"
@@ -39,9 +40,16 @@ int main(int argc, char** argv) {
   const RunOptions& options = *parsed.options;
   Job job;
   std::string error;
-  if (!make_job(options, job, error) || !install_signal_handlers(error)) {
+  if (!make_job(options, job, error) ||
+      !plan_bindings(options.bind, options.nproc_per_node, job.bindings, error) ||
+      !install_signal_handlers(error)) {
     say(error);
     return 1;
   }
+  for (size_t local = 0; local < job.bindings.size(); ++local)
+    if (job.bindings[local].bound)
+      say(fmt::format("rank {} bound to {}",
+                      options.node_rank * options.nproc_per_node + int(local),
+                      job.bindings[local].text));
   return run_job(options, job);
 }

@@ -115,6 +115,11 @@ void add_flags(CLI::App& app, RunOptions& o, RawArgs& raw) {
   app.add_option("--grace", o.grace_s,
                  "seconds between SIGTERM and SIGKILL when stopping workers (default 5)")
       ->type_name("SECONDS");
+  app.add_option("--bind", o.bind,
+                 "bind each worker to a core or a NUMA node (round-robin over those this "
+                 "process may use), or none (default); its threads inherit the binding")
+      ->type_name("cores|numa|none")
+      ->check(CLI::IsMember({"cores", "numa", "none"}));
   app.add_flag("--no-prefix,--no_prefix", raw.no_prefix,
                "do not prefix output lines with the rank");
 }

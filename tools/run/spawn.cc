@@ -17,8 +17,13 @@ namespace {
 
 // Runs in the child between fork and exec: only async-signal-safe calls.
 [[noreturn]] void exec_child(const char* path, char* const* argv, char* const* envp, int out_fd,
-                             int err_fd, pid_t launcher) {
+                             int err_fd, pid_t launcher, const cpu_set_t* cpus) {
   setpgid(0, 0);
+  if (cpus && sched_setaffinity(0, sizeof *cpus, cpus) != 0) {
+    const char* msg = "chorus-run: binding the worker to its CPUs (--bind) failed\n";
+    (void)!write(STDERR_FILENO, msg, strlen(msg));
+    _exit(127);
+  }
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != launcher) _exit(127);  // the launcher died before prctl took effect
   for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGPIPE, SIGCHLD, SIGQUIT}) signal(sig, SIG_DFL);
@@ -48,7 +53,8 @@ std::vector<char*> c_strings(const std::vector<std::string>& strings) {
 }  // namespace
 
 bool spawn_worker(const std::string& path, const std::vector<std::string>& argv,
-                  const std::vector<std::string>& env, Worker& worker, std::string& error) {
+                  const std::vector<std::string>& env, Worker& worker, std::string& error,
+                  const cpu_set_t* cpus) {
   int out_pipe[2], err_pipe[2];
   if (pipe2(out_pipe, O_CLOEXEC) != 0) {
     error = fmt::format("pipe for rank {} failed: {}", worker.rank, strerror(errno));
@@ -65,7 +71,7 @@ bool spawn_worker(const std::string& path, const std::vector<std::string>& argv,
   pid_t launcher = getpid();
   pid_t pid = fork();
   if (pid == 0)
-    exec_child(path.c_str(), c_argv.data(), c_env.data(), out_pipe[1], err_pipe[1], launcher);
+    exec_child(path.c_str(), c_argv.data(), c_env.data(), out_pipe[1], err_pipe[1], launcher, cpus);
   close(out_pipe[1]);
   close(err_pipe[1]);
   if (pid < 0) {

@@ -2,6 +2,8 @@
 // for stdout and stderr.
 #pragma once
 
+#include <sched.h>
+
 #include <sys/types.h>
 
 #include <string>
@@ -23,8 +25,10 @@ struct Worker {
 // group (so signals reach its descendants too), dies with SIGKILL if the launcher dies, has
 // default signal handling, and reads /dev/null when the launcher's stdin is a terminal. On
 // failure returns false with `error` set; nothing is left running.
+// cpus (may be null): the CPUs the worker is bound to before exec.
 bool spawn_worker(const std::string& path, const std::vector<std::string>& argv,
-                  const std::vector<std::string>& env, Worker& worker, std::string& error);
+                  const std::vector<std::string>& env, Worker& worker, std::string& error,
+                  const cpu_set_t* cpus = nullptr);
 
 // "exited with code 3", "was killed by signal 9 (SIGKILL)".
 std::string describe_status(int wait_status);

@@ -106,7 +106,9 @@ void Supervisor::spawn_all(int restart_count) {
     w.rank = rank;
     std::string error;
     auto env = worker_environment(options_, job_, local, restart_count);
-    if (!spawn_worker(options_.program_path, options_.argv, env, w, error)) {
+    const Binding& bind = job_.bindings.at(size_t(local));
+    if (!spawn_worker(options_.program_path, options_.argv, env, w, error,
+                      bind.bound ? &bind.cpus : nullptr)) {
       say(error);
       slots_.pop_back();
       result_ = {AttemptEnd::kSpawnFailed, 1, fmt::format("rank {} could not be started", rank)};
