@@ -10,6 +10,7 @@
 #include "common/log.h"
 #include "common/thread.h"
 #include "kernels/cpu/isa.h"
+#include "kernels/cuda/device.h"
 #include "transport/machine.h"
 
 namespace chorus {
@@ -143,16 +144,48 @@ Status CommImpl::create_channels(const transport::Transports& transports, Deadli
   return Status::ok();
 }
 
+// Two ranks on one GPU (the same UUID, on any host: namespaces of one machine share its GPUs)
+// time-slice it; refused unless CHORUS_ALLOW_SHARED_GPU=1 (NCCL's NCCL_MULTI_RANK_GPU_ENABLE is
+// the precedent). Every rank finds the same first pair, so every rank names the same two.
+Status CommImpl::check_gpu_sharing(const std::vector<kernels::cuda::GpuIdentity>& gpus) {
+  CHORUS_ASSIGN_OR_RETURN(int64_t allow, env_int_in("CHORUS_ALLOW_SHARED_GPU", 0, 0, 1));
+  for (int a = 0; a < size(); ++a)
+    for (int b = a + 1; b < size(); ++b) {
+      const auto& g = gpus[a];
+      if (g.uuid.empty() || g.uuid != gpus[b].uuid) continue;
+      if (allow) {
+        log_info("ranks {} and {} share GPU {} (CHORUS_ALLOW_SHARED_GPU=1)", a, b, g.uuid);
+        continue;
+      }
+      return make_error(Code::kInvalidUsage,
+                        "ranks {} and {} both use GPU {} (device {} at {} on rank {}, device {} "
+                        "on rank {}; compute mode {}): one GPU per rank is the default. Give each "
+                        "rank its own GPU (cudaSetDevice(LOCAL_RANK) before creating the "
+                        "communicator), or set CHORUS_ALLOW_SHARED_GPU=1 to let ranks share one "
+                        "(they then take turns on it)",
+                        a, b, g.uuid, g.ordinal, g.bus_id, a, gpus[b].ordinal, b,
+                        kernels::cuda::compute_mode_name(g.compute_mode));
+    }
+  return Status::ok();
+}
+
 // Each rank publishes its settings and reads everyone's; on a mismatch, every rank fails
-// naming itself and a rank that differs.
+// naming itself and a rank that differs. The settings carry each rank's GPU (kernels/cuda/
+// device.h), so that every rank also refuses two ranks on one GPU, naming both, unless
+// CHORUS_ALLOW_SHARED_GPU=1.
 Status CommImpl::agree_on_settings(Deadline deadline, const std::function<Status()>& interrupt) {
   auto& store = job_->store();
   const int det = tuner_.deterministic ? 1 : 0;
+  CHORUS_ASSIGN_OR_RETURN(std::optional<kernels::cuda::GpuIdentity> gpu,
+                          kernels::cuda::current_gpu());
   CHORUS_TRY(store.set(fmt::format("{}/nch/{}", prefix_, rank_),
-                       fmt::format("{} {}", tuner_.nchannels, det)));
+                       gpu ? fmt::format("{} {} {} {} {} {}", tuner_.nchannels, det, gpu->uuid,
+                                         gpu->ordinal, gpu->bus_id, gpu->compute_mode)
+                           : fmt::format("{} {} - -1 - 0", tuner_.nchannels, det)));
   // Marks in the store that this rank has stopped reading (see the end).
   auto done = [&] { (void)store.set(fmt::format("{}/nch_done/{}", prefix_, rank_), "1"); };
   Status agreed = Status::ok();
+  std::vector<kernels::cuda::GpuIdentity> gpus(size());
   for (int r = 0; r < size() && agreed.is_ok(); ++r) {
     auto v = store.get(fmt::format("{}/nch/{}", prefix_, r), deadline, interrupt);
     if (!v.is_ok()) {  // news of another rank's failure, or of the store's
@@ -160,7 +193,11 @@ Status CommImpl::agree_on_settings(Deadline deadline, const std::function<Status
       return v.status();
     }
     int their_nch = 0, their_det = 0;
-    sscanf(v.value().c_str(), "%d %d", &their_nch, &their_det);
+    char uuid[65] = "-", bus[33] = "-";
+    kernels::cuda::GpuIdentity& g = gpus[r];
+    sscanf(v.value().c_str(), "%d %d %64s %d %32s %d", &their_nch, &their_det, uuid, &g.ordinal,
+           bus, &g.compute_mode);
+    if (std::string(uuid) != "-") g.uuid = uuid, g.bus_id = bus;
     if (their_nch != tuner_.nchannels)
       agreed = make_error(
           Code::kInvalidUsage,
@@ -173,6 +210,7 @@ Status CommImpl::agree_on_settings(Deadline deadline, const std::function<Status
                           "everywhere",
                           det ? "on" : "off", rank_, their_det ? "on" : "off", r);
   }
+  if (agreed.is_ok()) agreed = check_gpu_sharing(gpus);
   if (agreed.is_ok()) return agreed;
   // A mismatch: every rank that gets here finds one. The one whose process hosts the store
   // waits (5 s at most) until the others are done reading: its failure may end the process and

@@ -30,6 +30,7 @@
 #include "collectives/tuner.h"
 #include "common/clock.h"
 #include "common/function_ref.h"
+#include "kernels/cuda/gpu_identity.h"
 #include "transport/connect.h"
 #include "transport/waiter.h"
 
@@ -168,6 +169,7 @@ class CommImpl : public std::enable_shared_from_this<CommImpl> {
   void channel_loop(int k);
   Status create_channels(const transport::Transports& transports, Deadline deadline);
   // Every rank must open the same number of channels and share the deterministic mode.
+  Status check_gpu_sharing(const std::vector<kernels::cuda::GpuIdentity>& gpus);
   Status agree_on_settings(Deadline deadline, const std::function<Status()>& interrupt);
   Status wait_idle(std::unique_lock<std::mutex>& lock, Deadline deadline);
   Status join_threads(Deadline deadline);

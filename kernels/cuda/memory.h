@@ -1,6 +1,6 @@
 // Where a buffer lives, as the CUDA driver sees it. Plain C++ interface, in every build: with
-// CUDA (memory_driver.cu, the driver reached through cudaGetDriverEntryPointByVersion, never
-// linked) and without it (memory_none.cc: everything is host memory). The C API uses it to refuse
+// CUDA (driver.cu, the driver reached through cudaGetDriverEntryPointByVersion, never
+// linked) and without it (driver_none.cc: everything is host memory). The C API uses it to refuse
 // device buffers clearly while the collectives move host memory only (issue 19 item 2).
 #pragma once
 
@@ -24,7 +24,7 @@ int device_count();
 // What p points at. Costs nothing when device_count() is 0; otherwise one driver query, which
 // creates no context either.
 PointerInfo classify_pointer(const void* p);
-// The same without the test hook (memory_driver.cu or memory_none.cc).
+// The same without the test hook (driver.cu or driver_none.cc).
 PointerInfo driver_classify_pointer(const void* p);
 
 // Tests: replace the classification (nullptr: back to the driver's).

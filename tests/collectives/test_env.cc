@@ -44,6 +44,8 @@ const BadValue kBad[] = {
     {"CHORUS_SPIN_US", "99999999999999999999"},
     {"CHORUS_TEST_JITTER_US", "2000000"},
     {"CHORUS_TEST_WATCH_DELAY_MS", "-5"},
+    {"CHORUS_ALLOW_SHARED_GPU", "yes"},
+    {"CHORUS_TEST_GPU_UUID", "two words"},
     {"CHORUS_NSOCKS", "0"},
     {"CHORUS_SOCKET_STRIPE_BYTES", "1K"},
     {"CHORUS_SHM_SLOT_BYTES", "12Q"},

@@ -98,6 +98,45 @@ TEST_CASE("mismatched calls fail at once on every rank, naming both ranks and bo
 // does), its news must already be out. Here the store's serving threads forward news 500 ms
 // late, so without that rank 2 would hear only that rank 0 died. Rank 0 receives 8 floats where
 // rank 1 sends 4; rank 2 waits for a message from rank 0 that never comes.
+// Issue 19 item 3: each rank's GPU is exchanged at creation, and two ranks on one GPU are
+// refused on every rank, naming both and the GPU, unless CHORUS_ALLOW_SHARED_GPU=1. The GPUs are
+// faked (CHORUS_TEST_GPU_UUID): ranks 0 and 2 report one, rank 1 another, rank 3 none.
+TEST_CASE("two ranks on one GPU are refused on every rank, naming both; the override allows it",
+          "[failure][gpu]") {
+  auto fake = [](int rank) {
+    if (rank == 0 || rank == 2) setenv("CHORUS_TEST_GPU_UUID", "GPU-aaaa", 1);
+    if (rank == 1) setenv("CHORUS_TEST_GPU_UUID", "GPU-bbbb", 1);
+  };
+  auto refused = run_ranks(4, [&](int rank) {
+    fake(rank);
+    return expect_error([&] { auto comm = chorus::Communicator::from_env(); },
+                        chorusInvalidUsage, "ranks 0 and 2 both use GPU GPU-aaaa", 10);
+  });
+  require_codes(refused, {0, 0, 0, 0});
+  for (const auto& r : refused) CHECK(contains(r.output, "CHORUS_ALLOW_SHARED_GPU=1"));
+  RunOptions allow;
+  allow.env["CHORUS_ALLOW_SHARED_GPU"] = "1";
+  auto allowed = run_ranks(
+      4,
+      [&](int rank) {
+        fake(rank);
+        auto comm = chorus::Communicator::from_env();
+        float x = 1.0f;
+        comm.all_reduce(&x, &x, 1, chorusFloat32, chorusSum);
+        return x == 4.0f ? 0 : 1;
+      },
+      allow);
+  require_codes(allowed, {0, 0, 0, 0});
+  // Distinct GPUs (and ranks with none) need no override.
+  auto distinct = run_ranks(3, [&](int rank) {
+    if (rank < 2) setenv("CHORUS_TEST_GPU_UUID", rank == 0 ? "GPU-aaaa" : "GPU-bbbb", 1);
+    auto comm = chorus::Communicator::from_env();
+    comm.barrier();
+    return 0;
+  });
+  require_codes(distinct, {0, 0, 0});
+}
+
 TEST_CASE("the store's host ending right after a mismatch: a third rank still names it",
           "[failure][mismatch]") {
   RunOptions o = on("shm");

@@ -1,0 +1,75 @@
+// What every build shares of kernels/cuda/memory.h and device.h: the test hooks and the names.
+// What the driver says comes from driver.cu (CUDA builds) or driver_none.cc (none).
+#include "kernels/cuda/memory.h"
+
+#include <atomic>
+#include <cstdlib>
+
+#include "kernels/cuda/device.h"
+
+namespace chorus::kernels::cuda {
+namespace {
+
+std::atomic<PointerClassifier> g_test_classifier{nullptr};
+
+}  // namespace
+
+PointerInfo classify_pointer(const void* p) {
+  if (PointerClassifier fn = g_test_classifier.load()) return fn(p);
+  return driver_classify_pointer(p);
+}
+
+void set_pointer_classifier_for_test(PointerClassifier fn) {
+  g_test_classifier.store(fn);
+}
+
+const char* compute_mode_name(int mode) {
+  switch (mode) {
+    case 0:
+      return "default";
+    case 1:
+      return "exclusive-thread";
+    case 2:
+      return "prohibited";
+    case 3:
+      return "exclusive-process";
+  }
+  return "unknown";
+}
+
+Result<std::optional<GpuIdentity>> test_gpu_from_env() {
+  const char* v = std::getenv("CHORUS_TEST_GPU_UUID");
+  if (v == nullptr) return std::optional<GpuIdentity>();
+  std::string uuid = v;
+  if (uuid.empty() || uuid.size() > 64 ||
+      uuid.find_first_of(" \t\n") != std::string::npos)
+    return make_error(Code::kInvalidArgument,
+                      "CHORUS_TEST_GPU_UUID '{}': expected 1..64 characters without spaces", uuid);
+  return std::optional<GpuIdentity>(GpuIdentity{uuid, 0, "0000:00:00.0", 0});
+}
+
+Result<std::optional<GpuIdentity>> current_gpu() {
+  CHORUS_ASSIGN_OR_RETURN(std::optional<GpuIdentity> fake, test_gpu_from_env());
+  if (fake) return fake;
+  GpuIdentity g;
+  int rc = driver_current_gpu(&g);
+  if (rc < 0)
+    return make_error(Code::kSystemError,
+                      "CUDA: reading the identity of the current device failed (CUresult {})",
+                      -rc);
+  return rc == 0 ? std::optional<GpuIdentity>() : std::optional<GpuIdentity>(g);
+}
+
+const char* mem_space_name(MemSpace s) {
+  switch (s) {
+    case MemSpace::kHost:
+      return "host";
+    case MemSpace::kDevice:
+      return "device";
+    case MemSpace::kManaged:
+      return "managed";
+  }
+  return "?";
+}
+
+}  // namespace chorus::kernels::cuda

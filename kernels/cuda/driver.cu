@@ -1,0 +1,119 @@
+// The driver's answers with CUDA (memory.h, device.h): entry points reached through
+// cudaGetDriverEntryPointByVersion (libcuda.so is loaded by the static runtime at run time, never
+// linked), so this library loads and runs on a machine with no driver; there every pointer is
+// host memory and no rank has a GPU.
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <cctype>
+#include <cstdio>
+#include <mutex>
+
+#include "kernels/cuda/gpu_identity.h"
+#include "kernels/cuda/memory.h"
+
+namespace chorus::kernels::cuda {
+namespace {
+
+using PointerGetAttributes = CUresult (*)(unsigned, CUpointer_attribute*, void**, CUdeviceptr);
+using CtxGetCurrent = CUresult (*)(CUcontext*);
+using CtxGetDevice = CUresult (*)(CUdevice*);
+using DeviceGetUuid = CUresult (*)(CUuuid*, CUdevice);
+using DeviceGetAttribute = CUresult (*)(int*, CUdevice_attribute, CUdevice);
+using DeviceGetPCIBusId = CUresult (*)(char*, int, CUdevice);
+
+struct Driver {
+  int devices = 0;
+  PointerGetAttributes get_attributes = nullptr;
+  CtxGetCurrent ctx_get_current = nullptr;
+  CtxGetDevice ctx_get_device = nullptr;
+  DeviceGetUuid device_get_uuid = nullptr;
+  DeviceGetAttribute device_get_attribute = nullptr;
+  DeviceGetPCIBusId device_get_pci_bus_id = nullptr;
+};
+
+template <class Fn>
+bool entry(const char* name, Fn& out) {
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult found{};
+  if (cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &found) !=
+          cudaSuccess ||
+      found != cudaDriverEntryPointSuccess || fn == nullptr)
+    return false;
+  out = reinterpret_cast<Fn>(fn);
+  return true;
+}
+
+const Driver& driver() {
+  static Driver d;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n <= 0) {
+      (void)cudaGetLastError();  // no driver or no device: not an error for a host-only job
+      return;
+    }
+    if (!entry("cuPointerGetAttributes", d.get_attributes) ||
+        !entry("cuCtxGetCurrent", d.ctx_get_current) ||
+        !entry("cuCtxGetDevice", d.ctx_get_device) ||
+        !entry("cuDeviceGetUuid", d.device_get_uuid) ||
+        !entry("cuDeviceGetAttribute", d.device_get_attribute) ||
+        !entry("cuDeviceGetPCIBusId", d.device_get_pci_bus_id))
+      return;  // a driver older than CUDA 12: treated as none
+    d.devices = n;
+  });
+  return d;
+}
+
+}  // namespace
+
+int device_count() {
+  return driver().devices;
+}
+
+PointerInfo driver_classify_pointer(const void* p) {
+  const Driver& d = driver();
+  if (d.devices == 0 || p == nullptr) return {};
+  unsigned int type = 0, managed = 0;  // is_managed is written as a bool: keep the rest zero
+  int ordinal = -1;
+  CUpointer_attribute attrs[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_IS_MANAGED,
+                                 CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL};
+  void* data[] = {&type, &managed, &ordinal};
+  // Not a CUDA pointer: CUDA_SUCCESS with every attribute left at its null value (host memory).
+  if (d.get_attributes(3, attrs, data, reinterpret_cast<CUdeviceptr>(p)) != CUDA_SUCCESS) return {};
+  if (managed) return {MemSpace::kManaged, ordinal};
+  if (type == CU_MEMORYTYPE_DEVICE || type == CU_MEMORYTYPE_ARRAY)
+    return {MemSpace::kDevice, ordinal};
+  return {};
+}
+
+int driver_current_gpu(GpuIdentity* out) {
+  const Driver& d = driver();
+  if (d.devices == 0) return 0;
+  CUcontext ctx = nullptr;
+  if (d.ctx_get_current(&ctx) != CUDA_SUCCESS || ctx == nullptr) return 0;  // CUDA not used
+  CUdevice dev = 0;
+  CUuuid uuid{};
+  char bus[32] = {0};
+  GpuIdentity g;
+  CUresult rc = d.ctx_get_device(&dev);
+  if (rc == CUDA_SUCCESS) rc = d.device_get_uuid(&uuid, dev);
+  if (rc == CUDA_SUCCESS) rc = d.device_get_pci_bus_id(bus, sizeof bus, dev);
+  if (rc == CUDA_SUCCESS)
+    rc = d.device_get_attribute(&g.compute_mode, CU_DEVICE_ATTRIBUTE_COMPUTE_MODE, dev);
+  if (rc != CUDA_SUCCESS) return -int(rc);
+  const auto* b = reinterpret_cast<const unsigned char*>(uuid.bytes);
+  char text[64];
+  std::snprintf(text, sizeof text,
+                "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
+                b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
+                b[14], b[15]);
+  g.uuid = text;
+  g.ordinal = int(dev);
+  g.bus_id = bus;
+  for (char& c : g.bus_id) c = char(std::tolower(static_cast<unsigned char>(c)));
+  *out = g;
+  return 1;
+}
+
+}  // namespace chorus::kernels::cuda

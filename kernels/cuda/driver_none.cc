@@ -1,0 +1,14 @@
+// The driver's answers in a build without CUDA: no devices, every pointer is host memory, no
+// rank has a GPU (but the test hook's fake one).
+#include "kernels/cuda/device.h"
+#include "kernels/cuda/memory.h"
+
+namespace chorus::kernels::cuda {
+
+int device_count() { return 0; }
+
+PointerInfo driver_classify_pointer(const void*) { return {}; }
+
+int driver_current_gpu(GpuIdentity*) { return 0; }
+
+}  // namespace chorus::kernels::cuda
