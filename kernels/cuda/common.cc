@@ -41,8 +41,7 @@ Result<std::optional<GpuIdentity>> test_gpu_from_env() {
   const char* v = std::getenv("CHORUS_TEST_GPU_UUID");
   if (v == nullptr) return std::optional<GpuIdentity>();
   std::string uuid = v;
-  if (uuid.empty() || uuid.size() > 64 ||
-      uuid.find_first_of(" \t\n") != std::string::npos)
+  if (uuid.empty() || uuid.size() > 64 || uuid.find_first_of(" \t\n") != std::string::npos)
     return make_error(Code::kInvalidArgument,
                       "CHORUS_TEST_GPU_UUID '{}': expected 1..64 characters without spaces", uuid);
   return std::optional<GpuIdentity>(GpuIdentity{uuid, 0, "0000:00:00.0", 0});
@@ -55,8 +54,7 @@ Result<std::optional<GpuIdentity>> current_gpu() {
   int rc = driver_current_gpu(&g);
   if (rc < 0)
     return make_error(Code::kSystemError,
-                      "CUDA: reading the identity of the current device failed (CUresult {})",
-                      -rc);
+                      "CUDA: reading the identity of the current device failed (CUresult {})", -rc);
   return rc == 0 ? std::optional<GpuIdentity>() : std::optional<GpuIdentity>(g);
 }
 

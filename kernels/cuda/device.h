@@ -10,7 +10,6 @@
 
 namespace chorus::kernels::cuda {
 
-
 // The GPU of the calling thread's current CUDA context: a rank that has used CUDA (cudaSetDevice
 // then any allocation or launch, as every GPU program does before creating a communicator). No
 // context (a CPU-only rank, no driver, no CUDA build): nullopt, and the rank takes part in no

@@ -5,10 +5,16 @@
 
 namespace chorus::kernels::cuda {
 
-int device_count() { return 0; }
+int device_count() {
+  return 0;
+}
 
-PointerInfo driver_classify_pointer(const void*) { return {}; }
+PointerInfo driver_classify_pointer(const void*) {
+  return {};
+}
 
-int driver_current_gpu(GpuIdentity*) { return 0; }
+int driver_current_gpu(GpuIdentity*) {
+  return 0;
+}
 
 }  // namespace chorus::kernels::cuda

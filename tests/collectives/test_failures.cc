@@ -109,8 +109,8 @@ TEST_CASE("two ranks on one GPU are refused on every rank, naming both; the over
   };
   auto refused = run_ranks(4, [&](int rank) {
     fake(rank);
-    return expect_error([&] { auto comm = chorus::Communicator::from_env(); },
-                        chorusInvalidUsage, "ranks 0 and 2 both use GPU GPU-aaaa", 10);
+    return expect_error([&] { auto comm = chorus::Communicator::from_env(); }, chorusInvalidUsage,
+                        "ranks 0 and 2 both use GPU GPU-aaaa", 10);
   });
   require_codes(refused, {0, 0, 0, 0});
   for (const auto& r : refused) CHECK(contains(r.output, "CHORUS_ALLOW_SHARED_GPU=1"));
