@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Run here before a lent GPU machine is used (it has none of our Debian packages): gathers the
+# GPU programs and every shared library they need (libchorus, libfmt, libopenblas and its
+# Fortran runtime, libhwloc, ...; not the C and C++ runtimes every Linux has) into one folder
+# small enough to carry (the device tool carries at most 64 MiB):
+#   tests/gpu/pack.sh [BUILD] [BUNDLE]        (defaults: build, build-gpu)
+# then, on the device machine: tests/gpu/run.sh BUNDLE   (carry: ["BUNDLE"])
+set -euo pipefail
+build=${1:-build}
+bundle=${2:-build-gpu}
+progs=("$build/bench/gpu-platform" "$build/tests/cuda/test_cuda_reduce"
+       "$build/tests/gpu/shared_gpu_probe" "$build/tools/chorus-run" "$build/bench/chorus-perf")
+rm -rf "$bundle" && mkdir -p "$bundle/bin" "$bundle/lib"
+for p in "${progs[@]}"; do
+  [ -x "$p" ] || { echo "pack.sh: $p is missing (build here with nvcc first)" >&2; exit 1; }
+  cp "$p" "$bundle/bin/"
+  ldd "$p" | awk '/=> \// {print $3}' | while read -r lib; do
+    case "$(basename "$lib")" in
+      libc.so*|libm.so*|libstdc++.so*|libgcc_s.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*) ;;
+      *) cp -Ln "$lib" "$bundle/lib/" ;;
+    esac
+  done
+done
+echo "pack.sh: $bundle holds $(ls "$bundle/bin" | wc -l) programs and $(ls "$bundle/lib" | wc -l) libraries, $(du -sh "$bundle" | cut -f1)"

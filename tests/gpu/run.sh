@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The whole GPU check in one call, for a lent GPU machine (see tests/gpu/README.md):
+#   1. the platform measurements (bench/gpu-platform: copy rates, the reduction kernel against
+#      them, cross-process hand-off latency between two processes on device 0);
+#   2. the [cuda] tests (every type x op x length x alignment of the device kernels);
+#   3. compute-sanitizer memcheck, racecheck and synccheck on the [cuda] tests (quick cases);
+#   4. the library's view of the GPU: two ranks made to share device 0 are refused naming the
+#      GPU, and allowed with CHORUS_ALLOW_SHARED_GPU=1.
+# Logs go to $OUT (or ./gpu-logs); the last line is "gpu suite: N passed, N failed".
+#   tests/gpu/run.sh [BUNDLE]      (default: build-gpu, made here by tests/gpu/pack.sh)
+set -u
+bundle=${1:-build-gpu}
+bin=$bundle/bin
+out=${OUT:-gpu-logs}
+mkdir -p "$out"
+export LD_LIBRARY_PATH="$PWD/$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+passed=0 failed=0
+step() {  # name, timeout seconds, command...
+  local name=$1 limit=$2
+  shift 2
+  local t0=$SECONDS
+  timeout "$limit" "$@" > "$out/$name.log" 2>&1
+  local rc=$?
+  local took=$((SECONDS - t0))
+  if [ $rc = 0 ]; then passed=$((passed + 1)); echo "ok   $name (${took} s)"
+  elif [ $rc = 77 ]; then echo "skip $name: $(tail -1 "$out/$name.log")"
+  else failed=$((failed + 1)); echo "FAIL $name (rc $rc, ${took} s): tail of $out/$name.log"; tail -15 "$out/$name.log"; fi
+}
+{ nvidia-smi -L; nvidia-smi --query-gpu=name,driver_version,memory.total,compute_mode --format=csv; } \
+  > "$out/device.log" 2>&1 || true
+cat "$out/device.log"
+step platform 300 "$bin/gpu-platform"
+grep -h "^RESULT\|us per round trip\|MiB:" "$out/platform.log" 2>/dev/null
+step cuda_reduce 300 "$bin/test_cuda_reduce"
+PATH=$PATH:/usr/local/cuda/bin:/usr/local/cuda/compute-sanitizer
+if command -v compute-sanitizer >/dev/null; then
+  for tool in memcheck racecheck synccheck; do
+    step "sanitizer_$tool" 600 env CHORUS_CUDA_TEST_QUICK=1 compute-sanitizer --tool "$tool" \
+      --error-exitcode 1 "$bin/test_cuda_reduce"
+  done
+else
+  echo "skip compute-sanitizer: not on PATH"
+fi
+step shared_gpu 120 "$bin/shared_gpu_probe" "$bin/chorus-run"
+echo "gpu suite: $passed passed, $failed failed"
+[ $failed = 0 ]

@@ -1,0 +1,88 @@
+// [cuda] The library's view of a real GPU (run by tests/gpu/run.sh where a GPU is lent):
+//   shared_gpu_probe CHORUS_RUN     runs two workers on device 0 through chorus-run: without the
+//                                   override both must fail naming the GPU's UUID; with
+//                                   CHORUS_ALLOW_SHARED_GPU=1 both create the communicator, an
+//                                   all-reduce of host memory works and one of device memory is
+//                                   refused naming the device.
+//   shared_gpu_probe --worker       one worker (uses CUDA first, as GPU programs do).
+// Exits 77 with the reason where no GPU is visible.
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include <chorus/chorus.h>
+
+namespace {
+
+int worker() {
+  if (cudaSetDevice(0) != cudaSuccess || cudaFree(nullptr) != cudaSuccess) return 10;
+  chorusComm_t comm;
+  if (chorusCommInitFromEnv(&comm) != chorusSuccess) {
+    std::printf("init refused: %s\n", chorusGetLastError(nullptr));
+    return 2;
+  }
+  float x = 1.0f;
+  if (chorusAllReduce(&x, &x, 1, chorusFloat32, chorusSum, comm, nullptr) != chorusSuccess ||
+      x != 2.0f) {
+    std::printf("host all-reduce failed: %s\n", chorusGetLastError(comm));
+    return 3;
+  }
+  float* dev = nullptr;
+  if (cudaMalloc(&dev, 64) != cudaSuccess) return 11;
+  chorusResult_t rc = chorusAllReduce(dev, dev, 16, chorusFloat32, chorusSum, comm, nullptr);
+  std::printf("device all-reduce: %s\n",
+              rc == chorusSuccess ? "accepted" : chorusGetLastError(comm));
+  cudaFree(dev);
+  chorusCommDestroy(comm);
+  return rc == chorusInvalidArgument ? 0 : 4;
+}
+
+std::string run(const std::string& cmd) {
+  std::string out;
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  if (!p) return out;
+  char buf[512];
+  while (fgets(buf, sizeof buf, p)) out += buf;
+  pclose(p);
+  std::fputs(out.c_str(), stdout);
+  return out;
+}
+
+int count(const std::string& s, const std::string& part) {
+  int n = 0;
+  for (size_t i = s.find(part); i != std::string::npos; i = s.find(part, i + 1)) ++n;
+  return n;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc == 2 && std::strcmp(argv[1], "--worker") == 0) return worker();
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: shared_gpu_probe CHORUS_RUN | --worker\n");
+    return 2;
+  }
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    std::printf("skip: no CUDA device visible\n");
+    return 77;
+  }
+  std::string self = std::string(argv[0]) + " --worker";
+  int failed = 0;
+  std::string refused = run(std::string(argv[1]) + " -n 2 " + self);
+  if (count(refused, "ranks 0 and 1 both use GPU GPU-") != 2) {
+    std::printf("FAIL: without the override, not both ranks named the shared GPU\n");
+    failed++;
+  }
+  std::string allowed = run("CHORUS_ALLOW_SHARED_GPU=1 " + std::string(argv[1]) + " -n 2 " + self);
+  if (count(allowed, "is memory of CUDA device 0") != 2) {
+    std::printf(
+        "FAIL: with the override, the device buffer was not refused by name on both ranks\n");
+    failed++;
+  }
+  std::printf("%s\n", failed ? "FAILED" : "ok");
+  return failed ? 1 : 0;
+}
