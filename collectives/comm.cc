@@ -102,6 +102,23 @@ Result<std::shared_ptr<CommImpl>> CommImpl::create(std::shared_ptr<Job> job, std
   return c;
 }
 
+// The OS names of the NIC closest to this rank's GPU (hwloc), which its tcp links then listen
+// on; none for a rank without a GPU (no topology is read then).
+static std::vector<std::string> nics_near_my_gpu(int rank) {
+  auto gpu = kernels::cuda::current_gpu();
+  if (!gpu.is_ok() || !gpu.value()) return {};
+  auto machine = transport::read_machine();
+  if (!machine.is_ok()) {
+    log_warn("rank {}: no NIC chosen by GPU locality: {}", rank, machine.status().message());
+    return {};
+  }
+  std::vector<std::string> names = transport::nic_names_near_gpu(*machine, gpu.value()->bus_id);
+  if (!names.empty())
+    log_info("rank {}: GPU {} at {}: the closest NIC is {}", rank, gpu.value()->uuid,
+             gpu.value()->bus_id, fmt::join(names, ","));
+  return names;
+}
+
 // Every rank must open the same number of channels (compared through the store first), then
 // each channel connects its links; any peer's failure or death meanwhile ends the wait at once.
 Status CommImpl::create_channels(const transport::Transports& transports, Deadline deadline) {
@@ -111,12 +128,13 @@ Status CommImpl::create_channels(const transport::Transports& transports, Deadli
     return job->creation_news(uid, members);
   };
   CHORUS_TRY(agree_on_settings(deadline, interrupt));
+  const std::vector<std::string> nics = nics_near_my_gpu(rank_);
   for (int k = 0; k < tuner_.nchannels; ++k) {
     auto ch = std::make_unique<Channel>();
     std::string prefix = k == 0 ? prefix_ : fmt::format("{}/ch{}", prefix_, k);
     CHORUS_ASSIGN_OR_RETURN(
         ch->links, transport::connect_links(store, prefix, uid_ + k, job_->secret(), rank_, size(),
-                                            transports, deadline, interrupt));
+                                            transports, deadline, interrupt, nics));
     ch->headers.resize(size());
     ch->pair_headers.resize(size());
     CHORUS_ASSIGN_OR_RETURN(ch->waiter, transport::Waiter::create(ch->links));

@@ -89,7 +89,7 @@ Result<std::string> interface_address(const std::string& ifname) {
                     ifname, names);
 }
 
-Result<std::string> local_address() {
+Result<std::string> local_address(const std::vector<std::string>& preferred) {
   if (auto name = env_get("CHORUS_SOCKET_IFNAME")) {
     auto r = interface_address(*name);
     if (!r.is_ok()) return r.status().wrap("CHORUS_SOCKET_IFNAME");
@@ -98,13 +98,17 @@ Result<std::string> local_address() {
   ifaddrs* ifa = nullptr;
   if (getifaddrs(&ifa) != 0)
     return make_error(Code::kSystemError, "getifaddrs: {}", errno_str(errno));
-  std::string best = "127.0.0.1";
-  for (ifaddrs* p = ifa; p; p = p->ifa_next) {
-    if (!p->ifa_addr || p->ifa_addr->sa_family != AF_INET) continue;
-    if ((p->ifa_flags & IFF_LOOPBACK) || !(p->ifa_flags & IFF_UP)) continue;
-    best = addr_string(p->ifa_addr);
-    break;
-  }
+  auto usable = [](const ifaddrs* p) {
+    return p->ifa_addr && p->ifa_addr->sa_family == AF_INET && !(p->ifa_flags & IFF_LOOPBACK) &&
+           (p->ifa_flags & IFF_UP);
+  };
+  std::string best;
+  for (const std::string& want : preferred)
+    for (ifaddrs* p = ifa; p && best.empty(); p = p->ifa_next)
+      if (usable(p) && want == p->ifa_name) best = addr_string(p->ifa_addr);
+  for (ifaddrs* p = ifa; p && best.empty(); p = p->ifa_next)
+    if (usable(p)) best = addr_string(p->ifa_addr);
+  if (best.empty()) best = "127.0.0.1";
   freeifaddrs(ifa);
   return best;
 }

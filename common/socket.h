@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "common/clock.h"
 #include "common/status.h"
@@ -44,8 +45,10 @@ struct SockAddr {
 };
 
 // Resolves the address other hosts should use to reach us: CHORUS_SOCKET_IFNAME's address when
-// set (error if no such interface), else the first non-loopback IPv4 address, else 127.0.0.1.
-Result<std::string> local_address();
+// set (error if no such interface), else the address of the first of `preferred` that is up
+// with an IPv4 address (the NIC closest to the rank's GPU), else the first non-loopback IPv4
+// address, else 127.0.0.1.
+Result<std::string> local_address(const std::vector<std::string>& preferred = {});
 // Address of a named interface ("eth0", "lo"); IPv4 first, then IPv6.
 Result<std::string> interface_address(const std::string& ifname);
 

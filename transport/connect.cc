@@ -81,11 +81,15 @@ Result<std::vector<std::vector<int>>> assign_peers(const Transports& transports,
 Result<LinkSet> connect_links(StoreClient& store, const std::string& prefix, uint64_t uid,
                               const Secret& secret, int rank, int size,
                               const Transports& transports, Deadline deadline,
-                              const std::function<Status()>& interrupt) {
+                              const std::function<Status()>& interrupt,
+                              const std::vector<std::string>& preferred_ifnames) {
   LinkSet set;
   set.links.resize(size);
   set.peers.resize(size);
-  CHORUS_ASSIGN_OR_RETURN(std::string host, local_address());
+  CHORUS_ASSIGN_OR_RETURN(std::string host, local_address(preferred_ifnames));
+  if (!preferred_ifnames.empty())
+    log_info("links: rank {}: listening on {} (interfaces preferred: {})", rank, host,
+             fmt::join(preferred_ifnames, ","));
   SockAddr bound;
   CHORUS_ASSIGN_OR_RETURN(Fd listener, tcp_listen(host, 0, &bound));
   PeerInfo me{host_id(), getpid(), bound};

@@ -18,6 +18,7 @@ namespace chorus::transport {
 Result<LinkSet> connect_links(StoreClient& store, const std::string& prefix, uint64_t uid,
                               const Secret& secret, int rank, int size,
                               const Transports& transports, Deadline deadline,
-                              const std::function<Status()>& interrupt = {});
+                              const std::function<Status()>& interrupt = {},
+                              const std::vector<std::string>& preferred_ifnames = {});
 
 }  // namespace chorus::transport

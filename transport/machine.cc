@@ -29,6 +29,9 @@ Result<Topo> load(const std::string& xml_path, bool io) {
     return make_error(Code::kSystemError, "hwloc: hwloc_topology_init failed");
   Topo t(raw);
   if (io) hwloc_topology_set_io_types_filter(raw, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
+  // PCI devices come from Linux's sysfs; the libpciaccess plugin, which finds the same ones,
+  // leaks memory at every load (LeakSanitizer sees it).
+  hwloc_topology_set_components(raw, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, "pci");
   // Binding needs only CPU and NUMA sets (sysfs): without the x86 backend, which binds the
   // loading thread to each PU in turn to run CPUID there.
   if (!io) hwloc_topology_set_components(raw, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, "x86");
@@ -136,6 +139,21 @@ Result<Machine> read_machine(const std::string& xml_path) {
     m.nic_for_gpu.push_back(best);
   }
   return m;
+}
+
+std::vector<std::string> nic_names_near_gpu(const Machine& m, const std::string& gpu_bus_id) {
+  std::vector<std::string> names;
+  for (size_t g = 0; g < m.gpus.size(); ++g) {
+    if (m.gpus[g].bus_id != gpu_bus_id || m.nic_for_gpu[g] < 0) continue;
+    const std::string& all = m.nics[size_t(m.nic_for_gpu[g])].names;
+    for (size_t b = 0; b < all.size();) {
+      size_t e = all.find(',', b);
+      if (e == std::string::npos) e = all.size();
+      if (e > b) names.push_back(all.substr(b, e - b));
+      b = e + 1;
+    }
+  }
+  return names;
 }
 
 std::string describe(const Machine& m) {

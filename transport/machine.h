@@ -46,6 +46,11 @@ struct Machine {
 // machines).
 Result<Machine> read_machine(const std::string& xml_path = "");
 
+// The OS names of the NIC closest to the GPU at PCI address `gpu_bus_id` ("eth2", "ib0",
+// "mlx5_0"; the order hwloc lists them), for the tcp links' choice of interface; empty when the
+// GPU or a NIC is not on this machine's PCI bus.
+std::vector<std::string> nic_names_near_gpu(const Machine& m, const std::string& gpu_bus_id);
+
 // A few lines for people: what chorus-topo prints.
 std::string describe(const Machine& m);
 
