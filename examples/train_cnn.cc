@@ -29,6 +29,7 @@
 #include "ddp/nn/modules.h"
 #include "ddp/nn/optim.h"
 #include "ddp/ops/kernel_table.h"
+#include "ddp/tensor/device_cache.h"
 #include "ddp/train/checkpoint.h"
 #include "ddp/train/trainer.h"
 
@@ -119,7 +120,9 @@ int main(int argc, char** argv) {
   double first_bucket_mb = 1.0, bucket_cap_mb = 25.0;
   bool per_rank = false, single = false;
   int fail_rank = 0;
-  app.add_option("--device", device, "cpu | cuda | cuda:N (cuda = cuda:$LOCAL_RANK)")
+  app.add_option("--device", device,
+                 "cpu | cuda | cuda:N | auto (cuda = cuda:$LOCAL_RANK; auto = that where a GPU "
+                 "is visible, else cpu)")
       ->capture_default_str();
   app.add_option("--log-every", log_every,
                  "one global loss/accuracy/images-per-s line every N steps (0: progress bar)");
@@ -162,19 +165,22 @@ int main(int argc, char** argv) {
       throw std::invalid_argument(
           fmt::format("train_cnn: {}: expected square images of side >= 16, got {}",
                       data.train->origin().empty() ? data.name : data.train->origin(), s.str()));
+    // cpu, cuda[:N] or auto (cuda:LOCAL_RANK where a GPU is visible, else cpu).
+    // (DDP first checks, on every rank, that no two ranks of a host were given one device.)
+    const chorus::Device dev = chorus::Device::parse(device, chorus::env_local_rank());
+    if (!comm && !dev.is_cpu())
+      throw std::invalid_argument(fmt::format(
+          "train_cnn: --device {} ({}): the training kernels run on the cpu only in this build "
+          "({} CUDA device(s) visible); use --device cpu or auto",
+          device, dev.str(), chorus::cuda_backend().count()));
     chorus::Net model(static_cast<int>(s[0]), static_cast<int>(s[1]), seed);
     std::unique_ptr<chorus::DistributedDataParallel> ddp;
     if (comm) {
       chorus::DdpOptions dopt;
-      dopt.device = device;
+      dopt.device = dev.str();
       dopt.reducer.first_bucket_bytes = static_cast<size_t>(first_bucket_mb * 1048576.0);
       dopt.reducer.bucket_cap_bytes = static_cast<size_t>(bucket_cap_mb * 1048576.0);
       ddp = std::make_unique<chorus::DistributedDataParallel>(model, *comm, dopt);
-    } else {
-      chorus::DeviceSpec::parse(device, 0);
-      if (device != "cpu")
-        throw std::invalid_argument(
-            fmt::format("train_cnn: device {}: this build's tensor core runs on cpu only", device));
     }
     chorus::Sgd optimizer(model.parameters(), {.lr = lr,
                                                .momentum = momentum,

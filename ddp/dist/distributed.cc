@@ -18,30 +18,6 @@ namespace chorus {
 
 // ---- devices ------------------------------------------------------------------------------
 
-DeviceSpec DeviceSpec::parse(const std::string& text, int local_rank) {
-  DeviceSpec d;
-  if (text == "cpu") return d;
-  if (text == "cuda") {
-    d.kind = "cuda";
-    d.index = std::max(local_rank, 0);
-    return d;
-  }
-  if (text.rfind("cuda:", 0) == 0) {
-    char* end = nullptr;
-    const long i = std::strtol(text.c_str() + 5, &end, 10);
-    if (end != text.c_str() + 5 && *end == '\0' && i >= 0) {
-      d.kind = "cuda";
-      d.index = static_cast<int>(i);
-      return d;
-    }
-  }
-  throw std::invalid_argument(fmt::format("device: expected cpu, cuda or cuda:N, got '{}'", text));
-}
-
-std::string DeviceSpec::str() const {
-  return kind == "cpu" ? "cpu" : fmt::format("cuda:{}", index);
-}
-
 std::vector<std::string> all_gather_strings(Communicator& comm, const std::string& mine) {
   const int n = comm.size();
   int64_t len = static_cast<int64_t>(mine.size());
@@ -57,7 +33,7 @@ std::vector<std::string> all_gather_strings(Communicator& comm, const std::strin
   return out;
 }
 
-void check_devices(Communicator& comm, const DeviceSpec& device) {
+void check_devices(Communicator& comm, const Device& device) {
   char host[256] = {};
   gethostname(host, sizeof host - 1);
   const auto all = all_gather_strings(comm, std::string(host) + "\n" + device.str());
@@ -282,9 +258,9 @@ namespace {
 
 // Runs the construction-time checks before the Reducer member is built.
 std::vector<NamedTensor> checked_parameters(Module& module, Communicator& comm,
-                                            const DdpOptions& options, const DeviceSpec& device) {
+                                            const DdpOptions& options, const Device& device) {
   check_devices(comm, device);
-  if (device.kind != "cpu")
+  if (!device.is_cpu())
     throw std::invalid_argument(fmt::format(
         "ddp: device {} requested, but this build's tensor core runs on cpu only", device.str()));
   auto params = module.named_parameters();
@@ -299,7 +275,7 @@ DistributedDataParallel::DistributedDataParallel(Module& module, Communicator& c
                                                  DdpOptions options)
     : module_(module),
       comm_(comm),
-      device_(DeviceSpec::parse(options.device, env_local_rank())),
+      device_(Device::parse(options.device, env_local_rank())),
       reducer_(comm, checked_parameters(module, comm, options, device_), options.reducer) {}
 
 Tensor DistributedDataParallel::forward(const Tensor& x) {

@@ -35,14 +35,6 @@
 
 namespace chorus {
 
-// "cpu", "cuda:N", or "cuda" (= cuda:LOCAL_RANK). Throws on anything else.
-struct DeviceSpec {
-  std::string kind = "cpu";  // "cpu" | "cuda"
-  int index = -1;            // cuda only
-  static DeviceSpec parse(const std::string& text, int local_rank);
-  std::string str() const;
-};
-
 // The launcher's local rank: the first of LOCAL_RANK (torchrun, chorus-run),
 // OMPI_COMM_WORLD_LOCAL_RANK (mpirun) and SLURM_LOCALID (srun) that is set, else 0. A value that
 // is not an integer >= 0 throws std::invalid_argument naming the variable and the value.
@@ -52,7 +44,7 @@ int env_local_rank();
 std::vector<std::string> all_gather_strings(Communicator& comm, const std::string& mine);
 
 // Collective: throws on every rank when two ranks on one host claim the same non-CPU device.
-void check_devices(Communicator& comm, const DeviceSpec& device);
+void check_devices(Communicator& comm, const Device& device);
 
 struct ReducerOptions {
   size_t first_bucket_bytes = size_t{1} << 20;
@@ -152,12 +144,12 @@ class DistributedDataParallel : public Module {
   Module& module() { return module_; }
   Communicator& comm() { return comm_; }
   Reducer& reducer() { return reducer_; }
-  const DeviceSpec& device() const { return device_; }
+  const Device& device() const { return device_; }
 
  private:
   Module& module_;
   Communicator& comm_;
-  DeviceSpec device_;
+  Device device_;
   Reducer reducer_;
   bool sync_ = true;
 };

@@ -100,6 +100,7 @@ class MaxPool2dNode final : public Node {
 }  // namespace
 
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, int stride, int padding) {
+  check_same_device("conv2d", {{"input", &x}, {"weight", &w}, {"bias", &b}});
   if (x.ndim() != 4 || w.ndim() != 4)
     throw std::invalid_argument(fmt::format("conv2d: expected 4-d input and weight, got {} and {}",
                                             x.shape().str(), w.shape().str()));

@@ -139,6 +139,7 @@ Tensor relu(const Tensor& x) {
 }
 
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
+  check_same_device("linear", {{"input", &x}, {"weight", &w}, {"bias", &b}});
   if (x.ndim() != 2 || w.ndim() != 2 || x.dim(1) != w.dim(1))
     throw std::invalid_argument(fmt::format("linear: expected input (N, {}) for weight {}, got {}",
                                             w.ndim() == 2 ? w.dim(1) : -1, w.shape().str(),
@@ -191,6 +192,7 @@ Tensor flatten(const Tensor& x, int start_dim) {
 }
 
 Tensor add(const Tensor& a, const Tensor& b) {
+  check_same_device("add", {{"a", &a}, {"b", &b}});
   check_shape("add", a.shape(), b.shape());
   Tensor y = Tensor::empty(a.shape(), a.device());
   kernel_table_for(a.device()).add(a.numel(), a.data(), b.data(), y.data());
@@ -203,6 +205,7 @@ Tensor add(const Tensor& a, const Tensor& b) {
 }
 
 Tensor mul(const Tensor& a, const Tensor& b) {
+  check_same_device("mul", {{"a", &a}, {"b", &b}});
   check_shape("mul", a.shape(), b.shape());
   Tensor y = Tensor::empty(a.shape(), a.device());
   kernel_table_for(a.device()).mul(a.numel(), a.data(), b.data(), y.data());

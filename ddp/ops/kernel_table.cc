@@ -44,7 +44,7 @@ const KernelTable kCpuKernels = {
 }  // namespace
 
 const KernelTable& kernel_table_for(Device device) {
-  if (device == Device::kCpu) {
+  if (device.is_cpu()) {
     // A bad CHORUS_CPU_ISA (kernels/cpu/isa.h) is an exception here, not an abort in a kernel.
     static const bool isa_ok = [] {
       if (Status s = kernels::init_isa(); !s.is_ok()) throw std::invalid_argument(s.message());
@@ -54,7 +54,26 @@ const KernelTable& kernel_table_for(Device device) {
     return kCpuKernels;
   }
   throw std::invalid_argument(
-      fmt::format("dispatch: expected device cpu, got {} (no kernels built)", device_name(device)));
+      fmt::format("dispatch: expected device cpu, got {} (no kernels for it are built yet; "
+                  "move the tensors with .to(Device::cpu()))",
+                  device.str()));
+}
+
+void check_same_device(const char* op,
+                       std::initializer_list<std::pair<const char*, const Tensor*>> tensors) {
+  const std::pair<const char*, const Tensor*>* first = nullptr;
+  for (const auto& t : tensors) {
+    if (!t.second->defined()) continue;
+    if (!first) {
+      first = &t;
+      continue;
+    }
+    if (t.second->device() != first->second->device())
+      throw std::invalid_argument(fmt::format(
+          "{}: {} is on {} but {} is on {}: every input must be on one device (move one with "
+          ".to())",
+          op, first->first, first->second->device().str(), t.first, t.second->device().str()));
+  }
 }
 
 void set_cpu_threads(int threads) {

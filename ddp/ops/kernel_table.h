@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
+#include <utility>
 
 #include "ddp/tensor/tensor.h"
 #include "kernels/cpu/conv2d.h"
@@ -44,6 +46,11 @@ struct KernelTable {
 // Throws std::invalid_argument naming the device when no kernels exist for it, or repeating the
 // message of a bad CHORUS_CPU_ISA.
 const KernelTable& kernel_table_for(Device device);
+
+// Ops with several tensor inputs call this first: throws std::invalid_argument when the defined
+// ones are not all on one device, naming the op, two of the tensors and their devices.
+void check_same_device(const char* op,
+                       std::initializer_list<std::pair<const char*, const Tensor*>> tensors);
 
 // Intra-op threads for the CPU kernels: conv2d forward/backward split the batch across this many
 // threads (ddp/ops/thread_pool.h); everything else runs on the caller. Results depend on the thread

@@ -1,6 +1,8 @@
 // Tensor and Shape.
 #include "ddp/tensor/tensor.h"
 
+#include "ddp/tensor/device_cache.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -79,6 +81,19 @@ void check_shape(const char* what, const Shape& expected, const Shape& got) {
 
 // ---- Tensor -------------------------------------------------------------------------------
 
+namespace {
+
+// Bytes between any two devices: memmove on the cpu, the device backend otherwise.
+void copy_bytes(void* dst, Device dst_dev, const void* src, Device src_dev, size_t bytes) {
+  if (bytes == 0) return;
+  if (dst_dev.is_cpu() && src_dev.is_cpu())
+    std::memmove(dst, src, bytes);
+  else
+    cuda_backend().copy(dst, dst_dev, src, src_dev, bytes);
+}
+
+}  // namespace
+
 Tensor Tensor::empty(const Shape& shape, Device device) {
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = std::make_shared<Storage>(static_cast<size_t>(shape.numel()), device);
@@ -138,11 +153,21 @@ int64_t Tensor::offset() const {
 float Tensor::item() const {
   if (numel() != 1)
     throw std::invalid_argument(fmt::format("item: expected 1 element, got {}", numel()));
-  return data()[0];
+  return to_vector()[0];
 }
 
 std::vector<float> Tensor::to_vector() const {
-  return {data(), data() + numel()};
+  if (device().is_cpu()) return {data(), data() + numel()};
+  std::vector<float> v(static_cast<size_t>(numel()));
+  copy_bytes(v.data(), Device::cpu(), data(), device(), v.size() * sizeof(float));
+  return v;
+}
+
+Tensor Tensor::to(Device d) const {
+  if (d == device()) return *this;
+  Tensor t = empty(shape(), d);
+  copy_bytes(t.data(), d, data(), device(), sizeof(float) * static_cast<size_t>(numel()));
+  return t;
 }
 
 bool Tensor::requires_grad() const {
@@ -194,7 +219,7 @@ Tensor Tensor::detach() const {
 
 Tensor Tensor::clone() const {
   Tensor t = empty(shape(), device());
-  std::memcpy(t.data(), data(), sizeof(float) * static_cast<size_t>(numel()));
+  copy_bytes(t.data(), device(), data(), device(), sizeof(float) * static_cast<size_t>(numel()));
   return t;
 }
 
@@ -202,11 +227,17 @@ void Tensor::copy_from(const Tensor& src) const {
   if (src.numel() != numel())
     throw std::invalid_argument(
         fmt::format("copy_from: expected {} elements, got {}", numel(), src.numel()));
-  std::memmove(data(), src.data(), sizeof(float) * static_cast<size_t>(numel()));
+  copy_bytes(data(), device(), src.data(), src.device(),
+             sizeof(float) * static_cast<size_t>(numel()));
 }
 
 void Tensor::fill(float value) const {
-  std::fill(data(), data() + numel(), value);
+  if (device().is_cpu()) {
+    std::fill(data(), data() + numel(), value);
+    return;
+  }
+  std::vector<float> v(static_cast<size_t>(numel()), value);
+  copy_bytes(data(), device(), v.data(), Device::cpu(), v.size() * sizeof(float));
 }
 
 }  // namespace chorus

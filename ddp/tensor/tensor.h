@@ -54,9 +54,9 @@ class Tensor {
   explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
 
   // Uninitialised / zero / constant / copied-in tensors on a fresh storage.
-  static Tensor empty(const Shape& shape, Device device = Device::kCpu);
-  static Tensor zeros(const Shape& shape, Device device = Device::kCpu);
-  static Tensor full(const Shape& shape, float value, Device device = Device::kCpu);
+  static Tensor empty(const Shape& shape, Device device = Device::cpu());
+  static Tensor zeros(const Shape& shape, Device device = Device::cpu());
+  static Tensor full(const Shape& shape, float value, Device device = Device::cpu());
   static Tensor from(const Shape& shape, const std::vector<float>& values);
   // A view of base's storage starting `offset` floats past base's own start; throws when the
   // view would run past the storage.
@@ -89,9 +89,13 @@ class Tensor {
   void backward() const;
 
   // ---- no autograd ----
-  Tensor detach() const;                    // same storage, no grad_fn, requires_grad false
-  Tensor clone() const;                     // new storage, same values, detached
-  void copy_from(const Tensor& src) const;  // same numel required; writes the data, not the handle
+  Tensor detach() const;  // same storage, no grad_fn, requires_grad false
+  Tensor clone() const;   // new storage, same values, detached
+  // This tensor on device d: itself when it is there already, else a detached copy (no autograd
+  // edge across devices yet).
+  Tensor to(Device d) const;
+  // Same numel required; writes the data, not the handle; src may be on another device.
+  void copy_from(const Tensor& src) const;
   void fill(float value) const;
 
   TensorImpl* impl() const { return impl_.get(); }

@@ -116,4 +116,35 @@ int driver_current_gpu(GpuIdentity* out) {
   return 1;
 }
 
+// Runs fn with `device` current, then makes the caller's device current again.
+template <class F>
+int on_device(int device, F&& fn) {
+  if (driver().devices == 0) return int(cudaErrorNoDevice);
+  int previous = 0;
+  int rc = int(cudaGetDevice(&previous));
+  if (rc == 0) rc = int(cudaSetDevice(device));
+  if (rc != 0) return rc;
+  rc = fn();
+  cudaSetDevice(previous);
+  return rc;
+}
+
+int device_alloc(int device, size_t bytes, void** out) {
+  *out = nullptr;
+  return on_device(device, [&] { return int(cudaMalloc(out, bytes)); });
+}
+
+int device_free(int device, void* p) {
+  return on_device(device, [&] { return int(cudaFree(p)); });
+}
+
+int device_copy(void* dst, const void* src, size_t bytes) {
+  if (driver().devices == 0) return int(cudaErrorNoDevice);
+  return int(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
+}
+
+const char* memory_error_string(int rc) {
+  return cudaGetErrorString(cudaError_t(rc));
+}
+
 }  // namespace chorus::kernels::cuda

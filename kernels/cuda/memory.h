@@ -4,6 +4,8 @@
 // device buffers clearly while the collectives move host memory only (issue 19 item 2).
 #pragma once
 
+#include <cstddef>
+
 namespace chorus::kernels::cuda {
 
 enum class MemSpace {
@@ -26,6 +28,13 @@ int device_count();
 PointerInfo classify_pointer(const void* p);
 // The same without the test hook (driver.cu or driver_none.cc).
 PointerInfo driver_classify_pointer(const void* p);
+
+// Device memory through the CUDA runtime, for tensors (ddp/tensor/device_cache.h). Each returns
+// 0 or a cudaError_t value (memory_error_string names it); without CUDA, 100 (no device).
+int device_alloc(int device, size_t bytes, void** out);
+int device_free(int device, void* p);
+int device_copy(void* dst, const void* src, size_t bytes);  // any direction (unified addressing)
+const char* memory_error_string(int rc);
 
 // Tests: replace the classification (nullptr: back to the driver's).
 using PointerClassifier = PointerInfo (*)(const void* p);

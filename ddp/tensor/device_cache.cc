@@ -1,0 +1,141 @@
+// The device backend and the caching allocator (see device_cache.h).
+#include "ddp/tensor/device_cache.h"
+
+#include <fmt/format.h>
+
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+#include <vector>
+
+#include "kernels/cuda/memory.h"
+
+namespace chorus {
+namespace {
+
+// CUDA through kernels/cuda (the runtime linked statically; no devices without a driver).
+class CudaBackend final : public DeviceBackend {
+ public:
+  int count() override { return kernels::cuda::device_count(); }
+  void* alloc(Device d, size_t bytes) override {
+    void* p = nullptr;
+    check(kernels::cuda::device_alloc(d.index, bytes, &p), "allocating", d, bytes);
+    return p;
+  }
+  void free(Device d, void* p) override {
+    check(kernels::cuda::device_free(d.index, p), "freeing", d, 0);
+  }
+  void copy(void* dst, Device dst_dev, const void* src, Device src_dev, size_t bytes) override {
+    int rc = kernels::cuda::device_copy(dst, src, bytes);
+    if (rc)
+      throw std::runtime_error(fmt::format("copying {} bytes from {} to {}: {}", bytes,
+                                           src_dev.str(), dst_dev.str(),
+                                           kernels::cuda::memory_error_string(rc)));
+  }
+
+ private:
+  static void check(int rc, const char* what, Device d, size_t bytes) {
+    if (rc)
+      throw std::runtime_error(fmt::format("{} {} bytes on {}: {}", what, bytes, d.str(),
+                                           kernels::cuda::memory_error_string(rc)));
+  }
+};
+
+std::atomic<DeviceBackend*> g_test_backend{nullptr};
+
+struct Cache {
+  std::mutex mu;
+  // (device index, size class) -> idle blocks
+  std::map<std::pair<int, size_t>, std::vector<void*>> idle;
+  DeviceCacheStats stats;
+};
+
+Cache& cache() {
+  static Cache* c = new Cache();  // never destroyed: storages may outlive static destruction
+  return *c;
+}
+
+}  // namespace
+
+DeviceBackend& cuda_backend() {
+  if (DeviceBackend* b = g_test_backend.load()) return *b;
+  static CudaBackend real;
+  return real;
+}
+
+void set_cuda_backend_for_test(DeviceBackend* backend) {
+  device_cache_release();
+  g_test_backend.store(backend);
+}
+
+size_t device_size_class(size_t bytes) {
+  const size_t unit = bytes < (size_t{1} << 20) ? 512 : (size_t{2} << 20);
+  return bytes == 0 ? unit : (bytes + unit - 1) / unit * unit;
+}
+
+void* device_cache_get(Device d, size_t bytes) {
+  if (d.is_cpu()) throw std::logic_error("device_cache_get: the cpu has its own buffer cache");
+  DeviceBackend& backend = cuda_backend();
+  const int n = backend.count();
+  if (d.index < 0 || d.index >= n)
+    throw std::invalid_argument(
+        fmt::format("device {}: this process sees {} CUDA device(s){}", d.str(), n,
+                    n == 0 ? " (no GPU, no driver, or a build without CUDA)" : ""));
+  const size_t cls = device_size_class(bytes);
+  Cache& c = cache();
+  {
+    std::lock_guard<std::mutex> lock(c.mu);
+    auto it = c.idle.find({d.index, cls});
+    if (it != c.idle.end() && !it->second.empty()) {
+      void* p = it->second.back();
+      it->second.pop_back();
+      c.stats.reused++;
+      c.stats.bytes_cached -= cls;
+      c.stats.bytes_in_use += cls;
+      return p;
+    }
+  }
+  void* p = backend.alloc(d, cls);
+  std::lock_guard<std::mutex> lock(c.mu);
+  c.stats.backend_allocs++;
+  c.stats.bytes_in_use += cls;
+  return p;
+}
+
+void device_cache_put(Device d, void* p, size_t bytes) {
+  if (p == nullptr) return;
+  const size_t cls = device_size_class(bytes);
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  c.idle[{d.index, cls}].push_back(p);
+  c.stats.bytes_in_use -= cls;
+  c.stats.bytes_cached += cls;
+}
+
+void device_cache_release() {
+  Cache& c = cache();
+  std::map<std::pair<int, size_t>, std::vector<void*>> idle;
+  {
+    std::lock_guard<std::mutex> lock(c.mu);
+    idle.swap(c.idle);
+    c.stats.bytes_cached = 0;
+  }
+  DeviceBackend& backend = cuda_backend();
+  size_t freed = 0;
+  for (auto& [key, blocks] : idle)
+    for (void* p : blocks) {
+      backend.free(Device::cuda(key.first), p);
+      ++freed;
+    }
+  std::lock_guard<std::mutex> lock(c.mu);
+  c.stats.backend_frees += freed;
+}
+
+DeviceCacheStats device_cache_stats() {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  return c.stats;
+}
+
+}  // namespace chorus
