@@ -50,6 +50,10 @@ void Module::train(bool on) {
   for (auto& [name, child] : children_) child->train(on);
 }
 
+void Module::to(Device d) {
+  for (auto& [name, t] : named_parameters()) t.move_to(d);
+}
+
 StateDict Module::state_dict() const {
   StateDict out;
   for (auto& [name, t] : named_parameters()) out.emplace_back(name, t.clone());

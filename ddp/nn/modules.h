@@ -38,6 +38,10 @@ class Module {
   void eval() { train(false); }
   bool is_training() const { return training_; }
 
+  // Moves every parameter to device d, in place (optimizers holding them see the move). Their
+  // gradients are dropped.
+  void to(Device d);
+
   // Detached copies of every parameter, by name.
   StateDict state_dict() const;
   // Copies values in. Throws naming the parameter on a missing or unexpected name or a shape

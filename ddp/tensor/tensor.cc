@@ -163,6 +163,14 @@ std::vector<float> Tensor::to_vector() const {
   return v;
 }
 
+void Tensor::move_to(Device d) const {
+  if (d == device()) return;
+  Tensor moved = to(d);
+  impl_->storage = moved.storage();
+  impl_->offset = 0;
+  impl_->grad = Tensor();
+}
+
 Tensor Tensor::to(Device d) const {
   if (d == device()) return *this;
   Tensor t = empty(shape(), d);

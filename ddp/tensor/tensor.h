@@ -94,6 +94,10 @@ class Tensor {
   // This tensor on device d: itself when it is there already, else a detached copy (no autograd
   // edge across devices yet).
   Tensor to(Device d) const;
+  // Moves this tensor's values to device d in place: every handle of it then sees the new
+  // storage (how Module::to moves parameters). The gradient is dropped. Not for a view that
+  // shares its storage with other tensors.
+  void move_to(Device d) const;
   // Same numel required; writes the data, not the handle; src may be on another device.
   void copy_from(const Tensor& src) const;
   void fill(float value) const;

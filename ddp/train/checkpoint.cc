@@ -134,7 +134,10 @@ void apply_snapshot(const Snapshot& snap, Module& model, Sgd& optimizer) {
       if (name == params[i].first) {
         check_shape(("checkpoint: momentum of " + name).c_str(), params[i].second.shape(),
                     t.shape());
-        bufs[i] = t.clone();
+        // On the parameter's device: a snapshot holds values only, so it loads onto whatever
+        // device the model is on (cpu, or another GPU than the one that wrote it).
+        const Device d = params[i].second.device();
+        bufs[i] = d == t.device() ? t.clone() : t.to(d);
       }
   }
 }

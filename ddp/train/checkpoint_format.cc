@@ -136,9 +136,15 @@ std::string encode_safetensors(const std::vector<NamedTensor>& tensors,
     out[static_cast<size_t>(i)] = static_cast<char>((n >> (8 * i)) & 0xff);
   out += h;
   out.reserve(out.size() + off);
-  for (const auto& [name, t] : tensors)
-    out.append(reinterpret_cast<const char*>(t.data()),
-               sizeof(float) * static_cast<size_t>(t.numel()));
+  for (const auto& [name, t] : tensors) {
+    if (t.device().is_cpu()) {
+      out.append(reinterpret_cast<const char*>(t.data()),
+                 sizeof(float) * static_cast<size_t>(t.numel()));
+    } else {  // a device tensor: through the host
+      const std::vector<float> v = t.to_vector();
+      out.append(reinterpret_cast<const char*>(v.data()), sizeof(float) * v.size());
+    }
+  }
   return out;
 }
 

@@ -15,6 +15,7 @@
 #include "ddp/nn/optim.h"
 #include "ddp/ops/ops.h"
 #include "ddp/train/checkpoint.h"
+#include "fake_gpus.h"
 
 using namespace chorus;
 namespace fs = std::filesystem;
@@ -104,6 +105,54 @@ TEST_CASE("snapshot round trip restores model, momentum and state exactly", "[ch
   pb = b.named_parameters();
   for (size_t i = 0; i < pa.size(); ++i)
     CHECK(pa[i].second.to_vector() == pb[i].second.to_vector());
+  fs::remove_all(dir);
+}
+
+// Issue 12 item 5, host side: a snapshot holds values only (safetensors, no device), so one
+// written from GPU ranks loads onto the cpu and onto another GPU: wherever the model is. The GPUs
+// are fake (tests/ddp/fake_gpus.h: every copy must name the right devices).
+TEST_CASE("a snapshot written on one GPU loads on the cpu and on another GPU", "[checkpoint]") {
+  chorus::test::UseFake fake;
+  const std::string dir = temp_dir();
+  Net a(1, 16, 1);
+  Sgd oa(a.parameters(), {.lr = 0.1f, .momentum = 0.9f});
+  one_step(a, oa);  // on the cpu: the kernels are there
+  const auto values = a.named_parameters();
+  std::vector<std::vector<float>> want;
+  for (const auto& [name, t] : values) want.push_back(t.to_vector());
+  a.to(Device::cuda(0));
+  for (auto& buf : oa.momentum_buffers()) buf = buf.to(Device::cuda(0));
+  REQUIRE(a.named_parameters()[0].second.device() == Device::cuda(0));
+  TrainState st;
+  st.global_step = 5;
+  write_snapshot(dir, a, oa, st);
+  auto snap = load_latest_snapshot(dir);
+  REQUIRE(snap);
+  Net cpu(1, 16, 2), gpu1(1, 16, 3);
+  Sgd ocpu(cpu.parameters(), {.lr = 0.1f, .momentum = 0.9f});
+  one_step(cpu, ocpu);  // momentum buffers exist, to be replaced
+  gpu1.to(Device::cuda(1));
+  Sgd ogpu(gpu1.parameters(), {.lr = 0.1f, .momentum = 0.9f});
+  ogpu.momentum_buffers() = std::vector<Tensor>(gpu1.parameters().size());
+  apply_snapshot(*snap, cpu, ocpu);
+  apply_snapshot(*snap, gpu1, ogpu);
+  const auto pc = cpu.named_parameters(), pg = gpu1.named_parameters();
+  for (size_t i = 0; i < want.size(); ++i) {
+    CHECK(pc[i].second.to_vector() == want[i]);
+    CHECK(pg[i].second.device() == Device::cuda(1));
+    CHECK(pg[i].second.to_vector() == want[i]);
+    CHECK(ogpu.momentum_buffers()[i].device() == Device::cuda(1));
+    CHECK(ogpu.momentum_buffers()[i].to_vector() == ocpu.momentum_buffers()[i].to_vector());
+    CHECK(ocpu.momentum_buffers()[i].to_vector() == oa.momentum_buffers()[i].to_vector());
+  }
+  // The cpu copy trains on exactly like the original would have.
+  a.to(Device::cpu());
+  for (auto& buf : oa.momentum_buffers()) buf = buf.to(Device::cpu());
+  one_step(a, oa);
+  one_step(cpu, ocpu);
+  const auto pa = a.named_parameters(), pc2 = cpu.named_parameters();
+  for (size_t i = 0; i < pa.size(); ++i)
+    CHECK(pa[i].second.to_vector() == pc2[i].second.to_vector());
   fs::remove_all(dir);
 }
 

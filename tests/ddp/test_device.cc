@@ -15,61 +15,12 @@
 #include "ddp/ops/kernel_table.h"
 #include "ddp/ops/ops.h"
 #include "ddp/tensor/device_cache.h"
+#include "fake_gpus.h"
 
 using namespace chorus;
+using chorus::test::UseFake;
 
 namespace {
-
-// Two fake GPUs in host memory. Every block remembers its device; copy() checks that each side
-// is a live block of the device it is said to be on (or not a block at all for the cpu).
-class FakeGpus final : public DeviceBackend {
- public:
-  int count() override { return 2; }
-  void* alloc(Device d, size_t bytes) override {
-    void* p = std::malloc(bytes);
-    blocks_[p] = {d.index, bytes};
-    ++allocs;
-    return p;
-  }
-  void free(Device d, void* p) override {
-    auto it = blocks_.find(p);
-    if (it == blocks_.end() || it->second.first != d.index)
-      throw std::runtime_error("fake: freeing a block of another device");
-    blocks_.erase(it);
-    std::free(p);
-    ++frees;
-  }
-  void copy(void* dst, Device dst_dev, const void* src, Device src_dev, size_t bytes) override {
-    check_side(dst, dst_dev, bytes);
-    check_side(src, src_dev, bytes);
-    std::memmove(dst, src, bytes);
-    ++copies;
-  }
-  size_t live() const { return blocks_.size(); }
-  int allocs = 0, frees = 0, copies = 0;
-
- private:
-  void check_side(const void* p, Device d, size_t bytes) const {
-    for (const auto& [base, owner] : blocks_) {
-      const char* b = static_cast<const char*>(base);
-      const char* q = static_cast<const char*>(p);
-      if (q >= b && q + bytes <= b + owner.second) {
-        if (d.is_cpu() || owner.first != d.index)
-          throw std::runtime_error("fake: a copy names the wrong device for a block");
-        return;
-      }
-    }
-    if (!d.is_cpu()) throw std::runtime_error("fake: a copy names a device for host memory");
-  }
-  std::map<void*, std::pair<int, size_t>> blocks_;
-};
-
-// Installs the fake for one test and takes it out again (the cache is emptied both times).
-struct UseFake {
-  FakeGpus gpus;
-  UseFake() { set_cuda_backend_for_test(&gpus); }
-  ~UseFake() { set_cuda_backend_for_test(nullptr); }
-};
 
 std::string error_of(const std::function<void()>& f) {
   try {
