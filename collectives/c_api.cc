@@ -292,6 +292,17 @@ CHORUS_API chorusResult_t chorusCommAbort(chorusComm_t h) try {
 }
 CHORUS_CATCH_ALL
 
+// Fails the current and every later operation with chorusRevoked, here and on every peer
+// (through the watch channel and over the links, so without the store too). Unlike abort, the
+// handle stays valid: chorusCommCount, chorusCommGetAsyncError and chorusCommDestroy work.
+CHORUS_API chorusResult_t chorusCommRevoke(chorusComm_t h) try {
+  auto c = live(h, "chorusCommRevoke");
+  if (!c.is_ok()) return report(c.status());
+  (*c)->revoke();
+  return chorusSuccess;
+}
+CHORUS_CATCH_ALL
+
 CHORUS_API chorusResult_t chorusCommGetAsyncError(chorusComm_t h, chorusResult_t* err) try {
   if (!err) return fail(Code::kInvalidArgument, "chorusCommGetAsyncError: async_error is NULL");
   auto c = live(h, "chorusCommGetAsyncError");

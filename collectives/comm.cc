@@ -472,7 +472,7 @@ void CommImpl::on_remote_error(const std::string& text) {
     code = static_cast<Code>(std::atoi(text.substr(0, bar).c_str()));
     msg = text.substr(bar + 1);
   }
-  if (code != Code::kMismatch) code = Code::kRemoteError;
+  if (code != Code::kMismatch && code != Code::kRevoked) code = Code::kRemoteError;
   std::lock_guard<std::mutex> lock(mu_);
   if (failed_.load()) return;
   error_ = Status(code, msg);
@@ -524,6 +524,18 @@ std::string CommImpl::timeout_report(const OpDesc& d, const std::string& waiting
 
 void CommImpl::abort(const std::string& why) {
   fail(Status(Code::kAborted, why));
+}
+
+// Fails this rank's current and later operations with kRevoked, and tells every peer twice over:
+// through the watch channel (fail() broadcasts) and over each link that can (Link::signal_revoke:
+// shm), which needs no store, so the news arrives also when the process that hosted it is gone.
+void CommImpl::revoke() {
+  fail(Status(Code::kRevoked,
+              fmt::format("rank {} revoked the communicator (chorusCommRevoke)", rank_)));
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& ch : channels_)
+    for (auto& l : ch->links.links)
+      if (l) l->signal_revoke();
 }
 
 // Waits until no operation runs (inline on a caller's thread or on the progress thread).

@@ -152,6 +152,9 @@ class CommImpl : public std::enable_shared_from_this<CommImpl> {
 
   Result<std::shared_ptr<CommImpl>> split(int color, int key);
   void abort(const std::string& why);
+  // chorusCommRevoke: every pending and later operation fails with kRevoked, here and on every
+  // peer; the communicator stays valid for destroy (and, later, shrink). Any thread.
+  void revoke();
   // Waits for queued work (bounded by the timeout), stops the progress thread, closes links.
   // Safe from any thread and more than once; bounded by the timeout.
   Status destroy();
@@ -300,7 +303,7 @@ class OpCtx {
   // Test hook (CHORUS_TEST_JITTER_US=N): before one wait in four, sleep a random 0..N us, so
   // ranks fall out of step at arbitrary points of an operation and ordering bugs show here.
   void jitter();
-  Result<bool> sleep_once(FunctionRef<bool()> done, bool* slept);
+  Result<bool> sleep_once(FunctionRef<bool()> done, bool* slept, int waiting_for);
   CommImpl& comm_;
   Channel& ch_;
   OpDesc desc_;

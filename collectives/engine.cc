@@ -196,6 +196,10 @@ Status OpCtx::check_header(int peer) {
 // channel and may then exit, closing its links. Its explanation is worth more than our
 // "connection closed", so give it a moment to arrive before reporting the link's error.
 Status OpCtx::explain_link_failure(const Status& link_error) {
+  // A peer's revocation came over the link itself (the store may be gone): no news to wait for.
+  if (link_error.code() == Code::kRevoked)
+    return Status(Code::kRevoked, fmt::format("{} on rank {}: {}", describe(desc_), comm_.rank_,
+                                              link_error.message()));
   for (int i = 0; i < 100 && !comm_.failed_.load(); ++i) usleep(5000);
   if (comm_.failed_.load()) return comm_.error();
   return Status(link_error.code(), fmt::format("{} on rank {}: {}", describe(desc_), comm_.rank_,
@@ -248,11 +252,18 @@ Status OpCtx::wait(FunctionRef<bool()> done, int waiting_for) {
 }
 
 // One sleep on the busy links' wake-up sources, unless a last look finds work. Returns whether
-// that last look moved bytes; *slept tells whether it slept.
-Result<bool> OpCtx::sleep_once(FunctionRef<bool()> done, bool* slept) {
+// that last look moved bytes; *slept tells whether it slept. The links checked for a dead or
+// revoking peer: the busy ones, and the one to the peer awaited (`waiting_for`; -1: any, so every
+// link), which is not busy when the step reads its slots directly.
+Result<bool> OpCtx::sleep_once(FunctionRef<bool()> done, bool* slept, int waiting_for) {
   std::array<transport::WakeSource*, 8> busy{};
   size_t nbusy = 0;
-  for (auto& l : ch_.links.links) {
+  for (size_t p = 0; p < ch_.links.links.size(); ++p) {
+    auto& l = ch_.links.links[p];
+    if (l && !l->busy() && (waiting_for < 0 || static_cast<int>(p) == waiting_for)) {
+      Status alive = l->check_alive();
+      if (!alive.is_ok()) return explain_link_failure(alive);
+    }
     if (!l || !l->busy()) continue;
     transport::WakeSource* w = l->wake_source();
     if (nbusy < busy.size() &&
@@ -309,7 +320,7 @@ Status OpCtx::wait_slow(FunctionRef<bool()> done, int waiting_for) {
       std::string who = waiting_for >= 0 ? fmt::format(" waiting for rank {}", waiting_for) : "";
       return Status(Code::kTimeout, comm_.timeout_report(desc_, who));
     }
-    CHORUS_ASSIGN_OR_RETURN(bool moved2, sleep_once(done, &slept));
+    CHORUS_ASSIGN_OR_RETURN(bool moved2, sleep_once(done, &slept, waiting_for));
     last_move = moved2 ? now_seconds() : last_move;
   }
 }

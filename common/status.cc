@@ -25,6 +25,8 @@ const char* code_name(Code c) {
       return "aborted";
     case Code::kMismatch:
       return "mismatch";
+    case Code::kRevoked:
+      return "revoked";
   }
   return "unknown";
 }

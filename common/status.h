@@ -23,6 +23,7 @@ enum class Code : int {
   kTimeout = 7,
   kAborted = 8,
   kMismatch = 9,
+  kRevoked = 11,  // 10 is the C API's chorusInProgress
 };
 
 const char* code_name(Code c);

@@ -97,7 +97,8 @@ typedef enum CHORUS_ENUM_BASE {
   chorusTimeout = 7,
   chorusAborted = 8,
   chorusMismatch = 9,
-  chorusInProgress = 10
+  chorusInProgress = 10,
+  chorusRevoked = 11
 } chorusResult_t;
 
 /* Same numbering as NCCL's ncclDataType_t. Every collective takes all ten. Reductions: integer
@@ -155,6 +156,13 @@ chorusResult_t chorusCommInitFromEnv(chorusComm_t* comm);
 chorusResult_t chorusCommDestroy(chorusComm_t comm);
 /* Stops at once: the current operation fails here and on every peer. Any thread. */
 chorusResult_t chorusCommAbort(chorusComm_t comm);
+/* Revokes the communicator (as NCCL's ncclCommRevoke, MPI ULFM's MPI_Comm_revoke): the pending
+ * and every later operation fails with chorusRevoked on every rank, within 100 ms of the call.
+ * The news travels through the bootstrap store's watch channel and, between ranks of one host,
+ * over their shared memory too, so there it needs no store (over tcp it does, for now). The
+ * handle stays valid for chorusCommCount, chorusCommGetAsyncError and chorusCommDestroy. Any
+ * thread. */
+chorusResult_t chorusCommRevoke(chorusComm_t comm);
 chorusResult_t chorusCommGetAsyncError(chorusComm_t comm, chorusResult_t* async_error);
 chorusResult_t chorusCommCount(const chorusComm_t comm, int* count);
 chorusResult_t chorusCommUserRank(const chorusComm_t comm, int* rank);

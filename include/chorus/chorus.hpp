@@ -228,6 +228,7 @@ class Communicator {
     return Communicator(c);
   }
   void abort() { check(chorusCommAbort(comm_)); }
+  void revoke() { check(chorusCommRevoke(comm_)); }
   void destroy() { check(chorusCommDestroy(comm_)); }
   // Keeps the (destroyed) handle so later calls fail with an error; see chorus.h.
   chorusResult_t async_error() const {

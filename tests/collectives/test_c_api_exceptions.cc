@@ -326,6 +326,7 @@ TEST_CASE("no exception leaves communicator set-up, split and abort", "[c_api][e
          return rc;
        }},
       {"chorusCommAbort", true, [](chorusComm_t* c) { return chorusCommAbort(*c); }},
+      {"chorusCommRevoke", true, [](chorusComm_t* c) { return chorusCommRevoke(*c); }},
   };
   for (const Solo& solo : solos) {
     long points = 0;

@@ -128,9 +128,17 @@ void ShmLink::send_commit(size_t n) {
 }
 
 Status ShmLink::check_alive() {
+  if (ring_ctl(in_)->revoked.load(std::memory_order_acquire))
+    return make_error(Code::kRevoked, "rank {} revoked the communicator (news over the link to {})",
+                      peer(), peer_name());
   if (kill(peer_pid_, 0) != 0 && errno == ESRCH)
     return make_error(Code::kRemoteError, "{} died (process {} is gone)", peer_name(), peer_pid_);
   return Status::ok();
+}
+
+void ShmLink::signal_revoke() {
+  ring_ctl(out_)->revoked.store(1, std::memory_order_release);
+  doorbell_wake(theirs_->doorbell());  // wakes the peer even if it is not yet announced asleep
 }
 
 }  // namespace chorus::transport

@@ -46,6 +46,7 @@ class ShmLink final : public Link, public DirectSlots {
           std::shared_ptr<ShmSegment> theirs, int out_ring, int peer_pid);
   Result<bool> progress() override;
   Status check_alive() override;
+  void signal_revoke() override;
   DirectSlots* direct() override { return this; }
   size_t slot_capacity() const override { return theirs_->slot_bytes(); }
   std::pair<const char*, size_t> recv_peek() override;

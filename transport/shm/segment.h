@@ -38,6 +38,7 @@ constexpr size_t kMaxSlotBytes = size_t{1} << (64 - kSeqBits);
 // The consumer's counter; the producer reads it only when its cached copy says the ring is full.
 struct alignas(64) RingCtl {
   alignas(64) std::atomic<uint64_t> tail;  // slots released by the consumer
+  std::atomic<uint32_t> revoked;           // set by the producer: it revoked the communicator
 };
 
 // Ring layout: a RingCtl, then nslots slots of a SlotHeader and slot_bytes of data each.
