@@ -104,18 +104,18 @@ Result<std::shared_ptr<CommImpl>> CommImpl::create(std::shared_ptr<Job> job, std
 
 // The OS names of the NIC closest to this rank's GPU (hwloc), which its tcp links then listen
 // on; none for a rank without a GPU (no topology is read then).
-static std::vector<std::string> nics_near_my_gpu(int rank) {
-  auto gpu = kernels::cuda::current_gpu();
-  if (!gpu.is_ok() || !gpu.value()) return {};
+static std::vector<std::string> nics_near_gpu(
+    int rank, const std::optional<kernels::cuda::GpuIdentity>& gpu) {
+  if (!gpu) return {};
   auto machine = transport::read_machine();
   if (!machine.is_ok()) {
     log_warn("rank {}: no NIC chosen by GPU locality: {}", rank, machine.status().message());
     return {};
   }
-  std::vector<std::string> names = transport::nic_names_near_gpu(*machine, gpu.value()->bus_id);
+  std::vector<std::string> names = transport::nic_names_near_gpu(*machine, gpu->bus_id);
   if (!names.empty())
-    log_info("rank {}: GPU {} at {}: the closest NIC is {}", rank, gpu.value()->uuid,
-             gpu.value()->bus_id, fmt::join(names, ","));
+    log_info("rank {}: GPU {} at {}: the closest NIC is {}", rank, gpu->uuid, gpu->bus_id,
+             fmt::join(names, ","));
   return names;
 }
 
@@ -127,8 +127,11 @@ Status CommImpl::create_channels(const transport::Transports& transports, Deadli
   auto interrupt = [job, uid = uid_, members = job_ranks_] {
     return job->creation_news(uid, members);
   };
-  CHORUS_TRY(agree_on_settings(deadline, interrupt));
-  const std::vector<std::string> nics = nics_near_my_gpu(rank_);
+  // This rank's GPU, read once: exchanged with the settings, and it picks the tcp links' NIC.
+  CHORUS_ASSIGN_OR_RETURN(std::optional<kernels::cuda::GpuIdentity> gpu,
+                          kernels::cuda::current_gpu());
+  CHORUS_TRY(agree_on_settings(gpu, deadline, interrupt));
+  const std::vector<std::string> nics = nics_near_gpu(rank_, gpu);
   for (int k = 0; k < tuner_.nchannels; ++k) {
     auto ch = std::make_unique<Channel>();
     std::string prefix = k == 0 ? prefix_ : fmt::format("{}/ch{}", prefix_, k);
@@ -191,11 +194,10 @@ Status CommImpl::check_gpu_sharing(const std::vector<kernels::cuda::GpuIdentity>
 // naming itself and a rank that differs. The settings carry each rank's GPU (kernels/cuda/
 // device.h), so that every rank also refuses two ranks on one GPU, naming both, unless
 // CHORUS_ALLOW_SHARED_GPU=1.
-Status CommImpl::agree_on_settings(Deadline deadline, const std::function<Status()>& interrupt) {
+Status CommImpl::agree_on_settings(const std::optional<kernels::cuda::GpuIdentity>& gpu,
+                                   Deadline deadline, const std::function<Status()>& interrupt) {
   auto& store = job_->store();
   const int det = tuner_.deterministic ? 1 : 0;
-  CHORUS_ASSIGN_OR_RETURN(std::optional<kernels::cuda::GpuIdentity> gpu,
-                          kernels::cuda::current_gpu());
   CHORUS_TRY(store.set(fmt::format("{}/nch/{}", prefix_, rank_),
                        gpu ? fmt::format("{} {} {} {} {} {}", tuner_.nchannels, det, gpu->uuid,
                                          gpu->ordinal, gpu->bus_id, gpu->compute_mode)

@@ -20,6 +20,7 @@
 #include <initializer_list>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
@@ -173,7 +174,8 @@ class CommImpl : public std::enable_shared_from_this<CommImpl> {
   Status create_channels(const transport::Transports& transports, Deadline deadline);
   // Every rank must open the same number of channels and share the deterministic mode.
   Status check_gpu_sharing(const std::vector<kernels::cuda::GpuIdentity>& gpus);
-  Status agree_on_settings(Deadline deadline, const std::function<Status()>& interrupt);
+  Status agree_on_settings(const std::optional<kernels::cuda::GpuIdentity>& gpu, Deadline deadline,
+                           const std::function<Status()>& interrupt);
   Status wait_idle(std::unique_lock<std::mutex>& lock, Deadline deadline);
   Status join_threads(Deadline deadline);
   void fail(const Status& s);
