@@ -12,7 +12,8 @@ namespace chorus::transport {
 namespace {
 
 std::string encode(const PeerInfo& p) {
-  return fmt::format("{}\n{}\n{}\n{}", p.host, p.pid, p.addr.host, p.addr.port);
+  return fmt::format("{}\n{}\n{}\n{}\n{}", p.host, p.pid, p.addr.host, p.addr.port,
+                     p.ib.empty() ? "-" : p.ib);
 }
 
 Result<int> record_int(const std::string& v, const char* field, long lo, long hi, int rank) {
@@ -31,8 +32,9 @@ Result<PeerInfo> decode(const std::string& s, int rank) {
   PeerInfo p;
   std::string pid, port;
   if (!std::getline(in, p.host) || !std::getline(in, pid) || !std::getline(in, p.addr.host) ||
-      !std::getline(in, port))
+      !std::getline(in, port) || !std::getline(in, p.ib) || p.ib.empty() || p.ib.size() > 80)
     return make_error(Code::kRemoteError, "bootstrap: malformed address record from rank {}", rank);
+  if (p.ib == "-") p.ib.clear();
   CHORUS_ASSIGN_OR_RETURN(p.pid, record_int(pid, "pid", 1, (1L << 31) - 1, rank));
   CHORUS_ASSIGN_OR_RETURN(p.addr.port, record_int(port, "port", 1, 65535, rank));
   return p;
@@ -92,7 +94,8 @@ Result<LinkSet> connect_links(StoreClient& store, const std::string& prefix, uin
              fmt::join(preferred_ifnames, ","));
   SockAddr bound;
   CHORUS_ASSIGN_OR_RETURN(Fd listener, tcp_listen(host, 0, &bound));
-  PeerInfo me{host_id(), getpid(), bound};
+  PeerInfo me{host_id(), getpid(), bound, ""};
+  for (auto& t : transports.all()) t->describe(me);
   CHORUS_TRY(exchange_records(store, prefix, rank, me, deadline, interrupt, set.peers));
   CHORUS_ASSIGN_OR_RETURN(auto by_backend, assign_peers(transports, set.peers, rank));
   ConnectCtx ctx{store, prefix, uid, secret, rank, set.peers, listener, deadline, interrupt};

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "common/env.h"
+#include "transport/ib/link.h"
 #include "transport/shm/link.h"
 #include "transport/tcp/link.h"
 
@@ -20,6 +21,7 @@ struct Entry {
 constexpr Entry kRegistry[] = {
     {"shm", make_shm_transport},
     {"tcp", make_tcp_transport},
+    {"ib", make_ib_transport},
 };
 
 }  // namespace

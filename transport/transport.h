@@ -23,7 +23,8 @@ namespace chorus::transport {
 struct PeerInfo {
   std::string host;  // host_id()
   int pid = 0;
-  SockAddr addr;  // this rank's tcp listener
+  SockAddr addr;   // this rank's tcp listener
+  std::string ib;  // the verbs port this rank uses ("mlx5_0:1"), empty for none
 };
 
 // The tuner's view of a backend: latency per message, bandwidth, and the largest piece a
@@ -70,6 +71,8 @@ class Transport {
   // Must be symmetric: both ranks of a pair pick the same backend from the same records.
   virtual bool can_connect(const PeerInfo& a, const PeerInfo& b) const = 0;
   virtual LinkModel model() const = 0;
+  // Adds what peers need to know about this rank before links exist (ib: its port).
+  virtual void describe(PeerInfo&) const {}
   // Collective among `peers` (every one of them calls it with this rank in its list): puts a
   // link to each into set.links, and any wake-up source they share into set.wake_sources.
   virtual Status connect(const ConnectCtx& ctx, const std::vector<int>& peers, LinkSet& set) = 0;

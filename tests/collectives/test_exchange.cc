@@ -241,11 +241,12 @@ void require_all_ok(const std::vector<chorus::test::RankResult>& res) {
 
 TEST_CASE("gather, scatter, all-to-all and all-to-all-v deliver every block, 1 to 4 ranks",
           "[gather][scatter][all_to_all]") {
-  auto transport = GENERATE(std::string("shm"), std::string("tcp"));
+  auto transport = GENERATE(std::string("shm"), std::string("tcp"), std::string("ib"));
   for (int n = 1; n <= 4; ++n) {
     DYNAMIC_SECTION(transport << " with " << n << " ranks") {
       RunOptions o;
       o.env["CHORUS_TRANSPORT"] = transport;
+      if (transport == "ib") o.env["CHORUS_IB_EMULATE"] = "emu0";
       o.env["CHORUS_TIMEOUT"] = "60";
       o.limit_seconds = 120;
       require_all_ok(run_ranks(n, run_matrix, o));

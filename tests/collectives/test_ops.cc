@@ -1,4 +1,5 @@
-// Results of send/recv, barrier, broadcast and split, on shm and tcp, 1 to 5 real processes.
+// Results of send/recv, barrier, broadcast and split, on shm, tcp and ib (emulated), 1 to 5
+// real processes.
 #include <catch2/catch.hpp>
 
 #include <cstdio>
@@ -19,6 +20,7 @@ RunOptions with_transport(const std::string& t, std::map<std::string, std::strin
   RunOptions o;
   o.env = std::move(extra);
   o.env["CHORUS_TRANSPORT"] = t;
+  if (t == "ib") o.env["CHORUS_IB_EMULATE"] = "emu0";  // verbs emulated in shared memory
   return o;
 }
 
@@ -45,7 +47,7 @@ unsigned char pattern(size_t i, int salt) {
 }  // namespace
 
 TEST_CASE("send/recv moves every byte, any size, both links", "[p2p]") {
-  auto transport = GENERATE(std::string("shm"), std::string("tcp"));
+  auto transport = GENERATE(std::string("shm"), std::string("tcp"), std::string("ib"));
   auto res = run_ranks(
       2,
       [](int rank) {
@@ -80,7 +82,7 @@ TEST_CASE("send/recv moves every byte, any size, both links", "[p2p]") {
 
 TEST_CASE("barrier and broadcast give every rank the root's data, 1 to 5 ranks",
           "[broadcast][barrier]") {
-  auto transport = GENERATE(std::string("shm"), std::string("tcp"));
+  auto transport = GENERATE(std::string("shm"), std::string("tcp"), std::string("ib"));
   for (int n = 1; n <= 5; ++n) {
     DYNAMIC_SECTION(transport << " with " << n << " ranks") {
       // Small chunks so that the pipeline has many stages.
@@ -165,7 +167,7 @@ TEST_CASE("work can be tested and waited on with a timeout", "[work]") {
 }
 
 TEST_CASE("grouped send/recv exchange big messages around a ring without deadlock", "[group]") {
-  auto transport = GENERATE(std::string("shm"), std::string("tcp"));
+  auto transport = GENERATE(std::string("shm"), std::string("tcp"), std::string("ib"));
   auto res = run_ranks(
       3,
       [](int rank) {

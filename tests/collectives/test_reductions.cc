@@ -1,7 +1,7 @@
 // All-reduce (ring, tree, recursive doubling), reduce, all-gather and reduce-scatter against a
-// serial reference: all ten types, every op, 1 to 5 ranks, both links, counts 0, 1, primes, not
-// divisible by the rank count, and large; in place and out of place. Integer sums and products
-// that overflow wrap, and integer avg truncates, in every algorithm.
+// serial reference: all ten types, every op, 1 to 5 ranks, shm, tcp and ib (emulated verbs),
+// counts 0, 1, primes, not divisible by the rank count, and large; in place and out of place.
+// Integer sums and products that overflow wrap, and integer avg truncates, in every algorithm.
 #include <catch2/catch.hpp>
 
 #include <cstdint>
@@ -270,11 +270,13 @@ TEST_CASE("the hierarchical all-reduce and the host-ordered ring match the seria
 
 TEST_CASE("reductions and gathers match the serial reference",
           "[reduce][all_reduce][all_gather][reduce_scatter]") {
-  auto transport = GENERATE(std::string("shm"), std::string("tcp"));
+  auto transport = GENERATE(std::string("shm"), std::string("tcp"), std::string("ib"));
   for (int n = 1; n <= 5; ++n) {
     DYNAMIC_SECTION(transport << " with " << n << " ranks") {
       RunOptions o;
       o.env["CHORUS_TRANSPORT"] = transport;
+      o.env["CHORUS_IB_EMULATE"] = "emu0";  // used by ib only: verbs emulated in shared memory
+      o.env["CHORUS_IB_SLOT_BYTES"] = "64K";
       o.env["CHORUS_SHM_SLOT_BYTES"] = "64K";
       o.limit_seconds = 240;
       auto res = run_ranks(n, run_matrix, o);
