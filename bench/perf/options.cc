@@ -76,8 +76,10 @@ std::optional<int> parse_options(int argc, char** argv, Options& o) {
   app.add_option("--algo", o.algo, "CHORUS_ALGO for this run: ring|tree|rd|direct|fold|hier|auto")
       ->check(CLI::IsMember({"ring", "tree", "rd", "direct", "fold", "hier", "auto"}))
       ->capture_default_str();
-  app.add_option("--transport", o.transport, "CHORUS_TRANSPORT for this run: shm|tcp|auto")
-      ->check(CLI::IsMember({"shm", "tcp", "auto"}))
+  app.add_option(
+         "--transport", o.transport,
+         "CHORUS_TRANSPORT for this run: shm|tcp|ib|auto (ib: a verbs port, or CHORUS_IB_EMULATE)")
+      ->check(CLI::IsMember({"shm", "tcp", "ib", "auto"}))
       ->capture_default_str();
   app.add_flag("--deterministic", o.deterministic,
                "CHORUS_DETERMINISTIC=1 for this run: reductions in rank order, the same bits "
