@@ -211,31 +211,40 @@ CHORUS_API chorusResult_t chorusCommInitRank(chorusComm_t* comm, int nranks, cho
 }
 CHORUS_CATCH_ALL
 
+// A chorusConfig_t as the caller filled it: its timeout (0: the default's) and deterministic
+// mode (-1: the default's).
+Status check_config(const char* call, const chorusConfig_t& config, double* t, int* det) {
+  // The first version of the struct ended before `deterministic`.
+  constexpr size_t kSizeV1 = offsetof(chorusConfig_t, deterministic);
+  if (config.size != sizeof(chorusConfig_t) && config.size != kSizeV1)
+    return make_error(Code::kInvalidArgument,
+                      "{}: config->size is {}, expected sizeof(chorusConfig_t) = {} (start from "
+                      "CHORUS_CONFIG_INITIALIZER)",
+                      call, config.size, sizeof(chorusConfig_t));
+  *det = config.size == kSizeV1 ? -1 : config.deterministic;
+  if (*det < -1 || *det > 1)
+    return make_error(Code::kInvalidArgument,
+                      "{}: config->deterministic is {}, expected 1 (on), 0 (off) or -1 "
+                      "(CHORUS_DETERMINISTIC's)",
+                      call, *det);
+  *t = config.timeout_seconds;
+  if (!(*t >= 0) || *t > 1e9)
+    return make_error(Code::kInvalidArgument,
+                      "{}: config->timeout_seconds is {}, expected 0 (CHORUS_TIMEOUT) or more "
+                      "than 0 and at most 1e9",
+                      call, *t);
+  return Status::ok();
+}
+
 CHORUS_API chorusResult_t chorusCommInitRankConfig(chorusComm_t* comm, int nranks,
                                                    chorusUniqueId id, int rank,
                                                    const chorusConfig_t* config) try {
   constexpr const char* kCall = "chorusCommInitRankConfig";
   if (!comm) return fail(Code::kInvalidArgument, "{}: comm is NULL", kCall);
   if (!config) return fail(Code::kInvalidArgument, "{}: config is NULL", kCall);
-  // The first version of the struct ended before `deterministic`.
-  constexpr size_t kSizeV1 = offsetof(chorusConfig_t, deterministic);
-  if (config->size != sizeof(chorusConfig_t) && config->size != kSizeV1)
-    return fail(Code::kInvalidArgument,
-                "{}: config->size is {}, expected sizeof(chorusConfig_t) = {} (start from "
-                "CHORUS_CONFIG_INITIALIZER)",
-                kCall, config->size, sizeof(chorusConfig_t));
-  const int det = config->size == kSizeV1 ? -1 : config->deterministic;
-  if (det < -1 || det > 1)
-    return fail(Code::kInvalidArgument,
-                "{}: config->deterministic is {}, expected 1 (on), 0 (off) or -1 "
-                "(CHORUS_DETERMINISTIC's)",
-                kCall, det);
-  const double t = config->timeout_seconds;
-  if (!(t >= 0) || t > 1e9)
-    return fail(Code::kInvalidArgument,
-                "{}: config->timeout_seconds is {}, expected 0 (CHORUS_TIMEOUT) or more than 0 "
-                "and at most 1e9",
-                kCall, t);
+  double t = 0;
+  int det = -1;
+  if (Status s = check_config(kCall, *config, &t, &det); !s.is_ok()) return report(s);
   if (Status s = chorus::capi::check_world(kCall, "nranks", nranks, rank); !s.is_ok())
     return report(s);
   chorus::transport::UniqueIdData data;
@@ -354,6 +363,38 @@ CHORUS_API chorusResult_t chorusCommSplit(chorusComm_t h, int color, int key,
     chorus::capi::abort_after_exception(**c, s);
     return report(s);
   }
+}
+CHORUS_CATCH_ALL
+
+// A communicator of the survivors (shrink.cc). Works on a failed or revoked communicator;
+// CHORUS_SHRINK_ABORT revokes this one first, so its pending operations end at once.
+CHORUS_API chorusResult_t chorusCommShrink(chorusComm_t h, const int* exclude, int nexclude,
+                                           chorusComm_t* newcomm, const chorusConfig_t* config,
+                                           int flags) try {
+  constexpr const char* kCall = "chorusCommShrink";
+  if (!newcomm) return fail(Code::kInvalidArgument, "{}: newcomm is NULL", kCall);
+  *newcomm = nullptr;
+  auto c = live(h, kCall);
+  if (!c.is_ok()) return report(c.status());
+  const int rank = (*c)->rank(), size = (*c)->size();
+  if (nexclude < 0 || nexclude > size || (nexclude > 0 && !exclude))
+    return fail(Code::kInvalidArgument,
+                "{} on rank {}: {} excluded ranks at {} (expected 0..{}, and a list when > 0)",
+                kCall, rank, nexclude, static_cast<const void*>(exclude), size);
+  if (flags & ~(CHORUS_SHRINK_ABORT | CHORUS_SHRINK_AGREE))
+    return fail(Code::kInvalidArgument,
+                "{} on rank {}: flags {:#x} (expected CHORUS_SHRINK_DEFAULT, _ABORT, _AGREE)",
+                kCall, rank, flags);
+  double t = 0;
+  int det = -1;
+  if (config)
+    if (Status s = check_config(kCall, *config, &t, &det); !s.is_ok()) return report(s);
+  if (flags & CHORUS_SHRINK_ABORT) (*c)->revoke();
+  std::vector<int> ex(exclude, exclude + nexclude);
+  auto n = (*c)->shrink(ex, (flags & CHORUS_SHRINK_AGREE) != 0, t, det);
+  if (!n.is_ok()) return report(n.status().wrap(fmt::format("{} on rank {}", kCall, rank)));
+  *newcomm = new_handle(std::move(n.value()));
+  return chorusSuccess;
 }
 CHORUS_CATCH_ALL
 

@@ -21,6 +21,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <thread>
@@ -152,6 +153,12 @@ class CommImpl : public std::enable_shared_from_this<CommImpl> {
   uint64_t next_p2p_seq(int peer, bool send);
 
   Result<std::shared_ptr<CommImpl>> split(int color, int key);
+  // chorusCommShrink (shrink.cc): a communicator of every rank but `exclude` (this rank's
+  // numbering); with `agree`, the survivors find and agree on the failed ranks themselves.
+  // Works on a failed or revoked communicator. timeout_s <= 0 and deterministic < 0: this
+  // communicator's.
+  Result<std::shared_ptr<CommImpl>> shrink(const std::vector<int>& exclude, bool agree,
+                                           double timeout_s, int deterministic);
   void abort(const std::string& why);
   // chorusCommRevoke: every pending and later operation fails with kRevoked, here and on every
   // peer; the communicator stays valid for destroy (and, later, shrink). Any thread.
@@ -177,6 +184,8 @@ class CommImpl : public std::enable_shared_from_this<CommImpl> {
   Status agree_on_settings(const std::optional<kernels::cuda::GpuIdentity>& gpu, Deadline deadline,
                            const std::function<Status()>& interrupt);
   Status wait_idle(std::unique_lock<std::mutex>& lock, Deadline deadline);
+  Result<std::set<int>> agree_on_failed(const std::set<int>& mine, uint64_t round,
+                                        Deadline deadline);
   Status join_threads(Deadline deadline);
   void fail(const Status& s);
   void wake();

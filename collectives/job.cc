@@ -139,6 +139,13 @@ void Job::publish_creation_failure(uint64_t comm_uid, const Status& why) {
                                         static_cast<int>(why.code()), rank_, why.message()));
 }
 
+std::string Job::store_gone_text() {
+  if (!watch_ || !watch_->store_gone()) return "";
+  const int host = store_host_rank();
+  return host >= 0 ? fmt::format("the bootstrap store is gone with rank {}, which hosted it", host)
+                   : "the bootstrap store is gone (its process ended)";
+}
+
 std::string Job::dead_text(int r) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = dead_.find(r);

@@ -34,6 +34,9 @@ class Job : public std::enable_shared_from_this<Job> {
   const std::string& method() const { return method_; }
   // This process hosts the bootstrap store (it closes when the process ends).
   bool hosts_store() const { return server_ != nullptr; }
+  // The store's connection closed (its process ended); "" while it is up, else why, naming
+  // the rank that hosted it when known.
+  std::string store_gone_text();
 
   void add(const std::shared_ptr<CommImpl>& c);
   void remove(const CommImpl* c);

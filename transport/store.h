@@ -121,6 +121,8 @@ class StoreClient {
   // as soon as interrupt() returns an error (a peer failed or died meanwhile).
   Result<std::string> get(const std::string& key, Deadline deadline,
                           const std::function<Status()>& interrupt = {});
+  // The key's value if it is set now (kTimeout if not), without waiting.
+  Result<std::string> try_get(const std::string& key);
   // Returns once all ranks have joined; on timeout, the error lists the ranks that never came.
   Status join(Deadline deadline);
   const SockAddr& server() const { return server_; }

@@ -73,6 +73,10 @@ Status StoreClient::set(const std::string& key, const std::string& value) {
   return request(kSet, key, value, 0, Deadline::after_seconds(kIoSeconds)).status();
 }
 
+Result<std::string> StoreClient::try_get(const std::string& key) {
+  return request(kGet, key, "", 0, Deadline::after_seconds(kIoSeconds));
+}
+
 Result<std::string> StoreClient::get(const std::string& key, Deadline deadline,
                                      const std::function<Status()>& interrupt) {
   while (true) {

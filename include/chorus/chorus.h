@@ -169,6 +169,24 @@ chorusResult_t chorusCommUserRank(const chorusComm_t comm, int* rank);
 /* Collective over comm: ranks with the same color form a new communicator, ordered by key
  * (then by old rank). color CHORUS_SPLIT_NOCOLOR gives *newcomm = NULL. */
 chorusResult_t chorusCommSplit(chorusComm_t comm, int color, int key, chorusComm_t* newcomm);
+/* A new communicator of every rank but the excluded ones (as NCCL's ncclCommShrink), called by
+ * each survivor, also on a communicator that failed or was revoked; ranks keep their order.
+ * config (may be NULL: this communicator's) sets the new one's timeout and mode. Flags:
+ *   CHORUS_SHRINK_DEFAULT  exclude exactly the listed ranks (every survivor lists the same);
+ *   CHORUS_SHRINK_ABORT    revoke this communicator first, so its pending operations end;
+ *   CHORUS_SHRINK_AGREE    the library excludes, besides the listed ranks, every rank that has
+ *                          failed (died, or sent no word within 80% of the timeout), and all
+ *                          survivors agree on the same set even when ranks die meanwhile
+ *                          (collectives/shrink.cc says how, and what it assumes: the
+ *                          bootstrap store's process is alive). A rank that dies after the
+ *                          agreement fails the new communicator's creation: shrink again.
+ * Bounded by the timeout; a survivor excluded by the others gets chorusRemoteError. */
+#define CHORUS_SHRINK_DEFAULT 0x0
+#define CHORUS_SHRINK_ABORT 0x1
+#define CHORUS_SHRINK_AGREE 0x2
+chorusResult_t chorusCommShrink(chorusComm_t comm, const int* excludeRanksList,
+                                int excludeRanksCount, chorusComm_t* newcomm,
+                                const chorusConfig_t* config, int shrinkFlags);
 
 /* Blocking operations. */
 chorusResult_t chorusSend(const void* sendbuff, size_t count, chorusDataType_t datatype, int peer,

@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "chorus/chorus.h"
 
@@ -225,6 +226,13 @@ class Communicator {
   Communicator split(int color, int key) {
     chorusComm_t c = nullptr;
     check(chorusCommSplit(comm_, color, key, &c));
+    return Communicator(c);
+  }
+  // A communicator of the survivors: every rank but `exclude`; flags CHORUS_SHRINK_*.
+  Communicator shrink(const std::vector<int>& exclude, int flags = CHORUS_SHRINK_DEFAULT) {
+    chorusComm_t c = nullptr;
+    check(chorusCommShrink(comm_, exclude.data(), static_cast<int>(exclude.size()), &c, nullptr,
+                           flags));
     return Communicator(c);
   }
   void abort() { check(chorusCommAbort(comm_)); }

@@ -23,7 +23,7 @@ using chorus::test::RunOptions;
 
 namespace {
 
-enum class Entry { kInitAll, kInitFromEnv, kUniqueId };
+enum class Entry { kInitAll, kInitFromEnv, kUniqueId, kShrinkAgree };
 
 struct BadValue {
   const char* var;
@@ -71,6 +71,8 @@ const BadValue kBad[] = {
     {"CHORUS_IB_REG_CACHE_BYTES", "lots"},
     {"CHORUS_IB_EMULATE", "emu0:0"},
     {"CHORUS_TEST_IB_BAD_RKEY", "2"},
+    {"CHORUS_TEST_SHRINK_DIE", "1:later", Entry::kShrinkAgree},
+    {"CHORUS_TEST_SHRINK_DIE", "one:view", Entry::kShrinkAgree},
     {"CHORUS_SOCKET_IFNAME", "no-such-if0", Entry::kInitAll, "CHORUS_TRANSPORT=tcp"},
     {"CHORUS_STORE_BIND", "not-an-address", Entry::kUniqueId},
 };
@@ -93,6 +95,16 @@ int call(Entry entry) {
     chorusComm_t comm = nullptr;
     r = chorusCommInitFromEnv(&comm);
     if (r == chorusSuccess) chorusCommDestroy(comm);
+  } else if (entry == Entry::kShrinkAgree) {  // read when the survivors agree
+    chorusComm_t comm = nullptr, small = nullptr;
+    r = chorusCommInitAll(&comm, 1, nullptr);
+    if (r == chorusSuccess) {
+      r = chorusCommShrink(comm, nullptr, 0, &small, nullptr, CHORUS_SHRINK_AGREE);
+      if (small) chorusCommDestroy(small);
+      if (r != chorusSuccess) std::fprintf(stderr, "error: %s\n", chorusGetLastError(nullptr));
+      chorusCommDestroy(comm);
+      return r == chorusSuccess ? 0 : 3;
+    }
   } else {
     chorusUniqueId id;
     r = chorusGetUniqueId(&id);
@@ -128,7 +140,7 @@ TEST_CASE("a bad value of any CHORUS_* variable is an error naming the variable 
 
 TEST_CASE("the same calls succeed without the bad values (the cases above test the values)",
           "[env]") {
-  for (Entry e : {Entry::kInitAll, Entry::kInitFromEnv, Entry::kUniqueId}) {
+  for (Entry e : {Entry::kInitAll, Entry::kInitFromEnv, Entry::kUniqueId, Entry::kShrinkAgree}) {
     auto res = run_ranks(
         1, [&](int) { return call(e); }, RunOptions{});
     INFO(res[0].output);
