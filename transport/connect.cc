@@ -102,18 +102,17 @@ Result<LinkSet> connect_links(StoreClient& store, const std::string& prefix, uin
   std::string summary;
   for (size_t k = 0; k < by_backend.size(); ++k) {
     Transport& t = *transports.all()[k];
-    // Every pair's link, for CHORUS_DEBUG=INFO: "1 shm peer(s) (1), 2 tcp peer(s) (2,3)".
-    summary += fmt::format(
-        "{}{} {} peer(s){}", summary.empty() ? "" : ", ", by_backend[k].size(), t.name(),
-        by_backend[k].empty() ? "" : fmt::format(" ({})", fmt::join(by_backend[k], ",")));
     if (by_backend[k].empty()) continue;
+    // Every pair's link, for CHORUS_DEBUG=INFO: "1 shm peer(s) (1), 2 tcp peer(s) (2,3)".
+    summary += fmt::format("{}{} {} peer(s) ({})", summary.empty() ? "" : ", ",
+                           by_backend[k].size(), t.name(), fmt::join(by_backend[k], ","));
     Status s = t.connect(ctx, by_backend[k], set);
     if (!s.is_ok()) {
       for (auto& b : transports.all()) b->clean_up_after_failure(ctx);
       return s;
     }
   }
-  log_info("links: rank {}: {}", rank, summary);
+  log_info("links: rank {}: {}", rank, summary.empty() ? "no peers" : summary);
   return set;
 }
 

@@ -273,13 +273,13 @@ TEST_CASE("an idle stranger on a rank's link port delays no link set-up", "[adve
             if (!store.is_ok()) return;
             auto rec = store.value()->get("r.s1c0/addr/0", Deadline::after_seconds(10));
             if (!rec.is_ok()) return;
-            // "host id\npid\naddress\nport"
+            // "host id\npid\naddress\nport\nib port"
             std::vector<std::string> lines;
             size_t at = 0;
             for (size_t nl; (nl = rec.value().find('\n', at)) != std::string::npos; at = nl + 1)
               lines.push_back(rec.value().substr(at, nl - at));
             lines.push_back(rec.value().substr(at));
-            if (lines.size() != 4) return;
+            if (lines.size() != 5) return;
             auto fd = chorus::tcp_connect({lines[2], std::atoi(lines[3].c_str())},
                                           Deadline::after_seconds(5));
             if (fd.is_ok()) stranger = fd.value().release();
