@@ -30,6 +30,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <set>
 #include <sstream>
 
@@ -108,6 +109,16 @@ Result<std::set<int>> CommImpl::agree_on_failed(const std::set<int>& mine, uint6
   const double budget = std::max(0.5, deadline.remaining() * 0.8);
   const Deadline leader_deadline = Deadline::after_seconds(budget);
   const std::string decision_key = fmt::format("{}/decision", base);
+  // Waits for a key in 20 ms slices, so a death (stop()) ends the wait within one slice.
+  auto wait_key = [&](const std::string& key, Deadline limit,
+                      const std::function<Status()>& stop) -> Result<std::string> {
+    while (true) {
+      auto v = store.get(key, Deadline::after_seconds(std::min(0.02, limit.remaining())));
+      if (v.is_ok() || v.status().code() != Code::kTimeout) return v;
+      CHORUS_TRY(stop());
+      if (limit.expired()) return v;
+    }
+  };
   while (true) {
     int leader = -1;
     for (int r = 0; r < size() && leader < 0; ++r)
@@ -115,7 +126,7 @@ Result<std::set<int>> CommImpl::agree_on_failed(const std::set<int>& mine, uint6
     if (leader < 0)
       return make_error(Code::kInternalError, "shrink: every rank is excluded or dead");
     if (leader != rank_) {
-      auto d = store.get(decision_key, deadline, [&]() -> Status {
+      auto d = wait_key(decision_key, deadline, [&]() -> Status {
         if (dead(leader)) return make_error(Code::kRemoteError, "leader {} died", leader);
         return Status::ok();
       });
@@ -128,10 +139,11 @@ Result<std::set<int>> CommImpl::agree_on_failed(const std::set<int>& mine, uint6
     std::set<int> decision = view, missing;
     for (int r = 0; r < size(); ++r) {
       if (r == rank_ || view.count(r)) continue;  // excluded by us already: no need to wait
-      auto v = store.get(fmt::format("{}/view/{}", base, r), leader_deadline, [&]() -> Status {
+      auto v = wait_key(fmt::format("{}/view/{}", base, r), leader_deadline, [&]() -> Status {
         return dead(r) ? make_error(Code::kRemoteError, "rank {} died", r) : Status::ok();
       });
-      if (!v.is_ok()) {
+      if (!v.is_ok() && v.status().code() != Code::kTimeout && !dead(r)) return v.status();
+      if (!v.is_ok()) {  // dead, or silent for 80% of the timeout
         missing.insert(r);
         continue;
       }
