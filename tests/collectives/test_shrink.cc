@@ -53,6 +53,25 @@ bool fails_soon(chorus::Communicator& comm) {
   return false;
 }
 
+// The victim finishes an all-reduce and kills itself; the others run all-reduces until one
+// fails: true once it did.
+bool kill_or_see_death(chorus::Communicator& comm, int victim) {
+  if (comm.rank() == victim) {
+    check_all_reduce(comm, "before the kill");
+    raise(SIGKILL);
+  }
+  return fails_soon(comm);
+}
+
+// Each listed rank's exit code (-SIGKILL: killed), with its output on failure.
+void require_exits(const std::vector<chorus::test::RankResult>& res,
+                   const std::vector<std::pair<int, int>>& expected) {
+  for (auto [r, code] : expected) {
+    INFO("rank " << r << ":\n" << res[r].output);
+    CHECK(res[r].exit_code == code);
+  }
+}
+
 RunOptions opts() {
   RunOptions o;
   o.env["CHORUS_TIMEOUT"] = "20";
@@ -76,11 +95,7 @@ TEST_CASE("shrink excluding a killed rank: the survivors continue, renumbered", 
         4,
         [flags](int rank) {
           auto comm = chorus::Communicator::from_env();
-          if (rank == 2) {
-            check_all_reduce(comm, "all four");
-            raise(SIGKILL);
-          }
-          if (!fails_soon(comm)) return 2;
+          if (!kill_or_see_death(comm, 2)) return 2;
           // The library's own list may only add rank 2; with it, the caller lists nobody.
           std::vector<int> exclude;
           if (!(flags & CHORUS_SHRINK_AGREE)) exclude = {2};
@@ -95,11 +110,7 @@ TEST_CASE("shrink excluding a killed rank: the survivors continue, renumbered", 
           return 0;
         },
         o);
-    CHECK(res[2].exit_code == -SIGKILL);
-    for (int r : {0, 1, 3}) {
-      INFO("rank " << r << ":\n" << res[r].output);
-      CHECK(res[r].exit_code == 0);
-    }
+    require_exits(res, {{2, -SIGKILL}, {0, 0}, {1, 0}, {3, 0}});
   }
 }
 
@@ -111,11 +122,7 @@ TEST_CASE("agreement: a rank that dies before giving its view is excluded by eve
       4,
       [](int rank) {
         auto comm = chorus::Communicator::from_env();
-        if (rank == 3) {
-          check_all_reduce(comm, "all four");
-          raise(SIGKILL);
-        }
-        if (!fails_soon(comm)) return 2;
+        if (!kill_or_see_death(comm, 3)) return 2;
         auto small = comm.shrink({}, CHORUS_SHRINK_AGREE);  // rank 1 dies in here
         if (small.size() != 2) return 3;
         for (int i = 0; i < 3; ++i)
@@ -123,12 +130,7 @@ TEST_CASE("agreement: a rank that dies before giving its view is excluded by eve
         return 0;
       },
       o);
-  CHECK(res[3].exit_code == -SIGKILL);
-  CHECK(res[1].exit_code == -SIGKILL);
-  for (int r : {0, 2}) {
-    INFO("rank " << r << ":\n" << res[r].output);
-    CHECK(res[r].exit_code == 0);
-  }
+  require_exits(res, {{3, -SIGKILL}, {1, -SIGKILL}, {0, 0}, {2, 0}});
 }
 
 TEST_CASE("agreement: the leader dies before deciding; the next one decides for all",
@@ -160,11 +162,7 @@ TEST_CASE("agreement: the leader dies before deciding; the next one decides for 
       o);
   std::remove(marker("done2").c_str());
   std::remove(marker("done3").c_str());
-  CHECK(res[1].exit_code == -SIGKILL);
-  for (int r : {0, 2, 3}) {
-    INFO("rank " << r << ":\n" << res[r].output);
-    CHECK(res[r].exit_code == 0);
-  }
+  require_exits(res, {{1, -SIGKILL}, {0, 0}, {2, 0}, {3, 0}});
 }
 
 TEST_CASE("shrink refuses bad arguments by name", "[shrink]") {
@@ -198,10 +196,7 @@ TEST_CASE("shrink refuses bad arguments by name", "[shrink]") {
         return 0;
       },
       opts());
-  for (int r = 0; r < 2; ++r) {
-    INFO("rank " << r << ":\n" << res[r].output);
-    CHECK(res[r].exit_code == 0);
-  }
+  require_exits(res, {{0, 0}, {1, 0}});
 }
 
 TEST_CASE("with the store's process killed, shrink fails within its bound, saying why",
@@ -212,11 +207,7 @@ TEST_CASE("with the store's process killed, shrink fails within its bound, sayin
       3,
       [](int rank) {
         auto comm = chorus::Communicator::from_env();
-        if (rank == 0) {
-          check_all_reduce(comm, "all three");
-          raise(SIGKILL);
-        }
-        if (!fails_soon(comm)) return 2;
+        if (!kill_or_see_death(comm, 0)) return 2;
         auto t0 = std::chrono::steady_clock::now();
         try {
           auto small = comm.shrink({0}, CHORUS_SHRINK_AGREE);
@@ -231,9 +222,5 @@ TEST_CASE("with the store's process killed, shrink fails within its bound, sayin
         }
       },
       o);
-  CHECK(res[0].exit_code == -SIGKILL);
-  for (int r : {1, 2}) {
-    INFO("rank " << r << ":\n" << res[r].output);
-    CHECK(res[r].exit_code == 0);
-  }
+  require_exits(res, {{0, -SIGKILL}, {1, 0}, {2, 0}});
 }
