@@ -120,7 +120,7 @@ TEST_CASE("agreement: a rank that dies before giving its view is excluded by eve
   o.env["CHORUS_TEST_SHRINK_DIE"] = "1:view";
   auto res = run_ranks(
       4,
-      [](int rank) {
+      [](int) {
         auto comm = chorus::Communicator::from_env();
         if (!kill_or_see_death(comm, 3)) return 2;
         auto small = comm.shrink({}, CHORUS_SHRINK_AGREE);  // rank 1 dies in here
@@ -205,7 +205,7 @@ TEST_CASE("with the store's process killed, shrink fails within its bound, sayin
   o.env["CHORUS_TIMEOUT"] = "6";
   auto res = run_ranks(
       3,
-      [](int rank) {
+      [](int) {
         auto comm = chorus::Communicator::from_env();
         if (!kill_or_see_death(comm, 0)) return 2;
         auto t0 = std::chrono::steady_clock::now();
