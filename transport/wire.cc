@@ -128,6 +128,7 @@ Code code_from_wire(int32_t v) {
     case Code::kTimeout:
     case Code::kAborted:
     case Code::kMismatch:
+    case Code::kRevoked:
       return static_cast<Code>(v);
   }
   return Code::kRemoteError;
