@@ -186,7 +186,7 @@ bool IbLink::progress_send() {
       Request& q = sends_[cursor_];
       if (zero_copy(q)) break;
       size_t k = std::min(cfg_.slot_bytes - used, q.n - q.done);
-      std::memcpy(dst + used, q.buf + q.done, k);
+      if (k) std::memcpy(dst + used, q.buf + q.done, k);  // a 0-byte request may have no buffer
       used += k;
       q.done += k;
       if (q.done < q.n) break;
