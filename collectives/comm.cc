@@ -494,7 +494,13 @@ std::string CommImpl::state_text() const {
 }
 
 std::string CommImpl::timeout_report(const OpDesc& d, const std::string& waiting_for) {
+  // A rank arrived if it is in this call, or already left it (its own deadline or an error ended
+  // it while our query was on its way).
   std::string mine = "in " + describe(d);
+  std::string left = "idle, last finished " + describe(d) + " ";
+  auto arrived = [&](const std::string& t) {
+    return t.rfind(mine, 0) == 0 || t.rfind(left, 0) == 0;
+  };
   std::string report, absent;
   std::shared_ptr<Job> job;
   {
@@ -511,10 +517,10 @@ std::string CommImpl::timeout_report(const OpDesc& d, const std::string& waiting
       std::string text = it == answers.end() ? "no answer within 2 s" : it->second;
       if (std::string dead = job->dead_text(job_ranks_[r]); !dead.empty())
         text = "dead: " + dead;
-      else if (text.rfind(mine, 0) != 0)
+      else if (!arrived(text))
         text = "late: " + text;
       report += fmt::format("; rank {}: {}", r, text);
-      if (text.rfind(mine, 0) == 0) continue;
+      if (arrived(text)) continue;
       if (!absent.empty()) absent += ',';
       absent += std::to_string(r);
     }

@@ -87,19 +87,42 @@ def run_meson_test(build, args):
     return counts, proc.wait()
 
 
-def print_skips(build):
+def test_log(build):
+    """meson's JSON log of the last `meson test` in BUILD, one dict per test."""
     try:
         with open(os.path.join(build, "meson-logs", "testlog.json"), errors="replace") as f:
-            for line in f:
-                try:
-                    t = json.loads(line.strip("\x00\n "))
-                except ValueError:
-                    continue
-                if t.get("result") == "SKIP":
-                    reason = [l for l in (t.get("stdout") or "").splitlines() if "skip" in l.lower()]
-                    print(f"skipped {t['name']}: {reason[-1] if reason else '(no reason printed)'}")
+            lines = f.readlines()
     except OSError:
-        pass
+        return []
+    out = []
+    for line in lines:
+        try:
+            out.append(json.loads(line.strip("\x00\n ")))
+        except ValueError:
+            continue
+    return out
+
+
+def print_skips(build):
+    for t in test_log(build):
+        if t.get("result") == "SKIP":
+            reason = [l for l in (t.get("stdout") or "").splitlines() if "skip" in l.lower()]
+            print(f"skipped {t['name']}: {reason[-1] if reason else '(no reason printed)'}")
+
+
+def failures(build):
+    """'BUILD/TEST (RESULT): the first line of its output that says what failed', per failure."""
+    out = []
+    for t in test_log(build):
+        if t.get("result") not in ("FAIL", "TIMEOUT", "UNEXPECTEDPASS", "ERROR"):
+            continue
+        text = (t.get("stdout") or "") + (t.get("stderr") or "")
+        lines = [l.strip() for l in text.splitlines() if l.strip()]
+        at = next((i for i, l in enumerate(lines)
+                   if re.search(r"FAILED|error|lacks|expected|timed out", l)), 0)
+        hint = " | ".join(lines[at:at + 6])[:400] or "(no output)"
+        out.append(f"{build}/{t['name']} ({t['result']}): {hint}")
+    return out
 
 
 def run_stage(build, patterns, extra_args):
@@ -167,6 +190,11 @@ def main():
         fmt = lambda t: f"{t.wall:7.0f} /{t.cpu:6.0f}" if t else "      - /     -"
         for build, p, f, s, bt, tt in report:
             print(f"{build:<20} {p:7} {f:6} {s:7}   {fmt(bt):>16}   {fmt(tt):>16}")
+    # The names of what failed come last, where a log's tail shows them.
+    for build, _, f, _, _, _ in report:
+        if f:
+            for line in failures(build):
+                print("failed: " + line)
     print(f"{totals[0]} passed, {totals[1]} failed, {totals[2]} skipped")
     sys.exit(1 if totals[1] else 0)
 

@@ -425,6 +425,37 @@ TEST_CASE("a deadline lists the ranks that never arrived and what they were doin
   REQUIRE((std::regex_search(res[0].output, late) || std::regex_search(res[1].output, late)));
 }
 
+TEST_CASE("a rank that already left the call on its own deadline counts as arrived",
+          "[failure][timeout]") {
+  // The ordering a loaded machine makes now and then, forced: rank 1's deadline is shorter, so
+  // when rank 0's deadline passes rank 1 has already timed out and left barrier #2, and the store
+  // holds rank 1's error news back (CHORUS_TEST_WATCH_DELAY_MS) so rank 0 times out on its own.
+  RunOptions o = on("shm", 2.0);
+  o.env["CHORUS_TEST_WATCH_DELAY_MS"] = "1500";
+  auto res = run_ranks(
+      3,
+      [](int rank) {
+        if (rank == 1) setenv("CHORUS_TIMEOUT", "0.7", 1);
+        auto comm = chorus::Communicator::from_env();
+        comm.barrier();
+        if (rank == 0)
+          return expect_error([&] { comm.barrier(); }, chorusTimeout,
+                              "ranks that never arrived: 2;", 6);
+        if (rank == 1) {
+          const int rc = expect_error([&] { comm.barrier(); }, chorusTimeout, "rank 2", 4);
+          usleep(3000000);  // stays to answer rank 0's question
+          return rc;
+        }
+        usleep(4000000);  // rank 2 dawdles past both deadlines
+        return expect_error([&] { comm.barrier(); }, chorusRemoteError, "timed out", 1);
+      },
+      o);
+  require_codes(res, {0, 0, 0});
+  const std::regex left("rank 1: idle, last finished barrier #2 [0-9]+\\.[0-9] s ago");
+  INFO("rank 0 output:\n" << res[0].output);
+  REQUIRE(std::regex_search(res[0].output, left));
+}
+
 TEST_CASE("joining times out naming the ranks that never came", "[failure][join]") {
   RunOptions o = on("shm", 2.0);
   o.world_size = 3;  // only 2 of 3 start
