@@ -267,6 +267,7 @@ Status IbLink::check_alive() {
 }
 
 std::pair<const char*, size_t> IbLink::recv_peek() {
+  if (!recvs_.empty()) return {nullptr, 0};  // posted receives come first in the stream
   if (filled_.empty()) poll_cq();
   if (filled_.empty() || !error_.is_ok()) return {nullptr, 0};
   return {in_slot(in_seq_) + in_off_, filled_.front() - in_off_};
@@ -278,6 +279,7 @@ void IbLink::recv_consume(size_t n) {
 }
 
 std::pair<char*, size_t> IbLink::send_reserve() {
+  if (cursor_ < sends_.size()) return {nullptr, 0};  // posted sends not yet written go first
   if (!can_write() || staged_busy_[out_seq_ % cfg_.nslots]) poll_cq();
   if (!can_write() || staged_busy_[out_seq_ % cfg_.nslots]) return {nullptr, 0};
   return {out_slot(out_seq_), cfg_.slot_bytes};
