@@ -536,11 +536,23 @@ void CommImpl::abort(const std::string& why) {
 
 // Fails this rank's current and later operations with kRevoked, and tells every peer twice over:
 // through the watch channel (fail() broadcasts) and over each link that can (Link::signal_revoke:
-// shm), which needs no store, so the news arrives also when the process that hosted it is gone.
+// shm, ib), which needs no store, so the news arrives also when the process that hosted it is
+// gone. The links are told once no operation runs on them: a failed operation leaves within a
+// sleep slice (100 ms); one that has not left after 2 s leaves the news to the watch channel.
 void CommImpl::revoke() {
   fail(Status(Code::kRevoked,
               fmt::format("rank {} revoked the communicator (chorusCommRevoke)", rank_)));
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
+  ++drain_waiters_;  // the inline path notifies only when someone waits
+  const bool idle = cv_.wait_for(lock, std::chrono::seconds(2), [&] { return !running_op_; });
+  --drain_waiters_;
+  if (!idle) {
+    log_warn(
+        "rank {}: revoke: an operation still runs after 2 s; the peers hear of the revoke "
+        "through the bootstrap store only",
+        rank_);
+    return;
+  }
   for (auto& ch : channels_)
     for (auto& l : ch->links.links)
       if (l) l->signal_revoke();

@@ -100,7 +100,11 @@ bool IbLink::poll_cq() {
       if (c.recv) {
         Status s = nic_->post_recv(qp_, c.wr_id);
         if (!s.is_ok()) error_ = s;
-        if (c.imm & kCreditBit) {
+        if (c.imm == kRevokeImm) {
+          error_ = make_error(Code::kRevoked,
+                              "rank {} revoked the communicator (news over the ib link to {})",
+                              peer(), peer_name());
+        } else if (c.imm & kCreditBit) {
           credits_ += static_cast<int>(c.imm & ~kCreditBit);
         } else if (c.imm == 0 || c.imm > cfg_.slot_bytes || filled_.size() >= size_t(cfg_.nslots)) {
           error_ = make_error(Code::kRemoteError,
@@ -259,11 +263,20 @@ Result<bool> IbLink::progress() {
 }
 
 Status IbLink::check_alive() {
+  if (error_.is_ok()) poll_cq();  // a revoke arrives as a completion
   if (!error_.is_ok()) return error_;
   Status s = nic_->peer_alive(qp_);
   if (!s.is_ok())
     return make_error(Code::kRemoteError, "ib: {}: {}: {}", nic_->name(), peer_name(), s.message());
   return Status::ok();
+}
+
+void IbLink::signal_revoke() {
+  poll_cq();                                                 // frees send queue entries
+  if (!error_.is_ok() || sq_outstanding_ >= depth_) return;  // the watch channel still carries it
+  Status s = nic_->post_write_imm(qp_, wr(kCredit, 0), smr_, sbuf_, 0, remote_.addr, remote_.rkey,
+                                  kRevokeImm);
+  if (s.is_ok()) ++sq_outstanding_;
 }
 
 std::pair<const char*, size_t> IbLink::recv_peek() {

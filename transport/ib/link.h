@@ -35,6 +35,9 @@ struct LinkConfig {
 };
 
 constexpr uint32_t kCreditBit = 0x80000000u;
+// A zero-byte write with this immediate: the sender revoked the communicator (signal_revoke).
+// No data write carries it: a slot holds at most 64 MiB.
+constexpr uint32_t kRevokeImm = 0x40000000u;
 
 // What a peer publishes about its receive slots, next to its queue pair's address.
 struct SlotsAddr {
@@ -68,6 +71,7 @@ class IbLink final : public Link, public DirectSlots {
 
   Result<bool> progress() override;
   Status check_alive() override;
+  void signal_revoke() override;
   DirectSlots* direct() override { return this; }
   size_t slot_capacity() const override { return cfg_.slot_bytes; }
   std::pair<const char*, size_t> recv_peek() override;
