@@ -53,6 +53,9 @@ Result<std::unique_ptr<StoreServer>> StoreServer::start(const std::string& host,
   // machine may (tests/collectives/test_failures.cc).
   CHORUS_ASSIGN_OR_RETURN(s->watch_delay_ms_,
                           env_int_in("CHORUS_TEST_WATCH_DELAY_MS", 0, 0, 10000));
+  // Test hook: error news goes to one watch client after another this far apart, so a client
+  // served early can act (and end its process) before a later one hears.
+  CHORUS_ASSIGN_OR_RETURN(s->watch_gap_ms_, env_int_in("CHORUS_TEST_WATCH_GAP_MS", 0, 0, 10000));
   CHORUS_ASSIGN_OR_RETURN(s->listen_, tcp_listen(host, port, &s->addr_));
   s->secret_ = secret;
   s->opt_ = opt;
@@ -318,12 +321,22 @@ void StoreServer::broadcast(WatchType type, int32_t rank, uint64_t comm_uid, uin
       if (news_.size() > kMaxNews) news_.pop_front();
     }
   }
-  for (auto& c : conns) {
-    if (c.get() == except || c->hello.kind != static_cast<uint16_t>(ConnKind::kWatch)) continue;
-    if (except_rank >= 0 && c->hello.rank == except_rank) continue;
-    if (target >= 0 && type == WatchType::kState && c->hello.rank != target) continue;
-    std::lock_guard<std::mutex> lock(c->write_mu);
-    (void)send_all(c->fd.get(), frame.data(), frame.size(), Deadline::after_seconds(1.0), c->peer);
+  // The clients in this process last: a host that hears of an error may end at once, and the
+  // store with it; by then every other rank has the news.
+  const int32_t here = getpid();
+  bool sent = false;
+  for (int last = 0; last < 2; ++last) {
+    for (auto& c : conns) {
+      if ((c->hello.pid == here) != (last == 1)) continue;
+      if (c.get() == except || c->hello.kind != static_cast<uint16_t>(ConnKind::kWatch)) continue;
+      if (except_rank >= 0 && c->hello.rank == except_rank) continue;
+      if (target >= 0 && type == WatchType::kState && c->hello.rank != target) continue;
+      if (sent && watch_gap_ms_ > 0 && type == WatchType::kError) usleep(watch_gap_ms_ * 1000);
+      std::lock_guard<std::mutex> lock(c->write_mu);
+      (void)send_all(c->fd.get(), frame.data(), frame.size(), Deadline::after_seconds(1.0),
+                     c->peer);
+      sent = true;
+    }
   }
 }
 

@@ -1,7 +1,11 @@
 // The bootstrap store against authenticated but careless or hostile peers: unbounded data,
 // too many connections, a storm of broadcasts while new watch clients connect, answers nobody
-// asked for. 127.0.0.1 only.
+// asked for; and the order error news goes out in. 127.0.0.1 only.
 #include <catch2/catch.hpp>
+
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <thread>
@@ -175,4 +179,72 @@ TEST_CASE("frames from peers are bounded before anything is allocated", "[advers
   REQUIRE(whole.is_ok());
   REQUIRE(whole->key == "key");
   REQUIRE_FALSE(decode_store_request(frame.data(), frame.size() - 1).is_ok());
+}
+
+namespace {
+
+// Reads one watch frame from fd; returns CLOCK_MONOTONIC seconds when it had arrived (-1: none).
+double read_frame_at(int fd) {
+  WatchHeader raw;
+  auto d = Deadline::after_seconds(5);
+  if (!recv_all(fd, &raw, sizeof raw, d, "store").is_ok()) return -1;
+  auto m = parse_watch_header(&raw, sizeof raw);
+  if (!m.is_ok()) return -1;
+  std::string text(m->text_len, '\0');
+  if (!recv_all(fd, text.data(), text.size(), d, "store").is_ok()) return -1;
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return double(ts.tv_sec) + ts.tv_nsec * 1e-9;
+}
+
+}  // namespace
+
+// A rank hosting the store may end its process as soon as it hears of an error, and the store
+// with it: the store forwards error news to clients in its own process last. Here the host's own
+// client connects first and the forwards are spaced 300 ms apart (CHORUS_TEST_WATCH_GAP_MS), so
+// in connection order the other process would hear 300 ms after the host.
+TEST_CASE("error news reaches other processes before the store's own", "[adversarial][store]") {
+  int to_child[2], from_child[2];
+  REQUIRE(pipe(to_child) == 0);
+  REQUIRE(pipe(from_child) == 0);
+  Secret secret = secret_from_string("host last");
+  pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {  // another rank's process: connects once told the port, reports its arrival
+    int port = 0;
+    double at = -1;
+    if (read(to_child[0], &port, sizeof port) == sizeof port) {
+      auto w = raw_watch(SockAddr{"127.0.0.1", port}, secret, 1, 3);
+      char ready = w.is_ok() ? 'y' : 'n';
+      (void)!write(from_child[1], &ready, 1);
+      if (w.is_ok()) at = read_frame_at(w->get());
+    }
+    (void)!write(from_child[1], &at, sizeof at);
+    _exit(0);
+  }
+  setenv("CHORUS_TEST_WATCH_GAP_MS", "300", 1);
+  auto server = StoreServer::start("127.0.0.1", 0, secret, 3);
+  unsetenv("CHORUS_TEST_WATCH_GAP_MS");
+  REQUIRE(server.is_ok());
+  SockAddr at = server.value()->address();
+  auto mine = raw_watch(at, secret, 0, 3);  // the host's own client, first in line
+  REQUIRE(mine.is_ok());
+  REQUIRE(write(to_child[1], &at.port, sizeof at.port) == sizeof at.port);
+  char ready = 0;
+  REQUIRE(read(from_child[0], &ready, 1) == 1);
+  REQUIRE(ready == 'y');
+  auto sender = raw_watch(at, secret, 2, 3);
+  REQUIRE(sender.is_ok());
+  std::string frame = encode_watch(WatchType::kError, 2, 7, 0, -1, "rank 2 failed");
+  REQUIRE(send_all(sender->get(), frame.data(), frame.size(), Deadline::after_seconds(2), "store")
+              .is_ok());
+  const double host_at = read_frame_at(mine->get());
+  double other_at = -1;
+  REQUIRE(read(from_child[0], &other_at, sizeof other_at) == sizeof other_at);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  REQUIRE(host_at > 0);
+  REQUIRE(other_at > 0);
+  INFO("the other process heard at " << other_at << ", the host at " << host_at);
+  CHECK(other_at < host_at);
 }

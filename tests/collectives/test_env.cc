@@ -44,6 +44,7 @@ const BadValue kBad[] = {
     {"CHORUS_SPIN_US", "99999999999999999999"},
     {"CHORUS_TEST_JITTER_US", "2000000"},
     {"CHORUS_TEST_WATCH_DELAY_MS", "-5"},
+    {"CHORUS_TEST_WATCH_GAP_MS", "20000"},
     {"CHORUS_ALLOW_SHARED_GPU", "yes"},
     {"CHORUS_TEST_GPU_UUID", "two words"},
     {"CHORUS_NSOCKS", "0"},

@@ -407,6 +407,42 @@ TEST_CASE("a barrier reached by rank 0 alone ends in an error, not a hang (the f
   require_codes(res, {0, 0});
 }
 
+// The store's host hears of another rank's error through its own store and ends at once (as a
+// Python rank does when the error ends its script): the store forwards the news to the host's
+// own clients last, so a third rank still hears it, not only that the store is gone. The forwards
+// are spaced (CHORUS_TEST_WATCH_GAP_MS) so a host served first would have ended by then; whether
+// it would be served first depends on the order the watch clients connected, which
+// adversarial_store's "error news reaches other processes before the store's own" fixes.
+TEST_CASE("the store's host ending as soon as it hears of an error: the others heard it first",
+          "[failure][mismatch]") {
+  RunOptions o = on("shm");
+  o.env["CHORUS_TEST_WATCH_GAP_MS"] = "400";
+  auto res = run_ranks(
+      3,
+      [&](int rank) {
+        auto comm = chorus::Communicator::from_env();
+        comm.barrier();
+        std::vector<float> v(8, 1.0f);
+        if (rank == 0) {
+          comm.send(v.data(), 4, chorusFloat32, 1);  // rank 1 expects 8
+          const int rc = expect_error([&] { comm.recv(v.data(), 8, chorusFloat32, 2); },
+                                      chorusMismatch, "on rank 1", 5);
+          std::fflush(nullptr);
+          _exit(rc);  // no teardown: the store ends with this process
+        }
+        if (rank == 1) {
+          const int rc = expect_error([&] { comm.recv(v.data(), 8, chorusFloat32, 0); },
+                                      chorusMismatch, "rank 0", 5);
+          usleep(2000000);
+          return rc;
+        }
+        return expect_error([&] { comm.recv(v.data(), 8, chorusFloat32, 1); }, chorusMismatch,
+                            "on rank 1", 5);
+      },
+      o);
+  require_codes(res, {0, 0, 0});
+}
+
 TEST_CASE("a deadline lists the ranks that never arrived and what they were doing",
           "[failure][timeout]") {
   auto res = run_ranks(
