@@ -98,9 +98,8 @@ class Link {
   virtual Status check_alive() { return Status::ok(); }
   // Tells the peer, outside the byte streams and without the bootstrap store, that this rank
   // revoked the communicator (shm: a flag word in the ring we write; ib: a zero-byte write whose
-  // immediate says so). Called while no operation runs on the link. tcp has none yet: an urgent
-  // byte is cleared by the peer's own next read of the stream (Linux drops the urgent mark once
-  // reading passes it), so over tcp the news travels by the watch channel only.
+  // immediate says so; tcp: a byte on the pair's control socket). Called while no operation
+  // runs on the link.
   virtual void signal_revoke() {}
   // The memory spaces this link moves (host only for shm and tcp).
   virtual bool accepts(int32_t space) const { return space == kHostSpace; }

@@ -171,12 +171,11 @@ TEST_CASE("a revoke fails every rank's pending and later operations with chorusR
 
 // ... and without the bootstrap store: ranks 1 and 2 share a communicator split off the world;
 // rank 0, whose process hosts the store, is killed; then rank 1 revokes the split communicator
-// while rank 2 waits in it. The news can only travel over their own link: shared memory, or ib
-// (emulated verbs: a zero-byte write with a revoke immediate); tcp has no store-free path yet,
-// see Link::signal_revoke.
+// while rank 2 waits in it. The news can only travel over their own link: shared memory, ib
+// (emulated verbs: a zero-byte write with a revoke immediate) or tcp (the control socket).
 TEST_CASE("a revoke reaches the peers over their link when the store's process is gone",
           "[failure][revoke]") {
-  const std::string transport = GENERATE(std::string("shm"), std::string("ib"));
+  const std::string transport = GENERATE(std::string("shm"), std::string("ib"), std::string("tcp"));
   RunOptions o = on(transport);
   o.env["CHORUS_IB_EMULATE"] = "emu0";  // used by ib only
   auto res = run_ranks(

@@ -1,5 +1,6 @@
 // The tcp backend's registry entry: it connects any pair (every rank has a listener) and sets
-// up the striped sockets of a channel, lower ranks accepting and higher ranks dialling.
+// up the striped sockets of a channel and each pair's control socket, lower ranks accepting and
+// higher ranks dialling.
 #include "common/env.h"
 #include "common/log.h"
 #include "transport/acceptor.h"
@@ -38,11 +39,12 @@ bool contains(const std::vector<int>& v, int x) {
 Status TcpTransport::accept_links(const ConnectCtx& ctx, const std::vector<int>& remote,
                                   std::vector<std::vector<Fd>>& socks) {
   const int rank = ctx.rank, size = static_cast<int>(ctx.peers.size());
+  const int nconn = cfg_.nsocks + 1;  // the data sockets and the control socket
   int expected = 0;
   for (int p : remote)
     if (p > rank) {
-      expected += cfg_.nsocks;
-      socks[p].resize(cfg_.nsocks);
+      expected += nconn;
+      socks[p].resize(nconn);
     }
   AcceptorOptions ao;
   ao.allowed_kinds = kind_bit(ConnKind::kLink);
@@ -58,7 +60,7 @@ Status TcpTransport::accept_links(const ConnectCtx& ctx, const std::vector<int>&
       const Hello& h = a.hello;
       int p = h.rank;
       bool ok = h.comm_uid == ctx.uid && h.world == size && p > rank && p < size &&
-                contains(remote, p) && h.channel >= 0 && h.channel < cfg_.nsocks &&
+                contains(remote, p) && h.channel >= 0 && h.channel < nconn &&
                 !socks[p][h.channel].valid();
       if (!ok) {
         auto msg = fmt::format(
@@ -85,7 +87,7 @@ Status TcpTransport::connect(const ConnectCtx& ctx, const std::vector<int>& remo
   std::vector<std::vector<Fd>> socks(size);
   for (int p : remote) {
     if (p > rank) continue;
-    for (int ch = 0; ch < cfg_.nsocks; ++ch) {
+    for (int ch = 0; ch <= cfg_.nsocks; ++ch) {  // the last one is the control socket
       Hello h = make_hello(ConnKind::kLink, rank, size, ctx.uid, ch);
       std::string peer = fmt::format("rank {} ({})", p, ctx.peers[p].addr.to_string());
       CHORUS_ASSIGN_OR_RETURN(Fd fd, dial(ctx.peers[p].addr, ctx.secret, h, peer, ctx.deadline));
@@ -94,10 +96,13 @@ Status TcpTransport::connect(const ConnectCtx& ctx, const std::vector<int>& remo
   }
   CHORUS_TRY(accept_links(ctx, remote, socks));
   auto wake = std::make_unique<TcpWake>();
-  for (int p : remote)
+  for (int p : remote) {
+    Fd control = std::move(socks[p].back());
+    socks[p].pop_back();
     set.links[p] =
         std::make_unique<TcpLink>(p, fmt::format("rank {} ({})", p, ctx.peers[p].addr.to_string()),
-                                  std::move(socks[p]), cfg_.stripe, wake.get());
+                                  std::move(socks[p]), cfg_.stripe, wake.get(), std::move(control));
+  }
   set.wake_sources.push_back(std::move(wake));
   return Status::ok();
 }

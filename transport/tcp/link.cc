@@ -1,14 +1,20 @@
 // TCP link with striping over several sockets.
 #include "transport/tcp/link.h"
 
+#include <sys/socket.h>
+
 #include <algorithm>
 
 namespace chorus::transport {
 
 TcpLink::TcpLink(int peer, std::string peer_name, std::vector<Fd> socks, size_t stripe,
-                 TcpWake* wake)
-    : Link(peer, std::move(peer_name), wake), socks_(std::move(socks)), stripe_(stripe) {
+                 TcpWake* wake, Fd control)
+    : Link(peer, std::move(peer_name), wake),
+      socks_(std::move(socks)),
+      control_(std::move(control)),
+      stripe_(stripe) {
   for (auto& f : socks_) wake->add(f.get());
+  if (control_.valid()) wake->add(control_.get());  // a revoke wakes a sleeping peer
   for (Stream* st : {&send_, &recv_}) {
     st->pos.resize(socks_.size());
     for (size_t s = 0; s < socks_.size(); ++s) st->pos[s] = s * stripe_;
@@ -63,6 +69,28 @@ Result<bool> TcpLink::progress() {
   CHORUS_ASSIGN_OR_RETURN(bool a, progress_stream(send_, true));
   CHORUS_ASSIGN_OR_RETURN(bool b, progress_stream(recv_, false));
   return a || b;
+}
+
+Status TcpLink::check_alive() {
+  if (!revoked_ && !control_closed_ && control_.valid()) {
+    char b = 0;
+    ssize_t r = recv(control_.get(), &b, 1, MSG_DONTWAIT);
+    if (r == 1) revoked_ = true;
+    // End of file: the peer closed its side (exit, or destroy after its last call, whose bytes may
+    // still be on their way in the data sockets): no error here, the data sockets tell.
+    if (r == 0) control_closed_ = true;
+  }
+  if (revoked_)
+    return make_error(Code::kRevoked,
+                      "rank {} revoked the communicator (news over the tcp control socket to {})",
+                      peer(), peer_name());
+  return Status::ok();
+}
+
+void TcpLink::signal_revoke() {
+  if (!control_.valid()) return;
+  const char b = 'R';
+  (void)!send(control_.get(), &b, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
 }
 
 }  // namespace chorus::transport

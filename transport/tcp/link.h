@@ -4,6 +4,11 @@
 // a large transfer keeps every socket busy while a small message uses one. Each socket moves
 // its own stripes independently; a request is complete when every stripe under it has moved.
 // The sockets of every tcp link of a channel are the wake-up source TcpWake, polled.
+//
+// One more socket per pair carries no stream: the control socket. A rank that revokes the
+// communicator writes one byte to it (signal_revoke), which the peer reads in check_alive, so
+// the news needs no bootstrap store. (In-band it cannot go: the stream may stop mid-message; and
+// TCP's urgent byte is dropped once the peer's ordinary reads pass its mark.)
 #pragma once
 
 #include <vector>
@@ -26,8 +31,12 @@ class TcpWake : public WakeSource {
 
 class TcpLink final : public Link {
  public:
-  TcpLink(int peer, std::string peer_name, std::vector<Fd> socks, size_t stripe, TcpWake* wake);
+  // `control`: the pair's control socket (may be invalid: no store-free revoke then).
+  TcpLink(int peer, std::string peer_name, std::vector<Fd> socks, size_t stripe, TcpWake* wake,
+          Fd control = Fd());
   Result<bool> progress() override;
+  Status check_alive() override;
+  void signal_revoke() override;
 
  private:
   struct Stream {
@@ -39,6 +48,9 @@ class TcpLink final : public Link {
   Result<bool> progress_stream(Stream& st, bool sending);
   void account(Stream& st, bool sending);
   std::vector<Fd> socks_;
+  Fd control_;
+  bool control_closed_ = false;  // the peer closed it (exit or destroy): nothing more comes
+  bool revoked_ = false;
   size_t stripe_;
   Stream send_;
   Stream recv_;
