@@ -105,7 +105,10 @@ TEST_CASE("a stranger's connection is refused; the expected process still gets t
   CHECK(contents(got->fds[0].get()) == "from the expected rank");
   CHECK(send(c->get(), "k", 1, MSG_NOSIGNAL) == 1);
   CHECK(exit_code(expected) == 0);
-  CHECK(exit_code(stranger) == 0);  // its connection was closed: its read returned
+  // Its connection was closed, before its send (the send fails: 4) or after (its read returns:
+  // 0); either way it did not hang.
+  const int stranger_code = exit_code(stranger);
+  CHECK((stranger_code == 0 || stranger_code == 4));
 }
 
 TEST_CASE("fd passing waits end by their deadline", "[fd_pass]") {
