@@ -93,10 +93,22 @@ bool single_node(int world) {
   return env_str("SLURM_NNODES", env_str("SLURM_JOB_NUM_NODES", "")) == "1";
 }
 
+// CHORUS_STORE_HOST: "rank0" (the default) or "launcher" (chorus-run --elastic hosts it).
+Result<bool> store_in_launcher() {
+  const std::string v = env_str("CHORUS_STORE_HOST", "rank0");
+  if (v != "rank0" && v != "launcher")
+    return make_error(Code::kInvalidArgument, "CHORUS_STORE_HOST='{}': expected rank0 or launcher",
+                      v);
+  return v == "launcher";
+}
+
 // Rank 0 hosts the store on MASTER_PORT, at the address MASTER_ADDR names; everyone connects there.
+// With CHORUS_STORE_HOST=launcher the launcher hosts it and rank 0 only connects.
 Status with_master(Rendezvous& r, const std::string& addr, int port) {
   r.store = {addr, port};
-  if (r.rank != 0) return Status::ok();
+  CHORUS_ASSIGN_OR_RETURN(bool launcher, store_in_launcher());
+  if (launcher) r.store_host_rank = -1;  // no rank: found by pid, none matches
+  if (r.rank != 0 || launcher) return Status::ok();
   std::string bind = store_bind_address(addr, single_node(r.size));
   auto server = StoreServer::start(bind, port, r.secret, r.size);
   if (!server.is_ok() && bind != "0.0.0.0" && bind != "::" && !env_get("CHORUS_STORE_BIND")) {
@@ -342,6 +354,23 @@ Result<Rendezvous> rendezvous_from_id(const UniqueIdData& id, int rank, int size
   r.store_host_rank = -1;  // whoever called chorusGetUniqueId
   r.store = {std::string(id.host, strnlen(id.host, sizeof id.host)), id.port};
   return r;
+}
+
+}  // namespace chorus::transport
+
+namespace chorus::transport {
+
+Result<std::unique_ptr<StoreServer>> host_launcher_store(const std::string& master_addr, int port,
+                                                         const std::string& secret_text,
+                                                         int world) {
+  Secret secret;  // as the workers read CHORUS_JOB_SECRET (job_secret above)
+  if (!parse_secret_hex(secret_text, &secret)) secret = secret_from_string(secret_text);
+  const std::string bind = store_bind_address(master_addr, true);
+  auto server = StoreServer::start(bind, port, secret, world);
+  if (!server.is_ok())
+    return server.status().wrap(
+        fmt::format("chorus-run cannot host the store on {} port {} (in use?)", bind, port));
+  return server;
 }
 
 }  // namespace chorus::transport

@@ -69,4 +69,10 @@ std::string slurm_first_host(const std::string& nodelist);
 // host.
 std::string store_bind_address(const std::string& master_addr, bool single_node);
 
+// chorus-run --elastic: the job's store in the launcher's process, so that no rank's death takes
+// it away. The workers get CHORUS_STORE_HOST=launcher: rank 0 then hosts nothing and connects
+// like everyone else. `secret_text` is the CHORUS_JOB_SECRET the workers get.
+Result<std::unique_ptr<StoreServer>> host_launcher_store(const std::string& master_addr, int port,
+                                                         const std::string& secret_text, int world);
+
 }  // namespace chorus::transport

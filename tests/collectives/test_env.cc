@@ -76,6 +76,7 @@ const BadValue kBad[] = {
     {"CHORUS_TEST_SHRINK_DIE", "one:view", Entry::kShrinkAgree},
     {"CHORUS_SOCKET_IFNAME", "no-such-if0", Entry::kInitAll, "CHORUS_TRANSPORT=tcp"},
     {"CHORUS_STORE_BIND", "not-an-address", Entry::kUniqueId},
+    {"CHORUS_STORE_HOST", "rank1", Entry::kInitFromEnv},
 };
 
 // Variables whose every value means something, and why.

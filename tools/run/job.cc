@@ -115,6 +115,7 @@ std::vector<std::string> worker_environment(const RunOptions& options, const Job
       {"TORCHELASTIC_RUN_ID", job.run_id},
   };
   if (n > 1 && !std::getenv("OMP_NUM_THREADS")) set.emplace("OMP_NUM_THREADS", "1");
+  if (options.elastic) set.emplace("CHORUS_STORE_HOST", "launcher");
   std::vector<std::string> env;
   for (char** e = environ; *e; ++e) {
     std::string entry = *e;

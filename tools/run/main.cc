@@ -1,12 +1,13 @@
 // chorus-run: starts the workers of a chorus job on this node, like torchrun --nproc-per-node.
 // Usage: chorus-run [--standalone] -n N [--nnodes M --node-rank K --master-addr H --master-port P]
-//        [--max-restarts R] [--grace S] [--no-prefix] PROGRAM [ARGS...]   (see --help)
+//        [--max-restarts R | --elastic] [--grace S] [--no-prefix] PROGRAM [ARGS...]   (--help)
 #include <fmt/format.h>
 
 #include "tools/run/bind.h"
 #include "tools/run/job.h"
 #include "tools/run/options.h"
 #include "tools/run/supervisor.h"
+#include "transport/rendezvous.h"
 
 namespace chorus::run {
 namespace {
@@ -51,5 +52,15 @@ int main(int argc, char** argv) {
       say(fmt::format("rank {} bound to {}",
                       options.node_rank * options.nproc_per_node + int(local),
                       job.bindings[local].text));
+  std::unique_ptr<chorus::transport::StoreServer> store;  // --elastic: lives as long as the job
+  if (options.elastic) {
+    auto s = chorus::transport::host_launcher_store(job.master_addr, job.master_port, job.secret,
+                                                    options.nnodes * options.nproc_per_node);
+    if (!s.is_ok()) {
+      say(s.status().message());
+      return 1;
+    }
+    store = std::move(s.value());
+  }
   return run_job(options, job);
 }

@@ -120,6 +120,10 @@ void add_flags(CLI::App& app, RunOptions& o, RawArgs& raw) {
                  "process may use), or none (default); its threads inherit the binding")
       ->type_name("cores|numa|none")
       ->check(CLI::IsMember({"cores", "numa", "none"}));
+  app.add_flag("--elastic", o.elastic,
+               "keep the other workers running when one dies: the rendezvous store lives in "
+               "chorus-run (not in rank 0), so the survivors can shrink their communicator and "
+               "go on, whichever rank died (one node; no --max-restarts)");
   app.add_flag("--no-prefix,--no_prefix", raw.no_prefix,
                "do not prefix output lines with the rank");
 }
@@ -138,6 +142,13 @@ int check_numbers(RunOptions& o, const RawArgs& raw) {
     return usage_error(fmt::format("--standalone runs one node, but --nnodes is {}", o.nnodes));
   if (o.max_restarts < 0)
     return usage_error(fmt::format("--max-restarts must be 0 or more, got {}", o.max_restarts));
+  if (o.elastic && o.nnodes > 1)
+    return usage_error(
+        fmt::format("--elastic runs one node for now, but --nnodes is {}", o.nnodes));
+  if (o.elastic && o.max_restarts > 0)
+    return usage_error(
+        "--elastic with --max-restarts: restarting a worker into a running job "
+        "(grow) is not built yet");
   if (!(o.grace_s >= 0 && o.grace_s <= 3600))
     return usage_error(fmt::format("--grace must be 0..3600 seconds, got {}", o.grace_s));
   if (!raw.master_port.empty()) {

@@ -18,6 +18,7 @@ struct RunOptions {
   int max_restarts = 0;
   double grace_s = 5.0;  // SIGTERM -> SIGKILL delay when stopping workers
   bool prefix = true;
+  bool elastic = false;           // --elastic: the store in chorus-run; a dead worker stops nobody
   std::string bind = "none";      // --bind cores|numa|none
   std::string program;            // as the user wrote it (argv[0] of the workers)
   std::string program_path;       // resolved through PATH, checked executable

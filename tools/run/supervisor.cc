@@ -163,6 +163,10 @@ void Supervisor::on_worker_end(Slot& slot) {
   if (ok || state_ != State::kRunning) return;
   std::string how = describe_status(w.wait_status);
   std::string live = live_ranks(&slot);
+  if (options_.elastic && !live.empty()) {  // the survivors shrink and go on, or fail themselves
+    say(fmt::format("rank {} (pid {}) {}; --elastic: ranks {} go on", w.rank, w.pid, how, live));
+    return;
+  }
   say(fmt::format("rank {} (pid {}) {}; {}", w.rank, w.pid, how,
                   live.empty() ? "no other ranks running" : "stopping ranks " + live));
   result_ = {AttemptEnd::kWorkerFailed, exit_code_of(w.wait_status),

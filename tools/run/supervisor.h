@@ -1,7 +1,8 @@
 // Runs one attempt of the job on this node: starts the workers, relays their output, watches
 // them, and stops them all (SIGTERM, then SIGKILL after the grace) when one fails or the launcher
-// is told to stop. Single-threaded: one poll() loop over the output pipes and a self-pipe that
-// the signal handlers write to. Every wait in it has a deadline.
+// is told to stop. With --elastic a failed worker stops nobody while others still run.
+// Single-threaded: one poll() loop over the output pipes and a self-pipe that the signal handlers
+// write to. Every wait in it has a deadline.
 #pragma once
 
 #include <chrono>

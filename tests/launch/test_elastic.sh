@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Issue 17: chorus-run --elastic. The rendezvous store lives in chorus-run, so when a worker dies
+# (rank 0 included, which otherwise hosts the store) the others shrink their communicator and go
+# on (tests/launch/elastic_probe.c), and chorus-run keeps them running and says who died. Without
+# --elastic the job stops. Usage: test_elastic.sh CHORUS_RUN ELASTIC_PROBE
+set -u
+run=$1 probe=$2
+fail=0
+for victim in 0 2; do
+  out=$(timeout 90 "$run" --elastic -n 3 "$probe" $victim 2>&1); rc=$?; echo "$out"
+  [ $rc = 0 ] || { echo "FAIL: --elastic, rank $victim killed: chorus-run exited $rc"; fail=1; }
+  echo "$out" | grep -q "chorus-run: rank $victim (pid [0-9]*) was killed by signal 9 (SIGKILL); --elastic: ranks [0-9,]* go on" ||
+    { echo "FAIL: --elastic: chorus-run did not say rank $victim died and the others go on"; fail=1; }
+  n=0
+  for r in 0 1 2; do
+    [ $r = $victim ] && continue
+    want=$([ $r -lt $victim ] && echo $r || echo $((r - 1)))
+    echo "$out" | grep -q "rank $r: continued as rank $want of 2" && n=$((n + 1))
+  done
+  [ $n = 2 ] || { echo "FAIL: --elastic, rank $victim killed: $n of 2 survivors continued"; fail=1; }
+done
+# Without --elastic rank 0 hosts the store: its death stops the job.
+out=$(timeout 90 "$run" -n 3 "$probe" 0 2>&1); rc=$?; echo "$out"
+[ $rc != 0 ] && echo "$out" | grep -q "stopping ranks" ||
+  { echo "FAIL: without --elastic the job went on after rank 0 died (rc $rc)"; fail=1; }
+for bad in "--max-restarts 1" "--nnodes 2 --master-addr 127.0.0.1"; do
+  out=$("$run" --elastic $bad -n 2 "$probe" 2>&1); rc=$?; echo "$out"
+  [ $rc = 2 ] || { echo "FAIL: --elastic $bad was not refused as a usage error (rc $rc)"; fail=1; }
+done
+[ $fail = 0 ] && echo ok
+exit $fail
