@@ -141,6 +141,19 @@ int main(int argc, char** argv) {
                  "testing: SIGKILL --fail-rank after this global step (first launch only)")
       ->group("");
   app.add_option("--fail-rank", fail_rank, "testing: the rank --fail-at-step kills")->group("");
+  bool elastic = false, fail_in_sync = false;
+  app.add_flag("--fail-in-sync", fail_in_sync,
+               "testing: --fail-at-step kills inside that step, while its gradients are being "
+               "all-reduced")
+      ->group("");
+  std::string sample_log_dir;
+  app.add_flag("--elastic", elastic,
+               "keep training when ranks die: the survivors shrink the communicator, roll back "
+               "to the last step they all completed, share the rest of the epoch and go on (on by "
+               "default under chorus-run --elastic)");
+  app.add_option("--sample-log", sample_log_dir,
+                 "testing: each rank writes the samples of its steps to DIR/rank<R>.txt")
+      ->group("");
   CLI11_PARSE(app, argc, argv);
 
   std::optional<chorus::Communicator> comm_storage;
@@ -175,8 +188,8 @@ int main(int argc, char** argv) {
           device, dev.str(), chorus::cuda_backend().count()));
     chorus::Net model(static_cast<int>(s[0]), static_cast<int>(s[1]), seed);
     std::unique_ptr<chorus::DistributedDataParallel> ddp;
+    chorus::DdpOptions dopt;
     if (comm) {
-      chorus::DdpOptions dopt;
       dopt.device = dev.str();
       dopt.reducer.first_bucket_bytes = static_cast<size_t>(first_bucket_mb * 1048576.0);
       dopt.reducer.bucket_cap_bytes = static_cast<size_t>(bucket_cap_mb * 1048576.0);
@@ -229,7 +242,50 @@ int main(int argc, char** argv) {
     if (restarts && (restarts_end == restarts || *restarts_end != '\0' || restart_count < 0))
       throw std::invalid_argument(std::string("env CHORUS_RESTART_COUNT='") + restarts +
                                   "' is not a count of restarts");
-    if (fail_at_step >= 0 && rank == fail_rank && restart_count == 0)
+    // Elastic: on under chorus-run --elastic (which hosts the store, so any rank may die).
+    if (const char* host = std::getenv("CHORUS_STORE_HOST");
+        host && std::string(host) == "launcher")
+      elastic = true;
+    std::vector<int64_t> members;  // job ranks of the current communicator
+    for (int r = 0; r < world; ++r) members.push_back(r);
+    if (elastic && comm && dev.is_cpu()) {
+      to.sampler = &sampler;
+      to.recover = [&, rank](const chorus::Error&) {
+        ddp.reset();  // its gradient hooks go quiet
+        chorus::Communicator small = comm->shrink({}, CHORUS_SHRINK_AGREE);
+        comm_storage.emplace(std::move(small));
+        comm = &*comm_storage;
+        std::vector<int64_t> now(static_cast<size_t>(comm->size()));
+        int64_t me = rank;
+        comm->all_gather(&me, now.data(), 1, chorusInt64);
+        std::string lost;
+        for (int64_t r : members)
+          if (std::find(now.begin(), now.end(), r) == now.end())
+            lost += fmt::format("{}{}", lost.empty() ? "" : ",", r);
+        const bool several = lost.find(',') != std::string::npos;
+        members = now;
+        chorus::DdpOptions d = dopt;
+        d.broadcast_parameters = false;  // the trainer restores the same step on every rank
+        ddp = std::make_unique<chorus::DistributedDataParallel>(model, *comm, d);
+        return chorus::TrainOptions::Recovered{comm, ddp.get(),
+                                               fmt::format("rank{} {}", several ? "s" : "", lost)};
+      };
+    }
+    std::unique_ptr<std::FILE, int (*)(std::FILE*)> sample_log(nullptr, &std::fclose);
+    if (!sample_log_dir.empty()) {
+      const std::string path = fmt::format("{}/rank{}.txt", sample_log_dir, rank);
+      sample_log.reset(std::fopen(path.c_str(), "w"));
+      if (!sample_log) throw std::runtime_error("train_cnn: cannot write " + path);
+      to.sample_log = sample_log.get();
+    }
+    if (fail_at_step >= 0 && rank == fail_rank && restart_count == 0 && fail_in_sync)
+      to.before_sync = [fail_at_step](int64_t step) {
+        if (step == fail_at_step) {
+          std::fflush(nullptr);
+          ::kill(::getpid(), SIGKILL);
+        }
+      };
+    else if (fail_at_step >= 0 && rank == fail_rank && restart_count == 0)
       to.after_step = [fail_at_step](int64_t step) {
         if (step == fail_at_step) {
           std::fflush(nullptr);

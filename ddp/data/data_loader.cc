@@ -76,6 +76,7 @@ Batch DataLoader::assemble(int64_t b) const {
   Batch batch;
   batch.images = Tensor::empty(Shape{count, s[0], s[1], s[2]});
   batch.labels.resize(static_cast<size_t>(count));
+  batch.indices.assign(order_.begin() + first, order_.begin() + first + count);
   for (int64_t i = 0; i < count; ++i)
     batch.labels[static_cast<size_t>(i)] =
         data_->get(order_[static_cast<size_t>(first + i)], batch.images.data() + i * per);

@@ -21,8 +21,9 @@
 namespace chorus {
 
 struct Batch {
-  Tensor images;                // (B, C, H, W)
-  std::vector<int32_t> labels;  // B
+  Tensor images;                 // (B, C, H, W)
+  std::vector<int32_t> labels;   // B
+  std::vector<int64_t> indices;  // B: which samples of the data set
   int64_t size() const { return static_cast<int64_t>(labels.size()); }
 };
 

@@ -34,6 +34,18 @@ DistributedSampler::DistributedSampler(int64_t dataset_size, int num_replicas, i
   if (num_samples_ < 0) num_samples_ = 0;
 }
 
+void DistributedSampler::restart_at(int64_t start, int num_replicas, int rank) {
+  if (drop_last_) throw std::invalid_argument("distributed sampler: restart_at with drop_last");
+  if (num_replicas < 1 || rank < 0 || rank >= num_replicas || start < 0)
+    throw std::invalid_argument(
+        fmt::format("distributed sampler: restart_at({}, {}, {}): bad position, world or rank",
+                    start, num_replicas, rank));
+  start_ = std::min(start, n_);
+  num_replicas_ = num_replicas;
+  rank_ = rank;
+  num_samples_ = (n_ - start_ + num_replicas_ - 1) / num_replicas_;  // start 0: as constructed
+}
+
 std::vector<int64_t> DistributedSampler::indices() const {
   std::vector<int64_t> order;
   if (shuffle_) {
@@ -41,6 +53,15 @@ std::vector<int64_t> DistributedSampler::indices() const {
   } else {
     order.resize(static_cast<size_t>(n_));
     std::iota(order.begin(), order.end(), 0);
+  }
+  if (start_ > 0) {  // restarted: the rest of the list, padded for this world
+    std::vector<int64_t> rest(order.begin() + start_, order.end());
+    const auto want = static_cast<size_t>(num_samples_ * num_replicas_);
+    for (size_t i = 0; rest.size() < want && !rest.empty(); ++i) rest.push_back(rest[i]);
+    std::vector<int64_t> mine;
+    for (size_t i = static_cast<size_t>(rank_); i < want; i += static_cast<size_t>(num_replicas_))
+      mine.push_back(rest[i]);
+    return mine;
   }
   const auto total = static_cast<size_t>(total_size());
   if (!drop_last_) {

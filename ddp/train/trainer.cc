@@ -61,11 +61,58 @@ Sums global_sums(Communicator* comm, const Sums& mine) {
 
 }  // namespace
 
+void Trainer::capture(Snapshot& s, int64_t step, int64_t position, const double* sums,
+                      int64_t images) {
+  s.step = step;
+  s.global_step = global_step_;
+  s.position = position;
+  std::copy(sums, sums + 6, s.sums);
+  s.images = images;
+  const std::vector<Tensor> params = model_.parameters();
+  s.params.resize(params.size());
+  for (size_t i = 0; i < params.size(); ++i)
+    s.params[i].assign(params[i].data(), params[i].data() + params[i].numel());
+  auto& bufs = optimizer_.momentum_buffers();
+  s.momenta.clear();
+  if (!bufs.empty() && bufs[0].defined()) {
+    s.momenta.resize(bufs.size());
+    for (size_t i = 0; i < bufs.size(); ++i)
+      s.momenta[i].assign(bufs[i].data(), bufs[i].data() + bufs[i].numel());
+  }
+}
+
+void Trainer::restore(const Snapshot& s) {
+  const std::vector<Tensor> params = model_.parameters();
+  for (size_t i = 0; i < params.size(); ++i)
+    std::copy(s.params[i].begin(), s.params[i].end(), params[i].data());
+  auto& bufs = optimizer_.momentum_buffers();
+  for (size_t i = 0; i < bufs.size(); ++i) {
+    if (s.momenta.empty()) {
+      bufs[i] = Tensor();  // rolled back to before the first step: no momentum yet
+      continue;
+    }
+    if (!bufs[i].defined()) bufs[i] = Tensor::empty(params[i].shape());
+    std::copy(s.momenta[i].begin(), s.momenta[i].end(), bufs[i].data());
+  }
+  global_step_ = s.global_step;
+}
+
+namespace {
+
+// "rank 2 (pid 9, ...) died: its process is gone" -> "its process is gone"; else the message.
+std::string death_reason(const std::string& what) {
+  auto at = what.rfind("died: ");
+  std::string r = at == std::string::npos ? what : what.substr(at + 6);
+  return r.size() > 120 ? r.substr(0, 117) + "..." : r;
+}
+
+}  // namespace
+
 EpochStats Trainer::run_epoch(int epoch) {
   EpochStats st;
   st.epoch = epoch;
-  Communicator* comm = options_.comm;
-  const bool primary = !comm || comm->rank() == 0;
+  const bool elastic = options_.recover && options_.sampler;
+  bool primary = !options_.comm || options_.comm->rank() == 0;
   model_.train();
   train_.begin_epoch(epoch - 1);
   int64_t steps = train_.batches_per_epoch();
@@ -79,64 +126,143 @@ EpochStats Trainer::run_epoch(int epoch) {
   }
   // Every rank trains on equally many equally sized batches (DistributedSampler pads), so the
   // job's image count is this rank's times the world size, with no collective per step.
-  const int ranks = comm ? comm->size() : 1;
+  int ranks = options_.comm ? options_.comm->size() : 1;
   ProgressBar bar(options_.out, fmt::format("epoch {}", epoch), steps,
                   options_.progress && primary && options_.log_every <= 0, ranks);
   Sums epoch_sums, interval;
+  auto sums = [&](double* a) {
+    const double v[6] = {epoch_sums.loss, epoch_sums.correct, epoch_sums.images,
+                         interval.loss,   interval.correct,   interval.images};
+    std::copy(v, v + 6, a);
+  };
   const auto t0 = std::chrono::steady_clock::now();
   auto interval_t0 = t0;
   const double c0 = process_cpu_seconds();
   if (options_.ddp) options_.ddp->reducer().reset_stats();
-  for (int64_t step = first_step; step < steps && train_.next(batch); ++step) {
-    optimizer_.zero_grad();
-    Tensor logits =
-        options_.ddp ? options_.ddp->forward(batch.images) : model_.forward(batch.images);
-    Tensor loss = cross_entropy(logits, batch.labels);
-    const auto b0 = std::chrono::steady_clock::now();
-    loss.backward();
-    st.backward_seconds +=
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - b0).count();
-    if (options_.ddp) options_.ddp->finish_gradient_sync();
-    if (options_.after_backward) options_.after_backward();
-    optimizer_.step();
-    ++global_step_;
-    const float l = loss.item();
-    if (options_.record_step_losses) st.step_losses.push_back(l);
-    const std::vector<int32_t> pred = argmax(logits);
-    double correct = 0;
-    for (size_t i = 0; i < pred.size(); ++i) correct += pred[i] == batch.labels[i];
-    const double n = static_cast<double>(batch.size());
-    for (Sums* s : {&epoch_sums, &interval}) {
-      s->loss += static_cast<double>(l) * n;
-      s->correct += correct;
-      s->images += n;
-    }
-    st.images += batch.size();
-    bar.update(step + 1, epoch_sums.loss / epoch_sums.images, st.images * ranks);
-    if (options_.log_every > 0 && ((step + 1) % options_.log_every == 0 || step + 1 == steps)) {
-      const auto now = std::chrono::steady_clock::now();
-      const double secs = std::chrono::duration<double>(now - interval_t0).count();
-      if (options_.per_rank_log && comm)
-        fmt::print(
-            options_.out,
-            "rank {} epoch {} step {}/{}: loss {:.4f} acc {:.4f} | {:.0f} images/s (this rank)\n",
-            comm->rank(), epoch, step + 1, steps, interval.loss / interval.images,
-            interval.correct / interval.images, interval.images / secs);
-      const Sums g = global_sums(comm, interval);
-      if (primary)
-        fmt::print(options_.out,
-                   "epoch {} step {}/{}: loss {:.4f} acc {:.4f} | {:.0f} images/s ({} rank{})\n",
-                   epoch, step + 1, steps, g.loss / g.images, g.correct / g.images, g.images / secs,
-                   comm ? comm->size() : 1, comm && comm->size() > 1 ? "s" : "");
-      std::fflush(options_.out);
-      interval = {};
-      interval_t0 = now;
-    }
-    if (options_.after_step) options_.after_step(global_step_);
-    if (!options_.checkpoint_dir.empty() && options_.checkpoint_every > 0 &&
-        global_step_ % options_.checkpoint_every == 0 && step + 1 < steps)
-      save(epoch, step + 1);
+  int64_t step = first_step;
+  int64_t since = first_step;  // steps since the sampler's (re)start
+  if (elastic) {
+    double a[6];
+    sums(a);
+    prev_.step = -1;
+    capture(cur_, step, options_.sampler->position_after(since, options_.batch_size), a, st.images);
   }
+  // After a failed step (elastic): shrink, roll back to the last step every survivor completed,
+  // re-divide the rest of the epoch, go on.
+  auto recover = [&](const Error& e) {
+    const int old_world = options_.comm->size();
+    const int64_t failed_at = global_step_ + 1;
+    TrainOptions::Recovered r = options_.recover(e);
+    options_.comm = r.comm;
+    options_.ddp = r.ddp;
+    std::vector<int64_t> agreed{cur_.step};
+    r.comm->all_reduce(agreed.data(), agreed.data(), 1, chorusInt64, chorusMin);
+    const bool back = cur_.step != agreed[0];
+    if ((back ? prev_.step : cur_.step) != agreed[0])
+      throw std::runtime_error(fmt::format(
+          "elastic: the survivors' last common step is {} of this epoch; this rank holds {} and {}",
+          agreed[0], prev_.step, cur_.step));
+    if (back) cur_ = prev_;
+    prev_.step = -1;
+    restore(cur_);
+    if (options_.sample_log) {
+      fmt::print(options_.sample_log, "resume {}\n", cur_.global_step);
+      std::fflush(options_.sample_log);
+    }
+    epoch_sums = {cur_.sums[0], cur_.sums[1], cur_.sums[2]};
+    interval = {cur_.sums[3], cur_.sums[4], cur_.sums[5]};
+    st.images = cur_.images;
+    ranks = r.comm->size();
+    primary = r.comm->rank() == 0;
+    options_.sampler->restart_at(cur_.position, ranks, r.comm->rank());
+    optimizer_.set_lr(optimizer_.options().lr * static_cast<float>(ranks) /
+                      static_cast<float>(old_world));
+    train_.begin_epoch(epoch - 1);
+    step = cur_.step;
+    since = 0;
+    steps = step + train_.batches_per_epoch();
+    if (options_.max_steps_per_epoch >= 0) steps = std::min(steps, options_.max_steps_per_epoch);
+    if (primary) {
+      fmt::print(options_.out,
+                 "{} died at step {} ({}); continuing with {} rank{} from step {}, lr {:g}\n",
+                 r.lost, failed_at, death_reason(e.what()), ranks, ranks > 1 ? "s" : "",
+                 cur_.global_step, optimizer_.options().lr);
+      std::fflush(options_.out);
+    }
+  };
+  while (step < steps && train_.next(batch)) {
+    if (options_.sample_log) {  // before the step: a rank may die inside it
+      std::string line = fmt::format("try {}", global_step_ + 1);
+      for (int64_t i : batch.indices) line += fmt::format(" {}", i);
+      fmt::print(options_.sample_log, "{}\n", line);
+      std::fflush(options_.sample_log);
+    }
+    try {
+      optimizer_.zero_grad();
+      Tensor logits =
+          options_.ddp ? options_.ddp->forward(batch.images) : model_.forward(batch.images);
+      Tensor loss = cross_entropy(logits, batch.labels);
+      const auto b0 = std::chrono::steady_clock::now();
+      loss.backward();
+      st.backward_seconds +=
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - b0).count();
+      if (options_.before_sync) options_.before_sync(global_step_ + 1);
+      if (options_.ddp) options_.ddp->finish_gradient_sync();
+      if (options_.after_backward) options_.after_backward();
+      optimizer_.step();
+      ++global_step_;
+      ++step;
+      ++since;
+      const float l = loss.item();
+      if (options_.record_step_losses) st.step_losses.push_back(l);
+      const std::vector<int32_t> pred = argmax(logits);
+      double correct = 0;
+      for (size_t i = 0; i < pred.size(); ++i) correct += pred[i] == batch.labels[i];
+      const double n = static_cast<double>(batch.size());
+      for (Sums* s : {&epoch_sums, &interval}) {
+        s->loss += static_cast<double>(l) * n;
+        s->correct += correct;
+        s->images += n;
+      }
+      st.images += batch.size();
+      if (elastic) {
+        std::swap(prev_, cur_);
+        double a[6];
+        sums(a);
+        capture(cur_, step, options_.sampler->position_after(since, options_.batch_size), a,
+                st.images);
+      }
+      bar.update(step, epoch_sums.loss / epoch_sums.images, st.images * ranks);
+      if (options_.log_every > 0 && (step % options_.log_every == 0 || step == steps)) {
+        const auto now = std::chrono::steady_clock::now();
+        const double secs = std::chrono::duration<double>(now - interval_t0).count();
+        Communicator* comm = options_.comm;
+        if (options_.per_rank_log && comm)
+          fmt::print(
+              options_.out,
+              "rank {} epoch {} step {}/{}: loss {:.4f} acc {:.4f} | {:.0f} images/s (this rank)\n",
+              comm->rank(), epoch, step, steps, interval.loss / interval.images,
+              interval.correct / interval.images, interval.images / secs);
+        const Sums g = global_sums(comm, interval);
+        if (primary)
+          fmt::print(options_.out,
+                     "epoch {} step {}/{}: loss {:.4f} acc {:.4f} | {:.0f} images/s ({} rank{})\n",
+                     epoch, step, steps, g.loss / g.images, g.correct / g.images, g.images / secs,
+                     comm ? comm->size() : 1, comm && comm->size() > 1 ? "s" : "");
+        std::fflush(options_.out);
+        interval = {};
+        interval_t0 = now;
+      }
+      if (options_.after_step) options_.after_step(global_step_);
+      if (!options_.checkpoint_dir.empty() && options_.checkpoint_every > 0 &&
+          global_step_ % options_.checkpoint_every == 0 && step < steps)
+        save(epoch, step);
+    } catch (const Error& e) {
+      if (!elastic) throw;
+      recover(e);
+    }
+  }
+  Communicator* comm = options_.comm;
   st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   st.cpu_seconds = process_cpu_seconds() - c0;
   st.steps = steps - first_step;

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "ddp/data/data_loader.h"
+#include "ddp/data/sampler.h"
 #include "ddp/dist/distributed.h"
 #include "ddp/nn/modules.h"
 #include "ddp/nn/optim.h"
@@ -63,6 +64,27 @@ struct TrainOptions {
   uint64_t seed = 0;                       // recorded in snapshots (sampler seed)
   int64_t batch_size = 0;                  // recorded in snapshots
   std::function<void(int64_t global_step)> after_step;  // e.g. fault injection in tests
+
+  // ---- elastic (issue 17): recover and sampler both set, or neither ----
+  // A step that fails with a chorus::Error (a rank died, or the communicator was revoked) is
+  // undone: `recover` (on every survivor) shrinks the communicator, builds DDP on the new one and
+  // returns both and who was lost ("rank 2"); the caller owns them. The survivors then roll back
+  // to the last step all of them completed (each keeps its last two in memory: equal bits on every
+  // rank), re-divide the rest of the epoch (DistributedSampler::restart_at), keep the per-rank
+  // batch and scale the learning rate by new world / old world (the linear scaling rule: the
+  // global batch shrank by that factor), print one line, and go on.
+  struct Recovered {
+    Communicator* comm = nullptr;
+    DistributedDataParallel* ddp = nullptr;
+    std::string lost;
+  };
+  std::function<Recovered(const Error& error)> recover;
+  DistributedSampler* sampler = nullptr;
+  // Testing: "try G i i ..." before each step G (the samples of this rank's batch), and
+  // "resume G" after a recovery: tries after G are void.
+  std::FILE* sample_log = nullptr;
+  // Testing: called after backward, before waiting for the gradient all-reduces of step G.
+  std::function<void(int64_t global_step)> before_sync;
 };
 
 class Trainer {
@@ -82,6 +104,19 @@ class Trainer {
   TrainOptions options_;
   int64_t global_step_ = 0;
   void save(int64_t epoch, int64_t step_in_epoch);
+
+  // Elastic: the state after a completed step, kept in memory to roll back to.
+  struct Snapshot {
+    int64_t step = -1;  // steps of this epoch completed; -1: none held
+    int64_t global_step = 0;
+    int64_t position = 0;  // the epoch's list position after it (DistributedSampler)
+    std::vector<std::vector<float>> params, momenta;  // momenta empty: none yet
+    double sums[6] = {};                              // epoch and interval loss/correct/images
+    int64_t images = 0;
+  };
+  void capture(Snapshot& s, int64_t step, int64_t position, const double* sums, int64_t images);
+  void restore(const Snapshot& s);
+  Snapshot prev_, cur_;
 };
 
 // Fraction of correct argmax predictions over the whole data set, in eval mode without grad.

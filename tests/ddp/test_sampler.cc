@@ -75,3 +75,50 @@ TEST_CASE("bad arguments are refused with the values", "[sampler]") {
   CHECK_THROWS_WITH(DistributedSampler(10, 2, 2), Catch::Contains("invalid rank 2"));
   CHECK_THROWS_WITH(DistributedSampler(10, 0, 0), Catch::Contains("num_replicas >= 1, got 0"));
 }
+
+// Elastic training: R ranks train k steps of batch B (positions [0, kBR) of the epoch's list),
+// then the survivors re-divide the rest from position kBR. Every sample of the epoch is then seen
+// exactly once, twice (a second loss) as once; the padding of the last, smaller world is the only
+// repeat, as in an uninterrupted run of that world.
+TEST_CASE("restart_at: the survivors take the rest of the epoch, nothing lost or repeated",
+          "[sampler][elastic]") {
+  struct Phase {
+    int world;
+    int64_t steps;  // steps trained in this world before the next loss (-1: to the end)
+  };
+  for (int64_t n : {96, 100, 101}) {
+    const int64_t b = 4;
+    for (auto phases :
+         {std::vector<Phase>{{3, 2}, {2, -1}}, std::vector<Phase>{{4, 1}, {3, 3}, {1, -1}},
+          std::vector<Phase>{{3, 0}, {2, -1}}}) {
+      std::multiset<int64_t> seen;
+      int64_t start = 0;
+      int64_t last_padding = 0;
+      for (const Phase& ph : phases) {
+        int64_t pos = start;
+        std::multiset<int64_t> phase_seen;
+        for (int r = 0; r < ph.world; ++r) {
+          DistributedSampler s(n, phases[0].world, std::min(r, phases[0].world - 1), true, 9);
+          s.set_epoch(2);
+          if (start > 0 || ph.world != phases[0].world) s.restart_at(start, ph.world, r);
+          auto idx = s.indices();
+          const int64_t take = ph.steps < 0 ? static_cast<int64_t>(idx.size()) : ph.steps * b;
+          REQUIRE(take <= static_cast<int64_t>(idx.size()));
+          phase_seen.insert(idx.begin(), idx.begin() + take);
+          if (r == 0) pos = s.position_after(ph.steps < 0 ? 0 : ph.steps, b);
+          if (ph.steps < 0) last_padding = s.num_samples() * ph.world - (n - start);
+        }
+        seen.insert(phase_seen.begin(), phase_seen.end());
+        start = pos;
+      }
+      INFO("n " << n << ", " << phases.size() << " phases");
+      CHECK(static_cast<int64_t>(seen.size()) == n + last_padding);
+      int64_t repeated = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        REQUIRE(seen.count(i) >= 1);
+        repeated += static_cast<int64_t>(seen.count(i)) - 1;
+      }
+      CHECK(repeated == last_padding);
+    }
+  }
+}
