@@ -118,8 +118,10 @@ def failures(build):
             continue
         text = (t.get("stdout") or "") + (t.get("stderr") or "")
         lines = [l.strip() for l in text.splitlines() if l.strip()]
-        at = next((i for i, l in enumerate(lines)
-                   if re.search(r"FAILED|error|lacks|expected|timed out", l)), 0)
+        at = next((i for i, l in enumerate(lines) if "FAILED" in l), None)
+        if at is None:
+            at = next((i for i, l in enumerate(lines)
+                       if re.search(r"FAIL|error|lacks|timed out", l)), 0)
         hint = " | ".join(lines[at:at + 6])[:400] or "(no output)"
         out.append(f"{build}/{t['name']} ({t['result']}): {hint}")
     return out
