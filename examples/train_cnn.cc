@@ -278,20 +278,23 @@ int main(int argc, char** argv) {
       if (!sample_log) throw std::runtime_error("train_cnn: cannot write " + path);
       to.sample_log = sample_log.get();
     }
-    if (fail_at_step >= 0 && rank == fail_rank && restart_count == 0 && fail_in_sync)
-      to.before_sync = [fail_at_step](int64_t step) {
-        if (step == fail_at_step) {
-          std::fflush(nullptr);
-          ::kill(::getpid(), SIGKILL);
-        }
-      };
-    else if (fail_at_step >= 0 && rank == fail_rank && restart_count == 0)
-      to.after_step = [fail_at_step](int64_t step) {
-        if (step == fail_at_step) {
-          std::fflush(nullptr);
-          ::kill(::getpid(), SIGKILL);
-        }
-      };
+    // Test hook: SIGKILL this rank after step --fail-at-step, or inside it (--fail-in-sync). It
+    // says when, so bench/elastic.sh can time the survivors' recovery from the kill.
+    auto die = [rank](int64_t step, int64_t at) {
+      if (step != at) return;
+      timespec ts{};
+      clock_gettime(CLOCK_REALTIME, &ts);
+      fmt::print(stderr, "train_cnn: test hook: rank {} kills itself in step {} at {:.6f}\n", rank,
+                 step, static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec));
+      std::fflush(nullptr);
+      ::kill(::getpid(), SIGKILL);
+    };
+    if (fail_at_step >= 0 && rank == fail_rank && restart_count == 0) {
+      if (fail_in_sync)
+        to.before_sync = [die, fail_at_step](int64_t step) { die(step, fail_at_step); };
+      else
+        to.after_step = [die, fail_at_step](int64_t step) { die(step, fail_at_step); };
+    }
     chorus::print_primary(comm,
                           "train_cnn: data {}, train {} test {}, params {}, ranks {}, batch {} per "
                           "rank ({} in all), lr {}, momentum {}, seed {}, threads {}\n",

@@ -140,7 +140,8 @@ EpochStats Trainer::run_epoch(int epoch) {
   const double c0 = process_cpu_seconds();
   if (options_.ddp) options_.ddp->reducer().reset_stats();
   int64_t step = first_step;
-  int64_t since = first_step;  // steps since the sampler's (re)start
+  int64_t since = first_step;   // steps since the sampler's (re)start
+  int64_t recovered_from = -1;  // the failed step, until the first step after it completes
   if (elastic) {
     double a[6];
     sums(a);
@@ -182,6 +183,7 @@ EpochStats Trainer::run_epoch(int epoch) {
     since = 0;
     steps = step + train_.batches_per_epoch();
     if (options_.max_steps_per_epoch >= 0) steps = std::min(steps, options_.max_steps_per_epoch);
+    recovered_from = failed_at;
     if (primary) {
       fmt::print(options_.out,
                  "{} died at step {} ({}); continuing with {} rank{} from step {}, lr {:g}\n",
@@ -225,6 +227,14 @@ EpochStats Trainer::run_epoch(int epoch) {
         s->images += n;
       }
       st.images += batch.size();
+      if (recovered_from >= 0 && primary) {  // bench/elastic.sh reads this
+        timespec ts{};
+        clock_gettime(CLOCK_REALTIME, &ts);
+        fmt::print(options_.out, "recovered: step {} completed at {:.6f}\n", global_step_,
+                   static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec));
+        std::fflush(options_.out);
+      }
+      recovered_from = -1;
       if (elastic) {
         std::swap(prev_, cur_);
         double a[6];

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Elastic training (issue 17 item 6): recovery time from a kill -9 to the next completed training
+# step, by world size, and the final test accuracy against an uninterrupted run; and the cost of
+# --elastic without failures (images/s, medians).
+#   bench/elastic.sh [BUILD] [REPEATS]     (Fashion-MNIST, one epoch, batch 32 per rank)
+set -euo pipefail
+build=${1:-build}
+repeats=${2:-5}
+run="$build/tools/chorus-run"
+train="$build/examples/train_cnn"
+args=(--epochs 1 --batch-size 32 --lr 0.01 --no-progress)
+median() { sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+field() { grep -o "$1 [0-9.]*" | head -1 | awk '{print $NF}'; }
+
+echo "== recovery: kill -9 of the last rank after step 200 (and inside step 200's gradient all-reduce)"
+for w in 3 4; do
+  for mode in after inside; do
+    extra=(); [ $mode = inside ] && extra=(--fail-in-sync)
+    rec=() acc=()
+    for ((i = 0; i < repeats; ++i)); do
+      out=$("$run" --elastic -n $w "$train" "${args[@]}" --fail-at-step 200 --fail-rank $((w - 1)) "${extra[@]}" 2>&1)
+      kill_at=$(echo "$out" | grep -o "kills itself in step [0-9]* at [0-9.]*" | awk '{print $NF}')
+      done_at=$(echo "$out" | grep -o "recovered: step [0-9]* completed at [0-9.]*" | awk '{print $NF}')
+      rec+=("$(awk -v a="$kill_at" -v b="$done_at" 'BEGIN {printf "%.4f", b - a}')")
+      acc+=("$(echo "$out" | field "test acc")")
+    done
+    echo "W=$w, killed $mode step 200: kill -> next completed step $(printf '%s\n' "${rec[@]}" | median) s median (runs: ${rec[*]}); test acc ${acc[*]}"
+  done
+  plain=() elastic=() plain_acc=""
+  for ((i = 0; i < repeats; ++i)); do
+    out=$("$run" -n $w "$train" "${args[@]}" 2>&1)
+    plain+=("$(echo "$out" | grep -o "[0-9]* images/s, test" | awk '{print $1}')")
+    plain_acc=$(echo "$out" | field "test acc")
+    out=$("$run" --elastic -n $w "$train" "${args[@]}" 2>&1)
+    elastic+=("$(echo "$out" | grep -o "[0-9]* images/s, test" | awk '{print $1}')")
+  done
+  p=$(printf '%s\n' "${plain[@]}" | median) e=$(printf '%s\n' "${elastic[@]}" | median)
+  echo "W=$w, no failure: uninterrupted test acc $plain_acc; images/s median plain $p, --elastic $e (ratio $(awk -v a="$e" -v b="$p" 'BEGIN {printf "%.3f", a / b}'))"
+done
