@@ -36,7 +36,7 @@ PACKAGES := meson ninja-build gcc g++ pkg-config python3 catch2 libfmt-dev libcl
 # The PyTorch backend (python/chorus_torch) and its tests: installed without recommends.
 TORCH_PACKAGES := python3-torch libtorch-dev pybind11-dev
 
-.PHONY: all deps build demo test test-plain fuzz clean format
+.PHONY: all deps build demo test test-plain fuzz chaos clean format
 
 all: build
 
@@ -86,6 +86,12 @@ test: build $(ASAN_BUILD)/build.ninja $(TSAN_BUILD)/build.ninja $(FUZZ_BUILD)/bu
 # The plain build's suite alone.
 test-plain: build
 	python3 tests/run_all.py $(BUILD)
+
+# Elastic training under random kills (rank, step, after or inside it) for CHAOS_SECONDS.
+CHAOS_SECONDS ?= 300
+chaos: build
+	python3 tests/ddp/test_elastic.py $(BUILD)/tools/chorus-run $(BUILD)/examples/train_cnn \
+	  --chaos $(CHAOS_SECONDS)
 
 fuzz: deps $(FUZZ_BUILD)/build.ninja
 	CHORUS_FUZZ_SECONDS=$(FUZZ_SECONDS) python3 tests/run_all.py --stage '$(FUZZ_BUILD)=fuzz/*'

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Issue 17 item 3: train_cnn under chorus-run --elastic keeps training when a rank dies.
 
-    test_elastic.py CHORUS_RUN TRAIN_CNN
+    test_elastic.py CHORUS_RUN TRAIN_CNN [--chaos SECONDS [SEED]]
 
 Three ranks train on synthetic data; one is killed (SIGKILL, by train_cnn's test hook) at a chosen
 point: after a step, or inside a step while its gradients are being all-reduced; rank 0 (whose
@@ -9,13 +9,16 @@ process would host the store under other launchers) and another rank. Each run m
 exit 0, print one line naming the dead rank and the step the survivors continue from, and train
 on every sample of the epoch exactly once: the ranks log each step's samples before the step
 ("try G ...") and, after a recovery, "resume G" (tries after G were undone); the dead rank's tries
-after the survivors' G are void too. A second epoch runs on the two survivors.
+after the survivors' G are void too. A second epoch runs on the two survivors. With --chaos, random kills (rank, step, after or inside
+it) for a bounded time (make chaos).
 """
 import os
+import random
 import re
 import subprocess
 import sys
 import tempfile
+import time
 
 N, BATCH = 960, 16  # 5 steps at 3 ranks = 240 samples; the rest, 720, splits evenly over 2
 
@@ -80,10 +83,25 @@ def run(chorus_run, train_cnn, victim, step, in_sync):
         return what, problems, out
 
 
+def chaos(seconds, seed):
+    """Random kills (rank, step, after or inside it) until `seconds` have passed."""
+    rng = random.Random(seed)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        yield rng.randrange(3), rng.randrange(1, 20), rng.random() < 0.5
+
+
 def main():
     chorus_run, train_cnn = sys.argv[1], sys.argv[2]
+    cases = [(1, 5, False), (0, 3, False), (2, 4, True), (0, 6, True)]
+    if len(sys.argv) > 3:  # --chaos SECONDS [SEED]: make chaos
+        seed = int(sys.argv[5]) if len(sys.argv) > 5 else int(time.time())
+        print(f"chaos: random kills for {sys.argv[4]} s, seed {seed}")
+        cases = chaos(float(sys.argv[4]), seed)
     failed = 0
-    for victim, step, in_sync in [(1, 5, False), (0, 3, False), (2, 4, True), (0, 6, True)]:
+    runs = 0
+    for victim, step, in_sync in cases:
+        runs += 1
         what, problems, out = run(chorus_run, train_cnn, victim, step, in_sync)
         if problems:
             failed += 1
@@ -93,6 +111,7 @@ def main():
         else:
             line = next(l for l in out.splitlines() if "died at step" in l)
             print(f"ok: {what}: {line.strip()}")
+    print(f"{runs - failed} of {runs} runs went on and trained on every sample once")
     sys.exit(1 if failed else 0)
 
 
