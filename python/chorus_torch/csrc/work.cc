@@ -77,12 +77,14 @@ Completer::~Completer() {
 }
 
 void Completer::push(c10::intrusive_ptr<WorkChorus> w) {
+  std::vector<c10::intrusive_ptr<WorkChorus>> done;
   {
     std::lock_guard<std::mutex> lock(mu_);
     queue_.push_back(std::move(w));
+    done.swap(done_);
   }
   cv_.notify_one();
-}
+}  // the completed Works are released here, on the caller's thread
 
 void Completer::stop() {
   {
@@ -104,6 +106,8 @@ void Completer::run() {
       queue_.pop_front();
     }
     w->complete();  // not holding mu_: a future's callbacks may queue more work
+    std::lock_guard<std::mutex> lock(mu_);
+    done_.push_back(std::move(w));  // not released on this thread (see done_)
   }
 }
 

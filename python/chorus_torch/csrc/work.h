@@ -73,6 +73,12 @@ class Completer {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<c10::intrusive_ptr<WorkChorus>> queue_;
+  // Completed here, released by the next push() (the caller's thread) or the destructor: the last
+  // reference to a Work may hold the last C++ reference to a tensor whose Python object then
+  // needs the GIL, and a thread that takes the GIL while the interpreter finalizes is ended by
+  // Python mid-C++ (pthread_exit through noexcept frames: "terminate called without an active
+  // exception", seen as SIGABRT at the exit of a script that never destroyed its group).
+  std::vector<c10::intrusive_ptr<WorkChorus>> done_;
   bool stopping_ = false;
   std::thread thread_;
 };
