@@ -3,13 +3,13 @@
 
     test_elastic.py CHORUS_RUN TRAIN_CNN [--chaos SECONDS [SEED]]
 
-Three ranks train on synthetic data; one is killed (SIGKILL, by train_cnn's test hook) at a chosen
+Three or four ranks train on synthetic data; one is killed (SIGKILL, by train_cnn's test hook) at a chosen
 point: after a step, or inside a step while its gradients are being all-reduced; rank 0 (whose
 process would host the store under other launchers) and another rank. Each run must finish with
 exit 0, print one line naming the dead rank and the step the survivors continue from, and train
 on every sample of the epoch exactly once: the ranks log each step's samples before the step
 ("try G ...") and, after a recovery, "resume G" (tries after G were undone); the dead rank's tries
-after the survivors' G are void too. A second epoch runs on the two survivors. With --chaos, random kills (rank, step, after or inside
+after the survivors' G are void too. A second epoch runs on the survivors. With --chaos, random kills (rank, step, after or inside
 it) for a bounded time (make chaos).
 """
 import os
@@ -20,25 +20,27 @@ import sys
 import tempfile
 import time
 
-N, BATCH = 960, 16  # 5 steps at 3 ranks = 240 samples; the rest, 720, splits evenly over 2
+N, BATCH = 960, 16  # one epoch: 20 steps of 3 ranks or 15 of 4
 
 
-def run(chorus_run, train_cnn, victim, step, in_sync):
+def run(chorus_run, train_cnn, victim, step, in_sync, world=3):
     with tempfile.TemporaryDirectory() as logs:
-        cmd = [chorus_run, "--elastic", "-n", "3", train_cnn, "--data", "synthetic",
+        cmd = [chorus_run, "--elastic", "-n", str(world), train_cnn, "--data", "synthetic",
                "--synthetic-size", str(N), "--synthetic-shape", "3x32x32", "--batch-size",
                str(BATCH), "--epochs", "2", "--no-progress", "--log-every", "10",
                "--fail-at-step", str(step), "--fail-rank", str(victim), "--sample-log", logs]
         if in_sync:
             cmd.append("--fail-in-sync")
-        what = f"rank {victim} killed {'inside' if in_sync else 'after'} step {step}"
+        what = (f"{world} ranks, rank {victim} killed {'inside' if in_sync else 'after'} "
+                f"step {step}")
+        left = world - 1
         p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                            timeout=150)
         out = p.stdout
         problems = []
         if p.returncode != 0:
             problems.append(f"chorus-run exited {p.returncode}")
-        m = re.search(rf"rank {victim} died at step (\d+) \(.*\); continuing with 2 ranks from "
+        m = re.search(rf"rank {victim} died at step (\d+) \(.*\); continuing with {left} ranks from "
                       rf"step (\d+), lr", out)
         if not m:
             problems.append("no line saying the rank died and the survivors continue")
@@ -55,7 +57,7 @@ def run(chorus_run, train_cnn, victim, step, in_sync):
         for mm in re.finditer(r"epoch 1 step (\d+)/(\d+)", out):
             epoch1_steps = int(mm.group(2))
         samples = []
-        for r in range(3):
+        for r in range(world):
             path = os.path.join(logs, f"rank{r}.txt")
             tries = {}
             with open(path) as f:
@@ -74,12 +76,17 @@ def run(chorus_run, train_cnn, victim, step, in_sync):
         for i in samples:
             counts[i] = counts.get(i, 0) + 1
         missing = [i for i in range(N) if i not in counts]
-        twice = [i for i, c in counts.items() if c > 1]
-        if epoch1_steps is None or missing or twice or len(samples) != N:
+        repeats = sum(c - 1 for c in counts.values())
+        # The survivors pad the rest of the epoch to a multiple of their number, as
+        # DistributedSampler pads a whole epoch: those repeats are the only ones allowed.
+        rest = N - min(N, resume * BATCH * world)
+        pad = (left - rest % left) % left
+        if epoch1_steps is None or missing or repeats != pad or len(samples) != N + pad:
             problems.append(f"epoch 1 ({epoch1_steps} steps): {len(samples)} samples trained on, "
-                            f"{len(missing)} never, {len(twice)} more than once")
-        if not re.search(r"epoch 2 step \d+/30: .*\(2 ranks\)", out):
-            problems.append("epoch 2 did not run on the 2 survivors (30 steps)")
+                            f"{len(missing)} never, {repeats} repeats (padding {pad})")
+        steps2 = -(-(-(-N // left)) // BATCH)  # ceil(ceil(N / left) / BATCH)
+        if not re.search(rf"epoch 2 step \d+/{steps2}: .*\({left} ranks\)", out):
+            problems.append(f"epoch 2 did not run on the {left} survivors ({steps2} steps)")
         return what, problems, out
 
 
@@ -88,21 +95,23 @@ def chaos(seconds, seed):
     rng = random.Random(seed)
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        yield rng.randrange(3), rng.randrange(1, 20), rng.random() < 0.5
+        world = rng.choice([3, 4])
+        yield rng.randrange(world), rng.randrange(1, 14), rng.random() < 0.5, world
 
 
 def main():
     chorus_run, train_cnn = sys.argv[1], sys.argv[2]
-    cases = [(1, 5, False), (0, 3, False), (2, 4, True), (0, 6, True)]
+    cases = [(1, 5, False, 3), (0, 3, False, 3), (2, 4, True, 3), (0, 6, True, 3),
+             (3, 3, False, 4), (1, 3, True, 4)]
     if len(sys.argv) > 3:  # --chaos SECONDS [SEED]: make chaos
         seed = int(sys.argv[5]) if len(sys.argv) > 5 else int(time.time())
         print(f"chaos: random kills for {sys.argv[4]} s, seed {seed}")
         cases = chaos(float(sys.argv[4]), seed)
     failed = 0
     runs = 0
-    for victim, step, in_sync in cases:
+    for victim, step, in_sync, world in cases:
         runs += 1
-        what, problems, out = run(chorus_run, train_cnn, victim, step, in_sync)
+        what, problems, out = run(chorus_run, train_cnn, victim, step, in_sync, world)
         if problems:
             failed += 1
             print(out)
