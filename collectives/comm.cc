@@ -535,8 +535,8 @@ void CommImpl::abort(const std::string& why) {
 }
 
 // Fails this rank's current and later operations with kRevoked, and tells every peer twice over:
-// through the watch channel (fail() broadcasts) and over each link that can (Link::signal_revoke:
-// shm, ib), which needs no store, so the news arrives also when the process that hosted it is
+// through the watch channel (fail() broadcasts) and over each link (Link::signal_revoke: shm, tcp,
+// ib), which needs no store, so the news arrives also when the process that hosted it is
 // gone. The links are told once no operation runs on them: a failed operation leaves within a
 // sleep slice (100 ms); one that has not left after 2 s leaves the news to the watch channel.
 void CommImpl::revoke() {
