@@ -15,6 +15,7 @@
 #include "collectives/c_api_check.h"
 #include "collectives/c_api_internal.h"
 #include "collectives/comm.h"
+#include "collectives/grow.h"
 #include "collectives/job.h"
 #include "collectives/tuner.h"
 #include "common/env.h"
@@ -393,6 +394,57 @@ CHORUS_API chorusResult_t chorusCommShrink(chorusComm_t h, const int* exclude, i
   std::vector<int> ex(exclude, exclude + nexclude);
   auto n = (*c)->shrink(ex, (flags & CHORUS_SHRINK_AGREE) != 0, t, det);
   if (!n.is_ok()) return report(n.status().wrap(fmt::format("{} on rank {}", kCall, rank)));
+  *newcomm = new_handle(std::move(n.value()));
+  return chorusSuccess;
+}
+CHORUS_CATCH_ALL
+
+CHORUS_API chorusResult_t chorusCommGetUniqueId(chorusComm_t h, chorusUniqueId* id) try {
+  constexpr const char* kCall = "chorusCommGetUniqueId";
+  if (!id) return fail(Code::kInvalidArgument, "{}: growId is NULL", kCall);
+  auto c = live(h, kCall);
+  if (!c.is_ok()) return report(c.status());
+  chorus::GrowId g;
+  if (Status s = (*c)->grow_id(&g); !s.is_ok())
+    return report(s.wrap(fmt::format("{} on rank {}", kCall, (*c)->rank())));
+  static_assert(sizeof g == sizeof id->internal);
+  std::memcpy(id->internal, &g, sizeof g);
+  return chorusSuccess;
+}
+CHORUS_CATCH_ALL
+
+// Members pass their communicator (and rank -1), newcomers NULL and their rank (grow.cc).
+CHORUS_API chorusResult_t chorusCommGrow(chorusComm_t h, int nranks, const chorusUniqueId* id,
+                                         int rank, chorusComm_t* newcomm,
+                                         const chorusConfig_t* config) try {
+  constexpr const char* kCall = "chorusCommGrow";
+  if (!newcomm) return fail(Code::kInvalidArgument, "{}: newcomm is NULL", kCall);
+  *newcomm = nullptr;
+  double t = 0;
+  int det = -1;
+  if (config)
+    if (Status s = check_config(kCall, *config, &t, &det); !s.is_ok()) return report(s);
+  chorus::GrowId g;
+  if (id) std::memcpy(&g, id->internal, sizeof g);
+  chorus::Result<std::shared_ptr<CommImpl>> n = std::shared_ptr<CommImpl>();
+  if (h) {
+    auto c = live(h, kCall);
+    if (!c.is_ok()) return report(c.status());
+    if (rank != -1)
+      return fail(Code::kInvalidArgument,
+                  "{} on rank {}: a member passes rank -1 (it keeps its rank), got {}", kCall,
+                  (*c)->rank(), rank);
+    n = (*c)->grow(nranks, id ? &g : nullptr, t, det);
+    if (!n.is_ok())
+      return report(n.status().wrap(fmt::format("{} on rank {}", kCall, (*c)->rank())));
+  } else {
+    if (!id)
+      return fail(Code::kInvalidArgument,
+                  "{}: a newcomer (comm NULL) needs the grow id from chorusCommGetUniqueId", kCall);
+    n = CommImpl::join_grow(g, nranks, rank, t, det);
+    if (!n.is_ok())
+      return report(n.status().wrap(fmt::format("{} on newcomer rank {}", kCall, rank)));
+  }
   *newcomm = new_handle(std::move(n.value()));
   return chorusSuccess;
 }

@@ -39,6 +39,7 @@
 namespace chorus {
 
 class Job;
+struct GrowId;
 class OpCtx;
 
 // Staging memory for links without direct slot access (tcp): one input buffer and a few
@@ -159,6 +160,15 @@ class CommImpl : public std::enable_shared_from_this<CommImpl> {
   // communicator's.
   Result<std::shared_ptr<CommImpl>> shrink(const std::vector<int>& exclude, bool agree,
                                            double timeout_s, int deterministic);
+  // chorusCommGetUniqueId and chorusCommGrow (grow.cc): an id for the newcomers (one member,
+  // the coordinator, asks), and a larger communicator of this one's ranks, which keep their
+  // numbers, and the newcomers'. id: the coordinator's, NULL on the other members.
+  Status grow_id(GrowId* out);
+  Result<std::shared_ptr<CommImpl>> grow(int nranks, const GrowId* id, double timeout_s,
+                                         int deterministic);
+  // A newcomer's side of chorusCommGrow: joins the running job and the new communicator.
+  static Result<std::shared_ptr<CommImpl>> join_grow(const GrowId& id, int nranks, int rank,
+                                                     double timeout_s, int deterministic);
   void abort(const std::string& why);
   // chorusCommRevoke: every pending and later operation fails with kRevoked, here and on every
   // peer; the communicator stays valid for destroy (and, later, shrink). Any thread.

@@ -37,7 +37,7 @@ Result<std::shared_ptr<Job>> Job::create(transport::Rendezvous rdzv, Deadline de
         job->store_,
         transport::StoreClient::connect(rdzv.store, rdzv.secret, rdzv.rank, rdzv.size, deadline));
   }
-  CHORUS_TRY(job->store_->join(deadline));
+  if (!rdzv.joining) CHORUS_TRY(job->store_->join(deadline));  // a newcomer finds it running
   std::weak_ptr<Job> weak = job;
   CHORUS_ASSIGN_OR_RETURN(job->watch_, transport::WatchClient::connect(
                                            rdzv.store, rdzv.secret, rdzv.rank, rdzv.size,

@@ -39,6 +39,7 @@ struct Rendezvous {
   int store_host_rank = 0;              // the rank whose process hosts the store (-1: unknown)
   std::shared_ptr<StoreServer> server;  // set when this process hosts the store
   std::unique_ptr<StoreClient> client;  // set when the rendezvous already connected (mpirun file)
+  bool joining = false;  // a newcomer to a running job (chorusCommGrow): no start barrier
 };
 
 Result<Rendezvous> rendezvous_from_env(Deadline deadline);

@@ -158,10 +158,9 @@ chorusResult_t chorusCommDestroy(chorusComm_t comm);
 chorusResult_t chorusCommAbort(chorusComm_t comm);
 /* Revokes the communicator (as NCCL's ncclCommRevoke, MPI ULFM's MPI_Comm_revoke): the pending
  * and every later operation fails with chorusRevoked on every rank, within 100 ms of the call.
- * The news travels through the bootstrap store's watch channel and, between ranks of one host,
- * over their shared memory too, so there it needs no store (over tcp it does, for now). The
- * handle stays valid for chorusCommCount, chorusCommGetAsyncError and chorusCommDestroy. Any
- * thread. */
+ * The news travels through the bootstrap store's watch channel and over every link (shared
+ * memory, tcp, ib), so it arrives also when the store's process is gone. The handle stays valid for
+ * chorusCommCount, chorusCommGetAsyncError and chorusCommDestroy. Any thread. */
 chorusResult_t chorusCommRevoke(chorusComm_t comm);
 chorusResult_t chorusCommGetAsyncError(chorusComm_t comm, chorusResult_t* async_error);
 chorusResult_t chorusCommCount(const chorusComm_t comm, int* count);
@@ -187,6 +186,20 @@ chorusResult_t chorusCommSplit(chorusComm_t comm, int color, int key, chorusComm
 chorusResult_t chorusCommShrink(chorusComm_t comm, const int* excludeRanksList,
                                 int excludeRanksCount, chorusComm_t* newcomm,
                                 const chorusConfig_t* config, int shrinkFlags);
+
+/* A larger communicator (as NCCL's ncclCommGrow): a running communicator's ranks, which keep
+ * their numbers, and new processes that join the job -- a restarted worker, or more workers.
+ * One member (the coordinator) gets a grow id from chorusCommGetUniqueId and hands it to the
+ * newcomers by its own means; then every member calls chorusCommGrow(comm, nRanks, id on the
+ * coordinator and NULL on the others, -1, ...) and each newcomer chorusCommGrow(NULL, nRanks,
+ * &id, rank, ...) with rank in [old size, nRanks). An id serves one grow. config (may be NULL)
+ * sets the new communicator's timeout and mode; by default members keep this communicator's,
+ * newcomers take CHORUS_TIMEOUT's and the members' mode. Needs the bootstrap store's process
+ * alive (chorus-run --elastic hosts it in the launcher); one grow at a time per job. Bounded by
+ * the timeout; collectives/grow.cc has the protocol. */
+chorusResult_t chorusCommGetUniqueId(chorusComm_t comm, chorusUniqueId* growId);
+chorusResult_t chorusCommGrow(chorusComm_t comm, int nRanks, const chorusUniqueId* growId, int rank,
+                              chorusComm_t* newcomm, const chorusConfig_t* config);
 
 /* Blocking operations. */
 chorusResult_t chorusSend(const void* sendbuff, size_t count, chorusDataType_t datatype, int peer,

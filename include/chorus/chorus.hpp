@@ -235,6 +235,23 @@ class Communicator {
                            flags));
     return Communicator(c);
   }
+  // Growing (chorus.h, chorusCommGrow): the coordinator's id for the newcomers; the members'
+  // larger communicator (the coordinator passes its id, the others nothing); a newcomer's.
+  chorusUniqueId grow_id() {
+    chorusUniqueId id;
+    check(chorusCommGetUniqueId(comm_, &id));
+    return id;
+  }
+  Communicator grow(int nranks, const chorusUniqueId* id = nullptr) {
+    chorusComm_t c = nullptr;
+    check(chorusCommGrow(comm_, nranks, id, -1, &c, nullptr));
+    return Communicator(c);
+  }
+  static Communicator join_grow(int nranks, const chorusUniqueId& id, int rank) {
+    chorusComm_t c = nullptr;
+    check(chorusCommGrow(nullptr, nranks, &id, rank, &c, nullptr));
+    return Communicator(c);
+  }
   void abort() { check(chorusCommAbort(comm_)); }
   void revoke() { check(chorusCommRevoke(comm_)); }
   void destroy() { check(chorusCommDestroy(comm_)); }

@@ -1,0 +1,291 @@
+// chorusCommGrow (issue 17, item 2): new processes join a running communicator -- more ranks, or
+// a restarted rank after a kill -9 and a shrink -- and all continue with members keeping their
+// ranks; bad ids and arguments are refused by name, an id serves one grow, and a coordinator
+// that dies before the grow ends the members' waits naming it.
+#include <catch2/catch.hpp>
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "chorus/chorus.hpp"
+#include "harness.h"
+
+using chorus::test::contains;
+using chorus::test::run_ranks;
+using chorus::test::RunOptions;
+
+namespace {
+
+// An all-reduce whose result depends on every member's rank: 0 when right.
+int check_all_reduce(chorus::Communicator& comm, const char* what) {
+  const size_t n = 50001;
+  std::vector<float> in(n), out(n);
+  for (size_t i = 0; i < n; ++i) in[i] = float(i % 31) + 100.0f * float(comm.rank());
+  comm.all_reduce(in.data(), out.data(), n, chorusFloat32, chorusSum);
+  const float w = float(comm.size());
+  for (size_t i = 0; i < n; ++i)
+    if (out[i] != w * float(i % 31) + 100.0f * w * (w - 1) / 2) {
+      std::fprintf(stderr, "%s: element %zu is %g\n", what, i, double(out[i]));
+      return 1;
+    }
+  return 0;
+}
+
+// The test's pid, taken before the ranks are forked: the same name in the test and its ranks.
+const pid_t g_test_pid = getpid();
+
+std::string path(const std::string& name) {
+  return "/tmp/chorus-test-grow-" + std::to_string(g_test_pid) + "-" + name;
+}
+
+// The coordinator hands the id over in a file (written whole, then renamed into place).
+void put_id(const chorusUniqueId& id, const std::string& name) {
+  const std::string tmp = path(name) + ".tmp";
+  std::ofstream(tmp, std::ios::binary).write(id.internal, sizeof id.internal);
+  std::rename(tmp.c_str(), path(name).c_str());
+}
+
+bool take_id(chorusUniqueId* id, const std::string& name, double seconds = 30) {
+  auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < end) {
+    std::ifstream in(path(name), std::ios::binary);
+    if (in && in.read(id->internal, sizeof id->internal)) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
+RunOptions opts(int members) {
+  RunOptions o;
+  o.env["CHORUS_TIMEOUT"] = "20";
+  o.limit_seconds = 60;
+  o.world_size = members;  // the other processes are newcomers, not in the job at its start
+  return o;
+}
+
+void require_exits(const std::vector<chorus::test::RankResult>& res,
+                   const std::vector<std::pair<int, int>>& expected) {
+  for (auto [r, code] : expected) {
+    INFO("process " << r << ":\n" << res[r].output);
+    CHECK(res[r].exit_code == code);
+  }
+}
+
+bool expect_error(const std::function<void()>& fn, chorusResult_t code, const std::string& part) {
+  try {
+    fn();
+  } catch (const chorus::Error& e) {
+    std::fprintf(stderr, "as expected: %s\n", e.what());
+    return e.code() == code && contains(e.what(), part);
+  }
+  std::fprintf(stderr, "no error (expected '%s')\n", part.c_str());
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("grow: three ranks take a newcomer, keep their ranks and continue", "[grow]") {
+  auto transport = GENERATE(std::string("shm"), std::string("tcp"));
+  DYNAMIC_SECTION(transport) {
+    RunOptions o = opts(3);
+    o.env["CHORUS_TRANSPORT"] = transport;
+    auto res = run_ranks(
+        4,
+        [](int proc) {
+          if (proc == 3) {  // the newcomer
+            chorusUniqueId id;
+            if (!take_id(&id, "plain")) return 9;
+            auto big = chorus::Communicator::join_grow(4, id, 3);
+            if (big.size() != 4 || big.rank() != 3) return 3;
+            for (int i = 0; i < 3; ++i)
+              if (check_all_reduce(big, "the four")) return 4;
+            return 0;
+          }
+          auto comm = chorus::Communicator::from_env();
+          if (check_all_reduce(comm, "the three")) return 2;
+          chorusUniqueId id;
+          if (comm.rank() == 1) {  // any member may coordinate
+            id = comm.grow_id();
+            put_id(id, "plain");
+          }
+          auto big = comm.grow(4, comm.rank() == 1 ? &id : nullptr);
+          if (big.size() != 4 || big.rank() != comm.rank()) return 3;
+          for (int i = 0; i < 3; ++i)
+            if (check_all_reduce(big, "the four")) return 4;
+          if (check_all_reduce(comm, "the three, after")) return 5;  // the old one still works
+          return 0;
+        },
+        o);
+    std::remove(path("plain").c_str());
+    require_exits(res, {{0, 0}, {1, 0}, {2, 0}, {3, 0}});
+  }
+}
+
+TEST_CASE("grow after a kill -9: the survivors shrink, a restarted rank rejoins, all continue",
+          "[grow][shrink]") {
+  auto transport = GENERATE(std::string("shm"), std::string("tcp"));
+  DYNAMIC_SECTION(transport) {
+    RunOptions o = opts(3);
+    o.env["CHORUS_TRANSPORT"] = transport;
+    auto res = run_ranks(
+        4,
+        [](int proc) {
+          if (proc == 3) {  // the restarted worker
+            chorusUniqueId id;
+            if (!take_id(&id, "restart")) return 9;
+            auto back = chorus::Communicator::join_grow(3, id, 2);
+            for (int i = 0; i < 3; ++i)
+              if (check_all_reduce(back, "the three again")) return 4;
+            return 0;
+          }
+          auto comm = chorus::Communicator::from_env();
+          if (check_all_reduce(comm, "the three")) return 2;
+          if (comm.rank() == 1) raise(SIGKILL);
+          bool failed = false;
+          for (int i = 0; i < 1000 && !failed; ++i) {
+            try {
+              check_all_reduce(comm, "before");
+            } catch (const chorus::Error&) {
+              failed = true;
+            }
+          }
+          if (!failed) return 5;
+          auto two = comm.shrink({}, CHORUS_SHRINK_AGREE);
+          if (two.size() != 2) return 6;
+          chorusUniqueId id;
+          if (two.rank() == 0) {
+            id = two.grow_id();
+            put_id(id, "restart");
+          }
+          auto back = two.grow(3, two.rank() == 0 ? &id : nullptr);
+          if (back.rank() != two.rank() || back.size() != 3) return 7;
+          for (int i = 0; i < 3; ++i)
+            if (check_all_reduce(back, "the three again")) return 4;
+          return 0;
+        },
+        o);
+    std::remove(path("restart").c_str());
+    require_exits(res, {{1, -SIGKILL}, {0, 0}, {2, 0}, {3, 0}});
+  }
+}
+
+TEST_CASE("grow refuses bad ids and arguments by name; an id serves one grow", "[grow]") {
+  RunOptions o = opts(2);
+  auto res = run_ranks(
+      3,
+      [](int proc) {
+        if (proc == 2) {
+          chorusUniqueId id;
+          if (!take_id(&id, "args")) return 9;
+          if (!expect_error([&] { chorus::Communicator::join_grow(3, id, 1); },
+                            chorusInvalidArgument, "expected 2..2"))
+            return 20;
+          if (!expect_error([&] { chorus::Communicator::join_grow(2, id, 2); },
+                            chorusInvalidArgument, "must be more than the communicator's 2"))
+            return 21;
+          chorusUniqueId plain;
+          if (chorusGetUniqueId(&plain) != chorusSuccess) return 22;
+          if (!expect_error([&] { chorus::Communicator::join_grow(3, plain, 2); },
+                            chorusInvalidArgument, "not from chorusCommGetUniqueId"))
+            return 23;
+          chorusComm_t c = nullptr;
+          if (chorusCommGrow(nullptr, 3, nullptr, 2, &c, nullptr) != chorusInvalidArgument ||
+              !contains(chorusGetLastError(nullptr), "needs the grow id"))
+            return 24;
+          auto big = chorus::Communicator::join_grow(3, id, 2);
+          if (check_all_reduce(big, "the three")) return 25;
+          big.barrier();  // the members have marked the id used
+          bool used = expect_error([&] { chorus::Communicator::join_grow(3, id, 2); },
+                                   chorusInvalidUsage, "used by a grow that has finished");
+          put_id(id, "args.done");  // rank 0, whose process hosts the store, may go now
+          return used ? 0 : 26;
+        }
+        auto comm = chorus::Communicator::from_env();
+        chorusComm_t c = nullptr;
+        if (chorusCommGrow(comm.handle(), 3, nullptr, 0, &c, nullptr) != chorusInvalidArgument ||
+            !contains(chorusGetLastError(nullptr), "a member passes rank -1"))
+          return 10;
+        if (!expect_error([&] { comm.grow(2); }, chorusInvalidArgument,
+                          "must be more than the communicator's 2"))
+          return 11;
+        chorusUniqueId id;
+        if (comm.rank() == 0) {
+          id = comm.grow_id();
+          put_id(id, "args");
+        }
+        auto big = comm.grow(3, comm.rank() == 0 ? &id : nullptr);
+        if (check_all_reduce(big, "the three")) return 12;
+        big.barrier();
+        if (comm.rank() == 0 &&
+            !expect_error([&] { comm.grow(3, &id); }, chorusInvalidUsage, "used already"))
+          return 13;
+        if (comm.rank() == 0 && !take_id(&id, "args.done")) return 14;
+        return 0;
+      },
+      o);
+  std::remove(path("args").c_str());
+  std::remove(path("args.done").c_str());
+  require_exits(res, {{0, 0}, {1, 0}, {2, 0}});
+}
+
+TEST_CASE("grow: members that disagree on the size fail at once, naming the coordinator",
+          "[grow]") {
+  RunOptions o = opts(3);
+  auto res = run_ranks(
+      3,
+      [](int) {
+        auto comm = chorus::Communicator::from_env();
+        chorusUniqueId id;
+        if (comm.rank() == 0) id = comm.grow_id();
+        const auto t0 = std::chrono::steady_clock::now();
+        const int n = comm.rank() == 2 ? 5 : 4;
+        bool ok = expect_error([&] { comm.grow(n, comm.rank() == 0 ? &id : nullptr); },
+                               comm.rank() == 2 ? chorusInvalidArgument : chorusRemoteError,
+                               "nRanks is 5 here but 4 on rank 0 (the coordinator)");
+        double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        return ok && s < 10 ? 0 : 1;  // well within the 20 s timeout
+      },
+      o);
+  require_exits(res, {{0, 0}, {1, 0}, {2, 0}});
+}
+
+TEST_CASE(
+    "grow: a coordinator that dies first ends the members' wait naming it; the newcomer "
+    "gives up within its timeout, saying why",
+    "[grow]") {
+  RunOptions o = opts(3);
+  o.env["CHORUS_TIMEOUT"] = "4";
+  auto res = run_ranks(
+      4,
+      [](int proc) {
+        if (proc == 3) {
+          chorusUniqueId id;
+          if (!take_id(&id, "dead")) return 9;
+          return expect_error([&] { chorus::Communicator::join_grow(4, id, 3); }, chorusTimeout,
+                              "the members did not start this grow")
+                     ? 0
+                     : 1;
+        }
+        auto comm = chorus::Communicator::from_env();
+        if (comm.rank() == 1) {
+          put_id(comm.grow_id(), "dead");
+          raise(SIGKILL);
+        }
+        const auto t0 = std::chrono::steady_clock::now();
+        bool ok = expect_error([&] { comm.grow(4); }, chorusRemoteError, "rank 1");
+        double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        // Rank 0 hosts the store: it stays until the newcomer's wait has ended.
+        if (comm.rank() == 0) std::this_thread::sleep_for(std::chrono::seconds(6));
+        return ok && s < 3 ? 0 : 1;
+      },
+      o);
+  std::remove(path("dead").c_str());
+  require_exits(res, {{1, -SIGKILL}, {0, 0}, {2, 0}, {3, 0}});
+}
