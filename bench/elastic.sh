@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Elastic training (issue 17 item 6): recovery time from a kill -9 to the next completed training
-# step, by world size, and the final test accuracy against an uninterrupted run; and the cost of
-# --elastic without failures (images/s, medians).
+# step, by world size, and the final test accuracy against an uninterrupted run; the running
+# ranks' pause when a restarted worker rejoins (--max-restarts 1); and the cost of --elastic
+# without failures (images/s, medians).
 #   bench/elastic.sh [BUILD] [REPEATS]     (Fashion-MNIST, one epoch, batch 32 per rank)
 set -euo pipefail
 build=${1:-build}
@@ -36,4 +37,18 @@ for w in 3 4; do
   done
   p=$(printf '%s\n' "${plain[@]}" | median) e=$(printf '%s\n' "${elastic[@]}" | median)
   echo "W=$w, no failure: uninterrupted test acc $plain_acc; images/s median plain $p, --elastic $e (ratio $(awk -v a="$e" -v b="$p" 'BEGIN {printf "%.3f", a / b}'))"
+done
+
+echo "== rejoin: the last rank killed after step 100 and restarted (--max-restarts 1); it rejoins when ready"
+for w in 3 4; do
+  pause=() acc=() at=()
+  for ((i = 0; i < repeats; ++i)); do
+    out=$("$run" --elastic --max-restarts 1 -n $w "$train" "${args[@]}" --fail-at-step 100 --fail-rank $((w - 1)) --await-rejoin-at 400 2>&1)
+    t0=$(echo "$out" | grep -o "worker(s) waiting before step [0-9]* at [0-9.]*" | awk '{print $NF}')
+    at+=("$(echo "$out" | grep -o "worker(s) waiting before step [0-9]*" | awk '{print $NF}')")
+    t1=$(echo "$out" | grep -o "recovered: step [0-9]* completed at [0-9.]*" | tail -1 | awk '{print $NF}')
+    pause+=("$(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.4f", b - a}')")
+    acc+=("$(echo "$out" | field "test acc")")
+  done
+  echo "W=$w: rank 0 sees the newcomer -> first step completed with it $(printf '%s\n' "${pause[@]}" | median) s median (runs: ${pause[*]}); joined before steps ${at[*]}; test acc ${acc[*]}"
 done

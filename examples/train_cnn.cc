@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -26,6 +27,7 @@
 #include "ddp/data/sampler.h"
 #include "ddp/dist/dist_utils.h"
 #include "ddp/dist/distributed.h"
+#include "ddp/dist/rejoin.h"
 #include "ddp/nn/modules.h"
 #include "ddp/nn/optim.h"
 #include "ddp/ops/kernel_table.h"
@@ -147,10 +149,15 @@ int main(int argc, char** argv) {
                "all-reduced")
       ->group("");
   std::string sample_log_dir;
+  int64_t await_rejoin_at = -1;
   app.add_flag("--elastic", elastic,
                "keep training when ranks die: the survivors shrink the communicator, roll back "
                "to the last step they all completed, share the rest of the epoch and go on (on by "
                "default under chorus-run --elastic)");
+  app.add_option("--await-rejoin-at", await_rejoin_at,
+                 "testing (chorus-run --elastic --max-restarts): rank 0 waits before global step "
+                 "G until a restarted worker asks to rejoin")
+      ->group("");
   app.add_option("--sample-log", sample_log_dir,
                  "testing: each rank writes the samples of its steps to DIR/rank<R>.txt")
       ->group("");
@@ -159,15 +166,25 @@ int main(int argc, char** argv) {
   std::optional<chorus::Communicator> comm_storage;
   chorus::Communicator* comm = nullptr;
   try {
-    if (!single && launched_distributed()) {
+    // A worker chorus-run --elastic --max-restarts restarted: it joins the running job below,
+    // once its data and model are ready (ddp/dist/rejoin.h).
+    const std::string elastic_dir = chorus::elastic_dir();
+    const int rejoin = chorus::elastic_rejoin_count();
+    if (rejoin > 0 && elastic_dir.empty())
+      throw std::invalid_argument("CHORUS_ELASTIC_REJOIN is set but CHORUS_ELASTIC_DIR is not");
+    if (!single && launched_distributed() && rejoin == 0) {
       comm_storage.emplace(chorus::Communicator::from_env());
       comm = &*comm_storage;
     }
-    const int rank = comm ? comm->rank() : 0, world = comm ? comm->size() : 1;
+    int rank = comm ? comm->rank() : 0, world = comm ? comm->size() : 1;
+    // Who this worker is in the job (RANK): a restarted worker keeps the dead one's.
+    const char* env_rank = std::getenv("RANK");
+    const int64_t job_rank = comm || !env_rank ? rank : std::atoll(env_rank);
     chorus::set_cpu_threads(threads);
     chorus::set_flush_denormal(!keep_denormals);
     Data data;
     // Rank 0 reads (and, for a real download, would fetch) the data first; the others follow.
+    // (A restarted worker reads it alone: the running ranks are training.)
     if (comm)
       chorus::rank_zero_first(
           *comm, [&] { data = load_data(data_spec, synthetic_size, synthetic_shape, seed); });
@@ -187,8 +204,34 @@ int main(int argc, char** argv) {
           "({} CUDA device(s) visible); use --device cpu or auto",
           device, dev.str(), chorus::cuda_backend().count()));
     chorus::Net model(static_cast<int>(s[0]), static_cast<int>(s[1]), seed);
+    std::vector<int64_t> members;  // job ranks of the current communicator, by rank
+    // Gathers who is in the communicator now; those not in `members` before, as "rank 1,3".
+    auto newcomers = [&]() {
+      std::vector<int64_t> now(static_cast<size_t>(comm->size()));
+      comm->all_gather(&job_rank, now.data(), 1, chorusInt64);
+      std::string who;
+      for (int64_t r : now)
+        if (std::find(members.begin(), members.end(), r) == members.end())
+          who += fmt::format("{}{}", who.empty() ? "" : ",", r);
+      std::swap(members, now);
+      return fmt::format("rank{} {}", who.find(',') != std::string::npos ? "s" : "", who);
+    };
+    if (rejoin > 0) {
+      auto joined = chorus::request_join(elastic_dir, 300.0);
+      if (!joined) {
+        fmt::print(stderr, "train_cnn: rank {}: the job finished before this worker could rejoin\n",
+                   job_rank);
+        return 0;
+      }
+      comm_storage.emplace(std::move(*joined));
+      comm = &*comm_storage;
+      rank = comm->rank();
+      world = comm->size();
+      newcomers();  // as the running ranks do in `grow` below
+    }
     std::unique_ptr<chorus::DistributedDataParallel> ddp;
     chorus::DdpOptions dopt;
+    if (rejoin > 0) dopt.broadcast_parameters = false;  // the trainer sends the state
     if (comm) {
       dopt.device = dev.str();
       dopt.reducer.first_bucket_bytes = static_cast<size_t>(first_bucket_mb * 1048576.0);
@@ -246,18 +289,17 @@ int main(int argc, char** argv) {
     if (const char* host = std::getenv("CHORUS_STORE_HOST");
         host && std::string(host) == "launcher")
       elastic = true;
-    std::vector<int64_t> members;  // job ranks of the current communicator
-    for (int r = 0; r < world; ++r) members.push_back(r);
+    if (rejoin == 0)
+      for (int r = 0; r < world; ++r) members.push_back(r);
     if (elastic && comm && dev.is_cpu()) {
       to.sampler = &sampler;
-      to.recover = [&, rank](const chorus::Error&) {
+      to.recover = [&](const chorus::Error&) {
         ddp.reset();  // its gradient hooks go quiet
         chorus::Communicator small = comm->shrink({}, CHORUS_SHRINK_AGREE);
         comm_storage.emplace(std::move(small));
         comm = &*comm_storage;
         std::vector<int64_t> now(static_cast<size_t>(comm->size()));
-        int64_t me = rank;
-        comm->all_gather(&me, now.data(), 1, chorusInt64);
+        comm->all_gather(&job_rank, now.data(), 1, chorusInt64);
         std::string lost;
         for (int64_t r : members)
           if (std::find(now.begin(), now.end(), r) == now.end())
@@ -270,10 +312,37 @@ int main(int argc, char** argv) {
         return chorus::TrainOptions::Recovered{comm, ddp.get(),
                                                fmt::format("rank{} {}", several ? "s" : "", lost)};
       };
+      if (!elastic_dir.empty()) {  // chorus-run --elastic --max-restarts: dead workers rejoin
+        // Test hook --await-rejoin-at G: before step G rank 0 waits (up to 60 s) for a restarted
+        // worker, so the join lands there whatever the machine's speed.
+        to.joiners_waiting = [&, awaited = false](int64_t g) mutable {
+          int n = chorus::count_join_requests(elastic_dir);
+          for (int i = 0; g == await_rejoin_at && !awaited && n == 0 && i < 6000; ++i) {
+            ::usleep(10000);
+            n = chorus::count_join_requests(elastic_dir);
+          }
+          awaited = awaited || g == await_rejoin_at;
+          return n;
+        };
+        to.grow = [&](int n) {
+          ddp.reset();
+          chorus::Communicator big = chorus::grant_and_grow(*comm, elastic_dir, n);
+          comm_storage.emplace(std::move(big));
+          comm = &*comm_storage;
+          std::string joined = newcomers();
+          chorus::DdpOptions d = dopt;
+          d.broadcast_parameters = false;  // the trainer sends rank 0's state to all
+          ddp = std::make_unique<chorus::DistributedDataParallel>(model, *comm, d);
+          return chorus::TrainOptions::Recovered{comm, ddp.get(), joined};
+        };
+        to.joined = rejoin > 0;
+      }
     }
     std::unique_ptr<std::FILE, int (*)(std::FILE*)> sample_log(nullptr, &std::fclose);
     if (!sample_log_dir.empty()) {
-      const std::string path = fmt::format("{}/rank{}.txt", sample_log_dir, rank);
+      const std::string path =
+          rejoin > 0 ? fmt::format("{}/rank{}.rejoin{}.txt", sample_log_dir, job_rank, rejoin)
+                     : fmt::format("{}/rank{}.txt", sample_log_dir, rank);
       sample_log.reset(std::fopen(path.c_str(), "w"));
       if (!sample_log) throw std::runtime_error("train_cnn: cannot write " + path);
       to.sample_log = sample_log.get();
@@ -289,7 +358,7 @@ int main(int argc, char** argv) {
       std::fflush(nullptr);
       ::kill(::getpid(), SIGKILL);
     };
-    if (fail_at_step >= 0 && rank == fail_rank && restart_count == 0) {
+    if (fail_at_step >= 0 && rank == fail_rank && restart_count == 0 && rejoin == 0) {
       if (fail_in_sync)
         to.before_sync = [die, fail_at_step](int64_t step) { die(step, fail_at_step); };
       else
@@ -318,6 +387,8 @@ int main(int argc, char** argv) {
                             e.sync_wait_seconds, 100.0 * e.sync_wait_seconds / e.seconds)
               : std::string());
     });
+    if (!elastic_dir.empty() && comm && comm->rank() == 0)
+      chorus::announce_finished(elastic_dir);  // a worker still waiting to rejoin leaves
     rusage ru{};
     getrusage(RUSAGE_SELF, &ru);
     chorus::print_primary(comm, "peak memory (max rss) {:.1f} MiB\n",

@@ -15,6 +15,13 @@
 namespace chorus {
 namespace {
 
+// CLOCK_REALTIME, for lines bench/elastic.sh compares with another process's timestamps.
+double wall_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
 double process_cpu_seconds() {
   timespec ts{};
   clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
@@ -97,6 +104,43 @@ void Trainer::restore(const Snapshot& s) {
   global_step_ = s.global_step;
 }
 
+void Trainer::share_state(int64_t* epoch) {
+  Communicator& comm = *options_.comm;
+  Snapshot& s = cur_;
+  std::vector<double> h = {static_cast<double>(*epoch),
+                           static_cast<double>(s.step),
+                           static_cast<double>(s.global_step),
+                           static_cast<double>(s.position),
+                           static_cast<double>(optimizer_.options().lr),
+                           static_cast<double>(s.images),
+                           s.momenta.empty() ? 0.0 : 1.0,
+                           s.sums[0],
+                           s.sums[1],
+                           s.sums[2],
+                           s.sums[3],
+                           s.sums[4],
+                           s.sums[5]};
+  comm.broadcast(h.data(), h.size(), chorusFloat64, 0);
+  *epoch = static_cast<int64_t>(h[0]);
+  s.step = static_cast<int64_t>(h[1]);
+  s.global_step = static_cast<int64_t>(h[2]);
+  s.position = static_cast<int64_t>(h[3]);
+  optimizer_.set_lr(static_cast<float>(h[4]));
+  s.images = static_cast<int64_t>(h[5]);
+  std::copy(h.begin() + 7, h.end(), s.sums);
+  const std::vector<Tensor> params = model_.parameters();
+  s.params.resize(params.size());
+  s.momenta.resize(h[6] != 0.0 ? params.size() : 0);
+  for (size_t i = 0; i < params.size(); ++i) {
+    const auto n = static_cast<size_t>(params[i].numel());
+    s.params[i].resize(n);
+    comm.broadcast(s.params[i].data(), n, chorusFloat32, 0);
+    if (s.momenta.empty()) continue;
+    s.momenta[i].resize(n);
+    comm.broadcast(s.momenta[i].data(), n, chorusFloat32, 0);
+  }
+}
+
 namespace {
 
 // "rank 2 (pid 9, ...) died: its process is gone" -> "its process is gone"; else the message.
@@ -141,13 +185,35 @@ EpochStats Trainer::run_epoch(int epoch) {
   if (options_.ddp) options_.ddp->reducer().reset_stats();
   int64_t step = first_step;
   int64_t since = first_step;   // steps since the sampler's (re)start
-  int64_t recovered_from = -1;  // the failed step, until the first step after it completes
-  if (elastic) {
+  int64_t recovered_from = -1;  // the failed step (or the first after a grow), until it completes
+  if (elastic && !join_pending_) {
     double a[6];
     sums(a);
     prev_.step = -1;
     capture(cur_, step, options_.sampler->position_after(since, options_.batch_size), a, st.images);
   }
+  // Go on from cur_ over the current communicator (after a shrink or a grow): the rest of the
+  // epoch re-divided from cur_'s position.
+  auto adopt = [&]() {
+    prev_.step = -1;
+    restore(cur_);
+    if (options_.sample_log) {
+      fmt::print(options_.sample_log, "resume {}\n", cur_.global_step);
+      std::fflush(options_.sample_log);
+    }
+    epoch_sums = {cur_.sums[0], cur_.sums[1], cur_.sums[2]};
+    interval = {cur_.sums[3], cur_.sums[4], cur_.sums[5]};
+    st.images = cur_.images;
+    ranks = options_.comm->size();
+    primary = options_.comm->rank() == 0;
+    options_.sampler->set_epoch(epoch - 1);  // a newcomer's sampler may be at another epoch
+    options_.sampler->restart_at(cur_.position, ranks, options_.comm->rank());
+    train_.begin_epoch(epoch - 1);
+    step = cur_.step;
+    since = 0;
+    steps = step + train_.batches_per_epoch();
+    if (options_.max_steps_per_epoch >= 0) steps = std::min(steps, options_.max_steps_per_epoch);
+  };
   // After a failed step (elastic): shrink, roll back to the last step every survivor completed,
   // re-divide the rest of the epoch, go on.
   auto recover = [&](const Error& e) {
@@ -164,25 +230,9 @@ EpochStats Trainer::run_epoch(int epoch) {
           "elastic: the survivors' last common step is {} of this epoch; this rank holds {} and {}",
           agreed[0], prev_.step, cur_.step));
     if (back) cur_ = prev_;
-    prev_.step = -1;
-    restore(cur_);
-    if (options_.sample_log) {
-      fmt::print(options_.sample_log, "resume {}\n", cur_.global_step);
-      std::fflush(options_.sample_log);
-    }
-    epoch_sums = {cur_.sums[0], cur_.sums[1], cur_.sums[2]};
-    interval = {cur_.sums[3], cur_.sums[4], cur_.sums[5]};
-    st.images = cur_.images;
-    ranks = r.comm->size();
-    primary = r.comm->rank() == 0;
-    options_.sampler->restart_at(cur_.position, ranks, r.comm->rank());
+    adopt();
     optimizer_.set_lr(optimizer_.options().lr * static_cast<float>(ranks) /
                       static_cast<float>(old_world));
-    train_.begin_epoch(epoch - 1);
-    step = cur_.step;
-    since = 0;
-    steps = step + train_.batches_per_epoch();
-    if (options_.max_steps_per_epoch >= 0) steps = std::min(steps, options_.max_steps_per_epoch);
     recovered_from = failed_at;
     if (primary) {
       fmt::print(options_.out,
@@ -192,14 +242,49 @@ EpochStats Trainer::run_epoch(int epoch) {
       std::fflush(options_.out);
     }
   };
-  while (step < steps && train_.next(batch)) {
-    if (options_.sample_log) {  // before the step: a rank may die inside it
-      std::string line = fmt::format("try {}", global_step_ + 1);
-      for (int64_t i : batch.indices) line += fmt::format(" {}", i);
-      fmt::print(options_.sample_log, "{}\n", line);
-      std::fflush(options_.sample_log);
+  // Restarted workers wait (rank 0 saw n): grow, everyone takes rank 0's state, go on.
+  auto grow = [&](int n) {
+    const int old_world = ranks;
+    if (primary) {  // bench/elastic.sh times the running ranks' pause from here
+      fmt::print(options_.out, "rejoin: {} worker(s) waiting before step {} at {:.6f}\n", n,
+                 global_step_ + 1, wall_seconds());
+      std::fflush(options_.out);
     }
+    TrainOptions::Recovered r = options_.grow(n);
+    options_.comm = r.comm;
+    options_.ddp = r.ddp;
+    optimizer_.set_lr(optimizer_.options().lr * static_cast<float>(r.comm->size()) /
+                      static_cast<float>(old_world));
+    int64_t e = epoch;
+    share_state(&e);
+    adopt();
+    if (primary) {
+      fmt::print(options_.out, "{} rejoined at step {}; continuing with {} ranks, lr {:g}\n",
+                 r.lost, cur_.global_step, ranks, optimizer_.options().lr);
+      std::fflush(options_.out);
+    }
+    recovered_from = cur_.global_step + 1;
+  };
+  if (join_pending_) {  // a newcomer: cur_ is what rank 0 sent
+    join_pending_ = false;
+    adopt();
+  }
+  while (step < steps && train_.next(batch)) {
     try {
+      if (elastic && options_.joiners_waiting) {
+        std::vector<int64_t> waiting{primary ? options_.joiners_waiting(global_step_ + 1) : 0};
+        options_.comm->broadcast(waiting.data(), 1, chorusInt64, 0);
+        if (waiting[0] > 0) {
+          grow(static_cast<int>(waiting[0]));
+          continue;  // the batch in hand was cut for the old world
+        }
+      }
+      if (options_.sample_log) {  // before the step: a rank may die inside it
+        std::string line = fmt::format("try {}", global_step_ + 1);
+        for (int64_t i : batch.indices) line += fmt::format(" {}", i);
+        fmt::print(options_.sample_log, "{}\n", line);
+        std::fflush(options_.sample_log);
+      }
       optimizer_.zero_grad();
       Tensor logits =
           options_.ddp ? options_.ddp->forward(batch.images) : model_.forward(batch.images);
@@ -228,10 +313,8 @@ EpochStats Trainer::run_epoch(int epoch) {
       }
       st.images += batch.size();
       if (recovered_from >= 0 && primary) {  // bench/elastic.sh reads this
-        timespec ts{};
-        clock_gettime(CLOCK_REALTIME, &ts);
         fmt::print(options_.out, "recovered: step {} completed at {:.6f}\n", global_step_,
-                   static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec));
+                   wall_seconds());
         std::fflush(options_.out);
       }
       recovered_from = -1;
@@ -293,8 +376,12 @@ EpochStats Trainer::run_epoch(int epoch) {
 
 std::vector<EpochStats> Trainer::run(const std::function<void(const EpochStats&)>& on_epoch) {
   std::vector<EpochStats> all;
-  for (int e = static_cast<int>(std::max<int64_t>(1, options_.resume.epoch)); e <= options_.epochs;
-       ++e) {
+  int64_t first = std::max<int64_t>(1, options_.resume.epoch);
+  if (options_.joined) {  // a newcomer: the members' state, and the epoch they are in
+    share_state(&first);
+    join_pending_ = true;
+  }
+  for (int e = static_cast<int>(first); e <= options_.epochs; ++e) {
     all.push_back(run_epoch(e));
     if (on_epoch) on_epoch(all.back());
   }

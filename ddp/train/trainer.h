@@ -80,6 +80,16 @@ struct TrainOptions {
   };
   std::function<Recovered(const Error& error)> recover;
   DistributedSampler* sampler = nullptr;
+  // Rejoining (grow; ddp/dist/rejoin.h). Before each step G rank 0 asks joiners_waiting(G) how
+  // many restarted workers wait, and tells the others; when some do, `grow` (on every rank) grows
+  // the communicator by that many and builds DDP on it, returning both and who joined. Rank 0 then
+  // sends everyone its state after the last completed step (parameters, momenta, step, position
+  // in the epoch, sums, lr), the rest of the epoch is re-divided over the larger world, and the
+  // lr is scaled by new world / old world (the rule of `recover`, the other way). `joined`: this
+  // process is such a newcomer (its comm already grown): run() starts by receiving that state.
+  std::function<int(int64_t global_step)> joiners_waiting;
+  std::function<Recovered(int n)> grow;
+  bool joined = false;
   // Testing: "try G i i ..." before each step G (the samples of this rank's batch), and
   // "resume G" after a recovery: tries after G are void.
   std::FILE* sample_log = nullptr;
@@ -116,7 +126,10 @@ class Trainer {
   };
   void capture(Snapshot& s, int64_t step, int64_t position, const double* sums, int64_t images);
   void restore(const Snapshot& s);
+  // Rank 0's cur_, epoch and lr to every rank of options_.comm (a grow's newcomers included).
+  void share_state(int64_t* epoch);
   Snapshot prev_, cur_;
+  bool join_pending_ = false;  // a newcomer's first epoch starts from the shared cur_
 };
 
 // Fraction of correct argmax predictions over the whole data set, in eval mode without grad.

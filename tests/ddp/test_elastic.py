@@ -9,8 +9,11 @@ process would host the store under other launchers) and another rank. Each run m
 exit 0, print one line naming the dead rank and the step the survivors continue from, and train
 on every sample of the epoch exactly once: the ranks log each step's samples before the step
 ("try G ...") and, after a recovery, "resume G" (tries after G were undone); the dead rank's tries
-after the survivors' G are void too. A second epoch runs on the survivors. With --chaos, random kills (rank, step, after or inside
-it) for a bounded time (make chaos).
+after the survivors' G are void too. A second epoch runs on the survivors. With --max-restarts 1
+(the last cases), chorus-run restarts the dead worker, it rejoins before a chosen step (rank 0
+waits for it there: --await-rejoin-at) with rank 0's state, the rest of the epoch is re-divided
+over the full world again, and the second epoch runs on all of them. With --chaos, random kills
+(rank, step, after or inside it) for a bounded time (make chaos).
 """
 import os
 import random
@@ -23,7 +26,33 @@ import time
 N, BATCH = 960, 16  # one epoch: 20 steps of 3 ranks or 15 of 4
 
 
-def run(chorus_run, train_cnn, victim, step, in_sync, world=3):
+def epoch_samples(path, last_step, void_after=None):
+    """The samples a rank's log says it trained on in steps up to last_step: "try G ..." lines,
+    less those a later "resume G" undid, and (the dead rank) those after void_after."""
+    tries = {}
+    with open(path) as f:
+        for line in f:
+            words = line.split()
+            if words[0] == "resume":
+                tries = {k: v for k, v in tries.items() if k <= int(words[1])}
+            elif words[0] == "try":
+                tries[int(words[1])] = [int(w) for w in words[2:]]
+    out = []
+    for g, idx in tries.items():
+        if (void_after is None or g <= void_after) and last_step is not None and g <= last_step:
+            out += idx
+    return out
+
+
+def tally(samples):
+    """Samples of 0..N-1 never trained on, and repeats."""
+    counts = {}
+    for i in samples:
+        counts[i] = counts.get(i, 0) + 1
+    return [i for i in range(N) if i not in counts], sum(c - 1 for c in counts.values())
+
+
+def run(chorus_run, train_cnn, victim, step, in_sync, world=3, join_at=None):
     with tempfile.TemporaryDirectory() as logs:
         cmd = [chorus_run, "--elastic", "-n", str(world), train_cnn, "--data", "synthetic",
                "--synthetic-size", str(N), "--synthetic-shape", "3x32x32", "--batch-size",
@@ -31,8 +60,11 @@ def run(chorus_run, train_cnn, victim, step, in_sync, world=3):
                "--fail-at-step", str(step), "--fail-rank", str(victim), "--sample-log", logs]
         if in_sync:
             cmd.append("--fail-in-sync")
+        if join_at:  # chorus-run restarts it; rank 0 waits for it before step join_at
+            cmd[1:1] = ["--max-restarts", "1"]
+            cmd += ["--await-rejoin-at", str(join_at)]
         what = (f"{world} ranks, rank {victim} killed {'inside' if in_sync else 'after'} "
-                f"step {step}")
+                f"step {step}" + (f", rejoins before step {join_at}" if join_at else ""))
         left = world - 1
         p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                            timeout=150)
@@ -47,10 +79,12 @@ def run(chorus_run, train_cnn, victim, step, in_sync, world=3):
             return what, problems, out
         died_at, resume = int(m.group(1)), int(m.group(2))
         # Where the kill lands decides which step the survivors continue from.
-        want = (step - 1, step) if in_sync else (step,)
+        # (After a step too: the victim may have its all-reduce result while others still wait
+        # for its last pieces; they roll back to step - 1, and the victim's step is void.)
+        want = (step - 1, step)
         if resume not in want:
             problems.append(f"continued from step {resume}, expected {' or '.join(map(str, want))}")
-        if died_at != resume + 1:
+        if died_at not in (resume + 1, resume + 2):  # + 2: the printing rank had finished one more
             problems.append(f"died at step {died_at} but continued from {resume}")
         # Epoch 1's steps: up to the last one the log lines count (28 here: 5 + 23).
         epoch1_steps = None
@@ -58,68 +92,71 @@ def run(chorus_run, train_cnn, victim, step, in_sync, world=3):
             epoch1_steps = int(mm.group(2))
         samples = []
         for r in range(world):
-            path = os.path.join(logs, f"rank{r}.txt")
-            tries = {}
-            with open(path) as f:
-                for line in f:
-                    words = line.split()
-                    if words[0] == "resume":
-                        tries = {k: v for k, v in tries.items() if k <= int(words[1])}
-                    elif words[0] == "try":
-                        tries[int(words[1])] = [int(w) for w in words[2:]]
-            if r == victim:
-                tries = {k: v for k, v in tries.items() if k <= resume}
-            for g, idx in tries.items():
-                if epoch1_steps is not None and g <= epoch1_steps:
-                    samples += idx
-        counts = {}
-        for i in samples:
-            counts[i] = counts.get(i, 0) + 1
-        missing = [i for i in range(N) if i not in counts]
-        repeats = sum(c - 1 for c in counts.values())
-        # The survivors pad the rest of the epoch to a multiple of their number, as
-        # DistributedSampler pads a whole epoch: those repeats are the only ones allowed.
-        rest = N - min(N, resume * BATCH * world)
-        pad = (left - rest % left) % left
+            samples += epoch_samples(os.path.join(logs, f"rank{r}.txt"), epoch1_steps,
+                                     resume if r == victim else None)
+        # The ranks pad the rest of the epoch to a multiple of their number at its last
+        # re-division, as DistributedSampler pads a whole epoch: those repeats are the only ones
+        # allowed.
+        position, final = min(N, resume * BATCH * world), left
+        if join_at:
+            m = re.search(rf"rank {victim} rejoined at step (\d+); continuing with {world} ranks",
+                          out)
+            if not m or int(m.group(1)) != join_at - 1:
+                problems.append(f"no line saying rank {victim} rejoined at step {join_at - 1}")
+            samples += epoch_samples(os.path.join(logs, f"rank{victim}.rejoin1.txt"),
+                                     epoch1_steps)
+            position = min(N, position + (join_at - 1 - resume) * BATCH * left)
+            final = world
+        missing, repeats = tally(samples)
+        rest = N - position
+        pad = (final - rest % final) % final
         if epoch1_steps is None or missing or repeats != pad or len(samples) != N + pad:
             problems.append(f"epoch 1 ({epoch1_steps} steps): {len(samples)} samples trained on, "
                             f"{len(missing)} never, {repeats} repeats (padding {pad})")
-        steps2 = -(-(-(-N // left)) // BATCH)  # ceil(ceil(N / left) / BATCH)
-        if not re.search(rf"epoch 2 step \d+/{steps2}: .*\({left} ranks\)", out):
-            problems.append(f"epoch 2 did not run on the {left} survivors ({steps2} steps)")
+        steps2 = -(-(-(-N // final)) // BATCH)  # ceil(ceil(N / final) / BATCH)
+        if not re.search(rf"epoch 2 step \d+/{steps2}: .*\({final} ranks\)", out):
+            problems.append(f"epoch 2 did not run on {final} ranks ({steps2} steps)")
         return what, problems, out
 
 
 def chaos(seconds, seed):
-    """Random kills (rank, step, after or inside it) until `seconds` have passed."""
+    """Random kills (rank, step, after or inside it), half of them followed by a rejoin a few
+    steps later, until `seconds` have passed."""
     rng = random.Random(seed)
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         world = rng.choice([3, 4])
-        yield rng.randrange(world), rng.randrange(1, 14), rng.random() < 0.5, world
+        if rng.random() < 0.5:
+            step = rng.randrange(1, 14)
+            yield rng.randrange(world), step, rng.random() < 0.5, world
+        else:  # rejoins inside epoch 1 (which has at least 12 steps then)
+            step = rng.randrange(1, 9)
+            yield rng.randrange(world), step, rng.random() < 0.5, world, step + rng.randrange(2, 5)
 
 
 def main():
     chorus_run, train_cnn = sys.argv[1], sys.argv[2]
     cases = [(1, 5, False, 3), (0, 3, False, 3), (2, 4, True, 3), (0, 6, True, 3),
              (3, 3, False, 4), (1, 3, True, 4)]
+    # chorus-run --max-restarts 1: the dead worker is restarted and rejoins mid-epoch (grow).
+    cases += [(1, 5, False, 3, 12), (0, 4, True, 3, 9), (2, 3, False, 4, 8)]
     if len(sys.argv) > 3:  # --chaos SECONDS [SEED]: make chaos
         seed = int(sys.argv[5]) if len(sys.argv) > 5 else int(time.time())
         print(f"chaos: random kills for {sys.argv[4]} s, seed {seed}")
         cases = chaos(float(sys.argv[4]), seed)
     failed = 0
     runs = 0
-    for victim, step, in_sync, world in cases:
+    for case in cases:
         runs += 1
-        what, problems, out = run(chorus_run, train_cnn, victim, step, in_sync, world)
+        what, problems, out = run(chorus_run, train_cnn, *case)
         if problems:
             failed += 1
             print(out)
             for p in problems:
                 print(f"FAIL: {what}: {p}")
         else:
-            line = next(l for l in out.splitlines() if "died at step" in l)
-            print(f"ok: {what}: {line.strip()}")
+            lines = [l.strip() for l in out.splitlines() if "died at step" in l or "rejoined" in l]
+            print(f"ok: {what}: {' / '.join(lines)}")
     print(f"{runs - failed} of {runs} runs went on and trained on every sample once")
     sys.exit(1 if failed else 0)
 

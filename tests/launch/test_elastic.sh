@@ -23,7 +23,20 @@ done
 out=$(timeout 90 "$run" -n 3 "$probe" 0 2>&1); rc=$?; echo "$out"
 [ $rc != 0 ] && echo "$out" | grep -q "stopping ranks" ||
   { echo "FAIL: without --elastic the job went on after rank 0 died (rc $rc)"; fail=1; }
-for bad in "--max-restarts 1" "--nnodes 2 --master-addr 127.0.0.1"; do
+# --elastic --max-restarts 1: the dead worker is restarted once into the running job, told so
+# (CHORUS_ELASTIC_REJOIN, CHORUS_ELASTIC_DIR); its second death is only reported; the meeting
+# directory is gone at the end.
+out=$(timeout 60 "$run" --elastic --max-restarts 1 -n 2 sh -c \
+  'if [ "$RANK" = 1 ]; then echo "start rejoin=${CHORUS_ELASTIC_REJOIN:-0} dir=$CHORUS_ELASTIC_DIR"
+   [ -d "$CHORUS_ELASTIC_DIR" ] || echo "no dir"; kill -9 $$; fi; sleep 2' 2>&1); rc=$?
+echo "$out"
+dir=$(echo "$out" | sed -n 's/.*start rejoin=1 dir=\([^ ]*\).*/\1/p')
+[ $rc = 0 ] && echo "$out" | grep -q "start rejoin=0 dir=/" && [ -n "$dir" ] && [ ! -e "$dir" ] &&
+  echo "$out" | grep -q "restarting rank 1 to rejoin them (restart 1 of 1)" &&
+  ! echo "$out" | grep -q "no dir\|restart 2" &&
+  [ "$(echo "$out" | grep -c 'was killed by signal 9')" = 2 ] ||
+  { echo "FAIL: --elastic --max-restarts 1 did not restart rank 1 once to rejoin (rc $rc)"; fail=1; }
+for bad in "--nnodes 2 --master-addr 127.0.0.1"; do
   out=$("$run" --elastic $bad -n 2 "$probe" 2>&1); rc=$?; echo "$out"
   [ $rc = 2 ] || { echo "FAIL: --elastic $bad was not refused as a usage error (rc $rc)"; fail=1; }
 done

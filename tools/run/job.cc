@@ -116,6 +116,7 @@ std::vector<std::string> worker_environment(const RunOptions& options, const Job
   };
   if (n > 1 && !std::getenv("OMP_NUM_THREADS")) set.emplace("OMP_NUM_THREADS", "1");
   if (options.elastic) set.emplace("CHORUS_STORE_HOST", "launcher");
+  if (!job.elastic_dir.empty()) set.emplace("CHORUS_ELASTIC_DIR", job.elastic_dir);
   std::vector<std::string> env;
   for (char** e = environ; *e; ++e) {
     std::string entry = *e;

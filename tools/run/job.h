@@ -15,6 +15,9 @@ struct Job {
   std::string secret;             // 32 lower-case hex digits
   std::string run_id;             // TORCHELASTIC_RUN_ID
   std::vector<Binding> bindings;  // one per local rank (--bind)
+  // --elastic --max-restarts: where restarted workers and the running ones meet
+  // (CHORUS_ELASTIC_DIR; ddp/dist/rejoin.h); chorus-run makes and removes it.
+  std::string elastic_dir;
 };
 
 // Fixes the endpoint (picking a free port on one node when none was given) and the secret.

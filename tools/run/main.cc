@@ -1,7 +1,12 @@
 // chorus-run: starts the workers of a chorus job on this node, like torchrun --nproc-per-node.
 // Usage: chorus-run [--standalone] -n N [--nnodes M --node-rank K --master-addr H --master-port P]
-//        [--max-restarts R | --elastic] [--grace S] [--no-prefix] PROGRAM [ARGS...]   (--help)
+//        [--max-restarts R] [--elastic] [--grace S] [--no-prefix] PROGRAM [ARGS...]   (--help)
 #include <fmt/format.h>
+#include <stdlib.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
 
 #include "tools/run/bind.h"
 #include "tools/run/job.h"
@@ -20,8 +25,9 @@ int run_job(const RunOptions& options, const Job& job) {
     if (result.end == AttemptEnd::kSuccess) return 0;
     if (result.end != AttemptEnd::kWorkerFailed) return result.exit_code;
     if (int sig = received_stop_signal(); sig != 0) return 128 + sig;
-    if (restart >= options.max_restarts) {
-      if (options.max_restarts > 0)
+    // --elastic restarts single workers into the running job (Supervisor), never all of them.
+    if (options.elastic || restart >= options.max_restarts) {
+      if (options.max_restarts > 0 && !options.elastic)
         say(fmt::format("giving up after {} restart{}: {}", restart, restart == 1 ? "" : "s",
                         result.cause));
       return result.exit_code;
@@ -62,5 +68,20 @@ int main(int argc, char** argv) {
     }
     store = std::move(s.value());
   }
-  return run_job(options, job);
+  if (options.elastic && options.max_restarts > 0) {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string dir = fmt::format("{}/chorus-elastic-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(dir.data())) {
+      say(fmt::format("cannot make a directory for rejoining workers ({}): {}", dir,
+                      std::strerror(errno)));
+      return 1;
+    }
+    job.elastic_dir = dir;
+  }
+  const int code = run_job(options, job);
+  if (!job.elastic_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::remove_all(job.elastic_dir, ec);
+  }
+  return code;
 }

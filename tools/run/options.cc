@@ -123,7 +123,8 @@ void add_flags(CLI::App& app, RunOptions& o, RawArgs& raw) {
   app.add_flag("--elastic", o.elastic,
                "keep the other workers running when one dies: the rendezvous store lives in "
                "chorus-run (not in rank 0), so the survivors can shrink their communicator and "
-               "go on, whichever rank died (one node; no --max-restarts)");
+               "go on, whichever rank died (one node); with --max-restarts R, a dead worker is "
+               "restarted (R times in all) and rejoins the running job");
   app.add_flag("--no-prefix,--no_prefix", raw.no_prefix,
                "do not prefix output lines with the rank");
 }
@@ -145,10 +146,6 @@ int check_numbers(RunOptions& o, const RawArgs& raw) {
   if (o.elastic && o.nnodes > 1)
     return usage_error(
         fmt::format("--elastic runs one node for now, but --nnodes is {}", o.nnodes));
-  if (o.elastic && o.max_restarts > 0)
-    return usage_error(
-        "--elastic with --max-restarts: restarting a worker into a running job "
-        "(grow) is not built yet");
   if (!(o.grace_s >= 0 && o.grace_s <= 3600))
     return usage_error(fmt::format("--grace must be 0..3600 seconds, got {}", o.grace_s));
   if (!raw.master_port.empty()) {

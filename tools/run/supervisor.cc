@@ -118,6 +118,34 @@ void Supervisor::spawn_all(int restart_count) {
   }
 }
 
+// --elastic --max-restarts: a new process in a dead worker's slot, told to rejoin the running job
+// (CHORUS_ELASTIC_REJOIN: which restart it is). What the old one printed is flushed first.
+void Supervisor::respawn(Slot& slot) {
+  std::string out, err;
+  slot.out.finish(out);
+  slot.err.finish(err);
+  out_sink_.write(out);
+  err_sink_.write(err);
+  Worker& old = slot.worker;
+  for (int* fd : {&old.out_fd, &old.err_fd}) {
+    if (*fd >= 0) close(*fd);
+    *fd = -1;
+  }
+  Worker w;
+  w.local_rank = old.local_rank;
+  w.rank = old.rank;
+  auto env = worker_environment(options_, job_, w.local_rank, 0);
+  env.push_back(fmt::format("CHORUS_ELASTIC_REJOIN={}", worker_restarts_));
+  const Binding& bind = job_.bindings.at(size_t(w.local_rank));
+  std::string error;
+  if (!spawn_worker(options_.program_path, options_.argv, env, w, error,
+                    bind.bound ? &bind.cpus : nullptr)) {
+    say(fmt::format("{}; the others go on without rank {}", error, w.rank));
+    return;
+  }
+  slot.worker = w;
+}
+
 void Supervisor::handle_signals() {
   char buf[64];
   while (read(g_wake_pipe[0], buf, sizeof(buf)) > 0) {
@@ -164,6 +192,15 @@ void Supervisor::on_worker_end(Slot& slot) {
   std::string how = describe_status(w.wait_status);
   std::string live = live_ranks(&slot);
   if (options_.elastic && !live.empty()) {  // the survivors shrink and go on, or fail themselves
+    if (worker_restarts_ < options_.max_restarts) {  // and a new worker rejoins them
+      ++worker_restarts_;
+      say(
+          fmt::format("rank {} (pid {}) {}; --elastic: ranks {} go on; restarting rank {} to "
+                      "rejoin them (restart {} of {})",
+                      w.rank, w.pid, how, live, w.rank, worker_restarts_, options_.max_restarts));
+      respawn(slot);
+      return;
+    }
     say(fmt::format("rank {} (pid {}) {}; --elastic: ranks {} go on", w.rank, w.pid, how, live));
     return;
   }

@@ -51,6 +51,7 @@ class Supervisor {
   void handle_signals();
   void reap();
   void on_worker_end(Slot& slot);
+  void respawn(Slot& slot);
   void begin_stop(int sig);
   void check_deadlines();
   bool finished();
@@ -74,6 +75,7 @@ class Supervisor {
   Clock::time_point deadline_;        // grace end (kStopping) or SIGKILL bound (kKilling)
   Clock::time_point drain_deadline_;  // set when the last worker is reaped
   bool draining_ = false;
+  int worker_restarts_ = 0;  // --elastic: dead workers restarted into the running job
 };
 
 }  // namespace chorus::run
