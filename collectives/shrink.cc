@@ -143,8 +143,8 @@ Result<std::set<int>> CommImpl::agree_on_failed(const std::set<int>& mine, uint6
         return dead(r) ? make_error(Code::kRemoteError, "rank {} died", r) : Status::ok();
       });
       if (!v.is_ok() && v.status().code() != Code::kTimeout && !dead(r)) return v.status();
-      if (!v.is_ok()) {  // dead, or silent for 80% of the timeout
-        missing.insert(r);
+      if (!v.is_ok()) {  // dead (added below), or silent for 80% of the timeout
+        if (!dead(r)) missing.insert(r);
         continue;
       }
       CHORUS_ASSIGN_OR_RETURN(auto theirs,

@@ -143,10 +143,14 @@ int main(int argc, char** argv) {
                  "testing: SIGKILL --fail-rank after this global step (first launch only)")
       ->group("");
   app.add_option("--fail-rank", fail_rank, "testing: the rank --fail-at-step kills")->group("");
-  bool elastic = false, fail_in_sync = false;
+  bool elastic = false, fail_in_sync = false, fail_in_checkpoint = false;
   app.add_flag("--fail-in-sync", fail_in_sync,
                "testing: --fail-at-step kills inside that step, while its gradients are being "
                "all-reduced")
+      ->group("");
+  app.add_flag("--fail-in-checkpoint", fail_in_checkpoint,
+               "testing: --fail-at-step kills while that step's snapshot is being written (after "
+               "its tensors, before its record; the writer is rank 0)")
       ->group("");
   std::string sample_log_dir;
   int64_t await_rejoin_at = -1;
@@ -347,8 +351,9 @@ int main(int argc, char** argv) {
       if (!sample_log) throw std::runtime_error("train_cnn: cannot write " + path);
       to.sample_log = sample_log.get();
     }
-    // Test hook: SIGKILL this rank after step --fail-at-step, or inside it (--fail-in-sync). It
-    // says when, so bench/elastic.sh can time the survivors' recovery from the kill.
+    // Test hook: SIGKILL this rank after step --fail-at-step, inside it (--fail-in-sync), or
+    // while its snapshot is written (--fail-in-checkpoint). It says when, so bench/elastic.sh
+    // can time the survivors' recovery from the kill.
     auto die = [rank](int64_t step, int64_t at) {
       if (step != at) return;
       timespec ts{};
@@ -359,7 +364,10 @@ int main(int argc, char** argv) {
       ::kill(::getpid(), SIGKILL);
     };
     if (fail_at_step >= 0 && rank == fail_rank && restart_count == 0 && rejoin == 0) {
-      if (fail_in_sync)
+      if (fail_in_checkpoint)  // rank 0 writes: between the snapshot's two files
+        chorus::set_snapshot_write_hook(
+            [die, fail_at_step](int64_t step) { die(step, fail_at_step); });
+      else if (fail_in_sync)
         to.before_sync = [die, fail_at_step](int64_t step) { die(step, fail_at_step); };
       else
         to.after_step = [die, fail_at_step](int64_t step) { die(step, fail_at_step); };

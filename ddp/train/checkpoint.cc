@@ -15,7 +15,16 @@ namespace {
 using json = nlohmann::json;
 namespace fs = std::filesystem;
 
+std::function<void(int64_t)>& snapshot_write_hook() {
+  static std::function<void(int64_t)> hook;
+  return hook;
+}
+
 }  // namespace
+
+void set_snapshot_write_hook(std::function<void(int64_t global_step)> hook) {
+  snapshot_write_hook() = std::move(hook);
+}
 
 std::string snapshot_json_path(const std::string& dir, int64_t global_step) {
   return (fs::path(dir) / fmt::format("snapshot-{:09d}.json", global_step)).string();
@@ -50,6 +59,7 @@ std::string write_snapshot(const std::string& dir, const Module& model, Sgd& opt
   const std::string tensor_path = json_path.substr(0, json_path.size() - 5) + ".safetensors";
   const std::string bytes = encode_safetensors(tensors, {{"format", "chorus-snapshot-1"}});
   write_file_atomic(tensor_path, bytes);
+  if (snapshot_write_hook()) snapshot_write_hook()(state.global_step);
   json j = {
       {"format", "chorus-snapshot-1"},
       {"epoch", state.epoch},
@@ -65,12 +75,20 @@ std::string write_snapshot(const std::string& dir, const Module& model, Sgd& opt
       {"tensors_bytes", bytes.size()},
       {"tensors_fnv1a64", fmt::format("{:016x}", fnv1a64(bytes))}};
   write_file_atomic(json_path, j.dump(2) + "\n");
-  // Keep the newest `keep` snapshots.
+  // Keep the newest `keep` snapshots; drop tensors whose record was never written (a writer
+  // that died between the two files).
   const auto all = snapshots_newest_first(dir);
   for (size_t i = static_cast<size_t>(std::max(keep, 1)); i < all.size(); ++i) {
     std::error_code ec;
     fs::remove(all[i], ec);
     fs::remove(all[i].substr(0, all[i].size() - 5) + ".safetensors", ec);
+  }
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string p = e.path().string();
+    if (e.path().filename().string().rfind("snapshot-", 0) == 0 && p.ends_with(".safetensors") &&
+        p != tensor_path && !fs::exists(p.substr(0, p.size() - 12) + ".json"))
+      fs::remove(p, ec);
   }
   return json_path;
 }

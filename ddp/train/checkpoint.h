@@ -16,6 +16,7 @@
 #include <chorus/chorus.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -36,6 +37,9 @@ struct Snapshot {
 
 std::string snapshot_json_path(const std::string& dir, int64_t global_step);
 // Writes a snapshot (whoever calls it); returns the JSON path. Keeps the `keep` newest snapshots.
+// Testing: called by write_snapshot between its two files (the tensors are on disk, the record
+// that makes them a snapshot is not yet) with the snapshot's global step; empty: none.
+void set_snapshot_write_hook(std::function<void(int64_t global_step)> hook);
 std::string write_snapshot(const std::string& dir, const Module& model, Sgd& optimizer,
                            const TrainState& state, int keep = 3);
 // Rank 0 writes, then all ranks meet at a barrier (comm may be null: single process).

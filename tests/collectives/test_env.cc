@@ -81,9 +81,11 @@ const BadValue kBad[] = {
 
 // Variables whose every value means something, and why.
 const std::set<std::string> kFreeText = {
-    "CHORUS_JOB_SECRET",     // 32 hex digits, or any other text hashed as a passphrase (README)
-    "CHORUS_HOSTID",         // any text names the host
-    "CHORUS_RESTART_COUNT",  // set by chorus-run; examples/train_cnn refuses a non-number
+    "CHORUS_JOB_SECRET",      // 32 hex digits, or any other text hashed as a passphrase (README)
+    "CHORUS_HOSTID",          // any text names the host
+    "CHORUS_RESTART_COUNT",   // set by chorus-run; examples/train_cnn refuses a non-number
+    "CHORUS_ELASTIC_DIR",     // a directory chorus-run makes (any path; tests/ddp/test_elastic.py)
+    "CHORUS_ELASTIC_REJOIN",  // set by chorus-run; train_cnn refuses a non-count (test_elastic.py)
 };
 
 int call(Entry entry) {

@@ -15,6 +15,7 @@ waits for it there: --await-rejoin-at) with rank 0's state, the rest of the epoc
 over the full world again, and the second epoch runs on all of them. With --chaos, random kills
 (rank, step, after or inside it) for a bounded time (make chaos).
 """
+import json
 import os
 import random
 import re
@@ -44,6 +45,28 @@ def epoch_samples(path, last_step, void_after=None):
     return out
 
 
+def snapshot_problems(ckpt, cut):
+    """The snapshot of step `cut` was cut between its files (tensors, no record); every record
+    left names a tensor file of its size; the survivors' new rank 0 wrote later ones."""
+    problems = []
+    names = sorted(os.listdir(ckpt)) if os.path.isdir(ckpt) else []
+    if f"snapshot-{cut:09d}.json" in names:
+        problems.append(f"the snapshot of step {cut} has its record: the kill did not cut it")
+    records = [n for n in names if n.endswith(".json")]
+    for n in records:
+        with open(os.path.join(ckpt, n)) as f:
+            rec = json.load(f)
+        t = os.path.join(ckpt, rec["tensors"])
+        if not os.path.exists(t) or os.path.getsize(t) != rec["tensors_bytes"]:
+            problems.append(f"{n} names {rec['tensors']}, missing or not {rec['tensors_bytes']} bytes")
+    if not any(int(n[9:18]) > cut for n in records):
+        problems.append(f"no snapshot after step {cut} ({names})")
+    orphans = [n for n in names if n.endswith(".safetensors") and n[:-12] + ".json" not in names]
+    if orphans:
+        problems.append(f"tensors without a record left behind: {orphans}")
+    return problems
+
+
 def tally(samples):
     """Samples of 0..N-1 never trained on, and repeats."""
     counts = {}
@@ -52,7 +75,7 @@ def tally(samples):
     return [i for i in range(N) if i not in counts], sum(c - 1 for c in counts.values())
 
 
-def run(chorus_run, train_cnn, victim, step, in_sync, world=3, join_at=None):
+def run(chorus_run, train_cnn, victim, step, in_sync, world=3, join_at=None, in_checkpoint=False):
     with tempfile.TemporaryDirectory() as logs:
         cmd = [chorus_run, "--elastic", "-n", str(world), train_cnn, "--data", "synthetic",
                "--synthetic-size", str(N), "--synthetic-shape", "3x32x32", "--batch-size",
@@ -60,11 +83,15 @@ def run(chorus_run, train_cnn, victim, step, in_sync, world=3, join_at=None):
                "--fail-at-step", str(step), "--fail-rank", str(victim), "--sample-log", logs]
         if in_sync:
             cmd.append("--fail-in-sync")
+        ckpt = os.path.join(logs, "ckpt")
+        if in_checkpoint:  # rank 0 dies between the snapshot's tensors and its record
+            cmd += ["--fail-in-checkpoint", "--checkpoint-dir", ckpt, "--checkpoint-every", "4"]
         if join_at:  # chorus-run restarts it; rank 0 waits for it before step join_at
             cmd[1:1] = ["--max-restarts", "1"]
             cmd += ["--await-rejoin-at", str(join_at)]
         what = (f"{world} ranks, rank {victim} killed {'inside' if in_sync else 'after'} "
-                f"step {step}" + (f", rejoins before step {join_at}" if join_at else ""))
+                f"step {step}" + (f", rejoins before step {join_at}" if join_at else "") +
+                (" (writing its snapshot)" if in_checkpoint else ""))
         left = world - 1
         p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                            timeout=150)
@@ -113,6 +140,8 @@ def run(chorus_run, train_cnn, victim, step, in_sync, world=3, join_at=None):
         if epoch1_steps is None or missing or repeats != pad or len(samples) != N + pad:
             problems.append(f"epoch 1 ({epoch1_steps} steps): {len(samples)} samples trained on, "
                             f"{len(missing)} never, {repeats} repeats (padding {pad})")
+        if in_checkpoint:
+            problems += snapshot_problems(ckpt, step)
         steps2 = -(-(-(-N // final)) // BATCH)  # ceil(ceil(N / final) / BATCH)
         if not re.search(rf"epoch 2 step \d+/{steps2}: .*\({final} ranks\)", out):
             problems.append(f"epoch 2 did not run on {final} ranks ({steps2} steps)")
@@ -134,12 +163,36 @@ def chaos(seconds, seed):
             yield rng.randrange(world), step, rng.random() < 0.5, world, step + rng.randrange(2, 5)
 
 
+def bad_rejoin_env(train_cnn):
+    """train_cnn refuses a CHORUS_ELASTIC_REJOIN that is not a count, or one without its
+    directory, naming the variable."""
+    problems = []
+    for env, want in [({"CHORUS_ELASTIC_REJOIN": "abc", "CHORUS_ELASTIC_DIR": "/tmp"},
+                       "env CHORUS_ELASTIC_REJOIN='abc' is not a count"),
+                      ({"CHORUS_ELASTIC_REJOIN": "1"},
+                       "CHORUS_ELASTIC_REJOIN is set but CHORUS_ELASTIC_DIR is not")]:
+        e = {k: v for k, v in os.environ.items() if not k.startswith("CHORUS_ELASTIC")}
+        e.update(env)
+        p = subprocess.run([train_cnn, "--data", "synthetic", "--synthetic-size", "64"], env=e,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
+        if p.returncode != 1 or want not in p.stdout:
+            problems.append(f"{env}: exit {p.returncode}, expected 1 and '{want}':\n{p.stdout}")
+    return problems
+
+
 def main():
     chorus_run, train_cnn = sys.argv[1], sys.argv[2]
+    if len(sys.argv) <= 3:
+        for p in bad_rejoin_env(train_cnn):
+            print(f"FAIL: {p}")
+            sys.exit(1)
+        print("ok: train_cnn refuses a bad CHORUS_ELASTIC_REJOIN by name")
     cases = [(1, 5, False, 3), (0, 3, False, 3), (2, 4, True, 3), (0, 6, True, 3),
              (3, 3, False, 4), (1, 3, True, 4)]
     # chorus-run --max-restarts 1: the dead worker is restarted and rejoins mid-epoch (grow).
     cases += [(1, 5, False, 3, 12), (0, 4, True, 3, 9), (2, 3, False, 4, 8)]
+    # Rank 0 (the writer) killed while step 8's snapshot is written, with and without a rejoin.
+    cases += [(0, 8, False, 3, None, True), (0, 8, False, 4, 12, True)]
     if len(sys.argv) > 3:  # --chaos SECONDS [SEED]: make chaos
         seed = int(sys.argv[5]) if len(sys.argv) > 5 else int(time.time())
         print(f"chaos: random kills for {sys.argv[4]} s, seed {seed}")
