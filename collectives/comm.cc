@@ -657,6 +657,14 @@ Status CommImpl::destroy() {
   return Status::ok();
 }
 
+// A derived communicator's name: this one's plus `suffix`, or, once that grows long (names end up
+// in /dev/shm file names, at most 255 bytes), this one's uid plus `suffix`: after any number of
+// splits, shrinks and grows it stays short, and the same on every rank.
+std::string CommImpl::child_prefix(const std::string& suffix) const {
+  if (prefix_.size() + suffix.size() <= 48) return prefix_ + suffix;
+  return fmt::format("h{:016x}{}", uid_, suffix);
+}
+
 Result<std::shared_ptr<CommImpl>> CommImpl::split(int color, int key) {
   std::shared_ptr<Job> job;
   {
@@ -688,7 +696,7 @@ Result<std::shared_ptr<CommImpl>> CommImpl::split(int color, int key) {
     if (m.second == rank_) new_rank = static_cast<int>(job_ranks.size());
     job_ranks.push_back(job_ranks_[m.second]);
   }
-  std::string prefix = fmt::format("{}.s{}c{}", prefix_, n, color);
+  std::string prefix = child_prefix(fmt::format(".s{}c{}", n, color));
   uint64_t uid = transport::hash64(prefix.data(), prefix.size(), uid_);
   return CommImpl::create(job, prefix, uid, new_rank, job_ranks, deadline, timeout_s_,
                           timeout_origin_, tuner_.deterministic ? 1 : 0);

@@ -154,6 +154,8 @@ class CommImpl : public std::enable_shared_from_this<CommImpl> {
   uint64_t next_p2p_seq(int peer, bool send);
 
   Result<std::shared_ptr<CommImpl>> split(int color, int key);
+  // The name of a communicator derived from this one (split, shrink, grow): short at any depth.
+  std::string child_prefix(const std::string& suffix) const;
   // chorusCommShrink (shrink.cc): a communicator of every rank but `exclude` (this rank's
   // numbering); with `agree`, the survivors find and agree on the failed ranks themselves.
   // Works on a failed or revoked communicator. timeout_s <= 0 and deterministic < 0: this

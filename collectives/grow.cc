@@ -158,7 +158,7 @@ Result<std::shared_ptr<CommImpl>> CommImpl::grow(int nranks, const GrowId* id, d
   const auto deadline = Deadline::after_seconds(t);
   const std::string pointer = fmt::format("{}/grow{}", prefix_, n);
   GrowRecord rec;
-  rec.prefix = fmt::format("{}.g{}", prefix_, n);
+  rec.prefix = child_prefix(fmt::format(".g{}", n));
   rec.uid = transport::hash64(rec.prefix.data(), rec.prefix.size(), uid_);
   rec.nranks = nranks;
   rec.deterministic = deterministic >= 0 ? deterministic : (tuner_.deterministic ? 1 : 0);

@@ -220,7 +220,7 @@ Result<std::shared_ptr<CommImpl>> CommImpl::shrink(const std::vector<int>& exclu
   }
   log_info("shrink: rank {} -> rank {} of {} (excluded: {})", rank_, new_rank, job_ranks.size(),
            encode_set(excluded));
-  std::string prefix = fmt::format("{}.k{}", prefix_, n);
+  std::string prefix = child_prefix(fmt::format(".k{}", n));
   uint64_t uid = transport::hash64(prefix.data(), prefix.size(), uid_);
   return CommImpl::create(job, prefix, uid, new_rank, job_ranks, deadline, t, origin,
                           deterministic >= 0 ? deterministic : (tuner_.deterministic ? 1 : 0));

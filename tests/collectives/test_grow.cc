@@ -289,3 +289,35 @@ TEST_CASE(
   std::remove(path("dead").c_str());
   require_exits(res, {{1, -SIGKILL}, {0, 0}, {2, 0}, {3, 0}});
 }
+
+TEST_CASE("communicators derived again and again keep working: names stay short", "[grow]") {
+  // Each split, shrink and grow names its communicator after its parent; /dev/shm names are at
+  // most 255 bytes, which 50 generations of plain suffixes would pass.
+  RunOptions o = opts(2);
+  o.env["CHORUS_TRANSPORT"] = "shm";
+  auto res = run_ranks(
+      3,
+      [](int proc) {
+        if (proc == 2) {
+          chorusUniqueId id;
+          if (!take_id(&id, "deep")) return 9;
+          auto big = chorus::Communicator::join_grow(3, id, 2);
+          return check_all_reduce(big, "the grown one") ? 4 : 0;
+        }
+        auto comm = chorus::Communicator::from_env();
+        std::vector<chorus::Communicator> line;
+        for (int i = 0; i < 60; ++i)
+          line.push_back((line.empty() ? comm : line.back()).split(0, comm.rank()));
+        if (check_all_reduce(line.back(), "the 60th split")) return 2;
+        chorusUniqueId id;
+        if (comm.rank() == 0) {
+          id = line.back().grow_id();
+          put_id(id, "deep");
+        }
+        auto big = line.back().grow(3, comm.rank() == 0 ? &id : nullptr);
+        return check_all_reduce(big, "the grown one") ? 3 : 0;
+      },
+      o);
+  std::remove(path("deep").c_str());
+  require_exits(res, {{0, 0}, {1, 0}, {2, 0}});
+}
