@@ -143,17 +143,23 @@ int main(int argc, char** argv) {
                  "testing: SIGKILL --fail-rank after this global step (first launch only)")
       ->group("");
   app.add_option("--fail-rank", fail_rank, "testing: the rank --fail-at-step kills")->group("");
-  bool elastic = false, fail_in_sync = false, fail_in_checkpoint = false;
+  bool elastic = false, fail_in_sync = false, fail_in_backward = false, fail_in_checkpoint = false;
   app.add_flag("--fail-in-sync", fail_in_sync,
                "testing: --fail-at-step kills inside that step, while its gradients are being "
                "all-reduced")
+      ->group("");
+  app.add_flag("--fail-in-backward", fail_in_backward,
+               "testing: --fail-at-step kills inside that step's backward, when the first "
+               "parameter's gradient is ready (the last; with small buckets, the later ones' "
+               "all-reduces are in flight then)")
       ->group("");
   app.add_flag("--fail-in-checkpoint", fail_in_checkpoint,
                "testing: --fail-at-step kills while that step's snapshot is being written (after "
                "its tensors, before its record; the writer is rank 0)")
       ->group("");
   std::string sample_log_dir;
-  int64_t await_rejoin_at = -1;
+  int64_t await_rejoin_at = -1, leave_at = -1;
+  int leave_rank = -1;
   app.add_flag("--elastic", elastic,
                "keep training when ranks die: the survivors shrink the communicator, roll back "
                "to the last step they all completed, share the rest of the epoch and go on (on by "
@@ -162,6 +168,12 @@ int main(int argc, char** argv) {
                  "testing (chorus-run --elastic --max-restarts): rank 0 waits before global step "
                  "G until a restarted worker asks to rejoin")
       ->group("");
+  app.add_option(
+         "--leave-at", leave_at,
+         "testing (--elastic): after global step G, rank --leave-rank leaves and the others "
+         "go on, as after its death but without one (the reference of a killed run)")
+      ->group("");
+  app.add_option("--leave-rank", leave_rank, "testing: see --leave-at")->group("");
   app.add_option("--sample-log", sample_log_dir,
                  "testing: each rank writes the samples of its steps to DIR/rank<R>.txt")
       ->group("");
@@ -341,6 +353,33 @@ int main(int argc, char** argv) {
         };
         to.joined = rejoin > 0;
       }
+      if (leave_at >= 0)
+        to.leave =
+            [&, left = false](int64_t g) mutable -> std::optional<chorus::TrainOptions::Recovered> {
+          if (g != leave_at || left) return std::nullopt;
+          left = true;
+          ddp.reset();
+          const bool me = job_rank == leave_rank;
+          chorus::Communicator small =
+              comm->split(me ? CHORUS_SPLIT_NOCOLOR : 0, comm->rank());  // keeps the order
+          if (me) {  // says goodbye (leaving is not dying), then exits 3: under chorus-run
+                     // --elastic --max-restarts it is restarted and rejoins, as a killed one is
+            fmt::print(stderr, "train_cnn: test hook: rank {} leaves after step {}\n", job_rank, g);
+            comm_storage.reset();
+            std::fflush(nullptr);
+            ::_exit(3);
+          }
+          comm_storage.emplace(std::move(small));
+          comm = &*comm_storage;
+          std::vector<int64_t> now(static_cast<size_t>(comm->size()));
+          comm->all_gather(&job_rank, now.data(), 1, chorusInt64);
+          members = now;
+          chorus::DdpOptions d = dopt;
+          d.broadcast_parameters = false;
+          ddp = std::make_unique<chorus::DistributedDataParallel>(model, *comm, d);
+          return chorus::TrainOptions::Recovered{comm, ddp.get(),
+                                                 fmt::format("rank {}", leave_rank)};
+        };
     }
     std::unique_ptr<std::FILE, int (*)(std::FILE*)> sample_log(nullptr, &std::fclose);
     if (!sample_log_dir.empty()) {
@@ -369,6 +408,11 @@ int main(int argc, char** argv) {
             [die, fail_at_step](int64_t step) { die(step, fail_at_step); });
       else if (fail_in_sync)
         to.before_sync = [die, fail_at_step](int64_t step) { die(step, fail_at_step); };
+      else if (fail_in_backward)  // the victim's steps run 1, 2, ... until it dies: count them
+        model.parameters()[0].register_grad_ready_hook(
+            [die, fail_at_step, step = int64_t{0}](chorus::Tensor&) mutable {
+              die(++step, fail_at_step);
+            });
       else
         to.after_step = [die, fail_at_step](int64_t step) { die(step, fail_at_step); };
     }

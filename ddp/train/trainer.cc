@@ -104,7 +104,7 @@ void Trainer::restore(const Snapshot& s) {
   global_step_ = s.global_step;
 }
 
-void Trainer::share_state(int64_t* epoch) {
+void Trainer::share_state(int64_t* epoch, bool newcomer) {
   Communicator& comm = *options_.comm;
   Snapshot& s = cur_;
   std::vector<double> h = {static_cast<double>(*epoch),
@@ -112,25 +112,20 @@ void Trainer::share_state(int64_t* epoch) {
                            static_cast<double>(s.global_step),
                            static_cast<double>(s.position),
                            static_cast<double>(optimizer_.options().lr),
-                           static_cast<double>(s.images),
-                           s.momenta.empty() ? 0.0 : 1.0,
-                           s.sums[0],
-                           s.sums[1],
-                           s.sums[2],
-                           s.sums[3],
-                           s.sums[4],
-                           s.sums[5]};
+                           s.momenta.empty() ? 0.0 : 1.0};
   comm.broadcast(h.data(), h.size(), chorusFloat64, 0);
   *epoch = static_cast<int64_t>(h[0]);
   s.step = static_cast<int64_t>(h[1]);
   s.global_step = static_cast<int64_t>(h[2]);
   s.position = static_cast<int64_t>(h[3]);
   optimizer_.set_lr(static_cast<float>(h[4]));
-  s.images = static_cast<int64_t>(h[5]);
-  std::copy(h.begin() + 7, h.end(), s.sums);
+  if (newcomer) {
+    std::fill(s.sums, s.sums + 6, 0.0);
+    s.images = 0;
+  }
   const std::vector<Tensor> params = model_.parameters();
   s.params.resize(params.size());
-  s.momenta.resize(h[6] != 0.0 ? params.size() : 0);
+  s.momenta.resize(h[5] != 0.0 ? params.size() : 0);
   for (size_t i = 0; i < params.size(); ++i) {
     const auto n = static_cast<size_t>(params[i].numel());
     s.params[i].resize(n);
@@ -242,28 +237,32 @@ EpochStats Trainer::run_epoch(int epoch) {
       std::fflush(options_.out);
     }
   };
-  // Restarted workers wait (rank 0 saw n): grow, everyone takes rank 0's state, go on.
-  auto grow = [&](int n) {
+  // The communicator changed at a step boundary without a failure (ranks joined, or left on
+  // purpose): everyone takes rank 0's state and goes on over the new world.
+  auto reshape = [&](const TrainOptions::Recovered& r, const char* what) {
     const int old_world = ranks;
-    if (primary) {  // bench/elastic.sh times the running ranks' pause from here
-      fmt::print(options_.out, "rejoin: {} worker(s) waiting before step {} at {:.6f}\n", n,
-                 global_step_ + 1, wall_seconds());
-      std::fflush(options_.out);
-    }
-    TrainOptions::Recovered r = options_.grow(n);
     options_.comm = r.comm;
     options_.ddp = r.ddp;
     optimizer_.set_lr(optimizer_.options().lr * static_cast<float>(r.comm->size()) /
                       static_cast<float>(old_world));
     int64_t e = epoch;
-    share_state(&e);
+    share_state(&e, /*newcomer=*/false);
     adopt();
     if (primary) {
-      fmt::print(options_.out, "{} rejoined at step {}; continuing with {} ranks, lr {:g}\n",
-                 r.lost, cur_.global_step, ranks, optimizer_.options().lr);
+      fmt::print(options_.out, "{} {} at step {}; continuing with {} ranks, lr {:g}\n", r.lost,
+                 what, cur_.global_step, ranks, optimizer_.options().lr);
       std::fflush(options_.out);
     }
     recovered_from = cur_.global_step + 1;
+  };
+  // Restarted workers wait (rank 0 saw n): grow and go on.
+  auto grow = [&](int n) {
+    if (primary) {  // bench/elastic.sh times the running ranks' pause from here
+      fmt::print(options_.out, "rejoin: {} worker(s) waiting before step {} at {:.6f}\n", n,
+                 global_step_ + 1, wall_seconds());
+      std::fflush(options_.out);
+    }
+    reshape(options_.grow(n), "rejoined");
   };
   if (join_pending_) {  // a newcomer: cur_ is what rank 0 sent
     join_pending_ = false;
@@ -271,6 +270,12 @@ EpochStats Trainer::run_epoch(int epoch) {
   }
   while (step < steps && train_.next(batch)) {
     try {
+      if (elastic && options_.leave) {
+        if (auto r = options_.leave(global_step_)) {
+          reshape(*r, "left");
+          continue;
+        }
+      }
       if (elastic && options_.joiners_waiting) {
         std::vector<int64_t> waiting{primary ? options_.joiners_waiting(global_step_ + 1) : 0};
         options_.comm->broadcast(waiting.data(), 1, chorusInt64, 0);
@@ -378,7 +383,7 @@ std::vector<EpochStats> Trainer::run(const std::function<void(const EpochStats&)
   std::vector<EpochStats> all;
   int64_t first = std::max<int64_t>(1, options_.resume.epoch);
   if (options_.joined) {  // a newcomer: the members' state, and the epoch they are in
-    share_state(&first);
+    share_state(&first, /*newcomer=*/true);
     join_pending_ = true;
   }
   for (int e = static_cast<int>(first); e <= options_.epochs; ++e) {

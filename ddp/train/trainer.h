@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "ddp/data/data_loader.h"
@@ -90,6 +91,10 @@ struct TrainOptions {
   std::function<int(int64_t global_step)> joiners_waiting;
   std::function<Recovered(int n)> grow;
   bool joined = false;
+  // Testing, the reference run of an elastic one: before step G + 1, leave(G) may return a smaller
+  // communicator (ranks left on purpose: train_cnn --leave-at), and the others go on from step G
+  // as after a recovery, without a failure: the same schedule of world sizes, no kill.
+  std::function<std::optional<Recovered>(int64_t global_step)> leave;
   // Testing: "try G i i ..." before each step G (the samples of this rank's batch), and
   // "resume G" after a recovery: tries after G are void.
   std::FILE* sample_log = nullptr;
@@ -126,8 +131,10 @@ class Trainer {
   };
   void capture(Snapshot& s, int64_t step, int64_t position, const double* sums, int64_t images);
   void restore(const Snapshot& s);
-  // Rank 0's cur_, epoch and lr to every rank of options_.comm (a grow's newcomers included).
-  void share_state(int64_t* epoch);
+  // Rank 0's cur_, epoch and lr to every rank of options_.comm (a grow's newcomers included),
+  // except the loss/accuracy sums and image count: they are each rank's own part of a global
+  // sum, so a member keeps its own and a newcomer starts from zero.
+  void share_state(int64_t* epoch, bool newcomer);
   Snapshot prev_, cur_;
   bool join_pending_ = false;  // a newcomer's first epoch starts from the shared cur_
 };

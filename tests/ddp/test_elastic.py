@@ -3,17 +3,26 @@
 
     test_elastic.py CHORUS_RUN TRAIN_CNN [--chaos SECONDS [SEED]]
 
-Three or four ranks train on synthetic data; one is killed (SIGKILL, by train_cnn's test hook) at a chosen
-point: after a step, or inside a step while its gradients are being all-reduced; rank 0 (whose
-process would host the store under other launchers) and another rank. Each run must finish with
-exit 0, print one line naming the dead rank and the step the survivors continue from, and train
-on every sample of the epoch exactly once: the ranks log each step's samples before the step
+Three or four ranks train on synthetic data, with small gradient buckets (several all-reduces
+overlap backward); one is killed (SIGKILL, by train_cnn's test hook) at a chosen point: after a
+step, inside a step's backward (a gradient hook, while earlier buckets are being all-reduced),
+inside its gradient all-reduce after backward, or while rank 0 writes a snapshot; rank 0 (whose
+process would host the store under other launchers) and others. Each run must finish with exit
+0, print one line naming the dead rank and the step the survivors continue from, and train on
+every sample of the epoch exactly once: the ranks log each step's samples before the step
 ("try G ...") and, after a recovery, "resume G" (tries after G were undone); the dead rank's tries
 after the survivors' G are void too. A second epoch runs on the survivors. With --max-restarts 1
-(the last cases), chorus-run restarts the dead worker, it rejoins before a chosen step (rank 0
+(the rejoin cases), chorus-run restarts the dead worker, it rejoins before a chosen step (rank 0
 waits for it there: --await-rejoin-at) with rank 0's state, the rest of the epoch is re-divided
-over the full world again, and the second epoch runs on all of them. With --chaos, random kills
-(rank, step, after or inside it) for a bounded time (make chaos).
+over the full world again, and the second epoch runs on all of them.
+
+The final parameters and momenta must equal, bit for bit, those of an uninterrupted run on the
+same schedule of world sizes: a second run in which the victim leaves on purpose after the step
+the survivors continued from (train_cnn --leave-at, a split instead of a death), and, in the
+rejoin cases, is restarted and rejoins at the same step. Both runs' last snapshots (written at
+the end of epoch 2) are compared byte for byte.
+
+With --chaos, random kills (rank, step, where) and rejoins for a bounded time (make chaos).
 """
 import json
 import os
@@ -25,6 +34,9 @@ import tempfile
 import time
 
 N, BATCH = 960, 16  # one epoch: 20 steps of 3 ranks or 15 of 4
+# Where the victim dies: train_cnn's flag for each (after the step: none).
+WHERE = {"after": [], "sync": ["--fail-in-sync"], "backward": ["--fail-in-backward"],
+         "checkpoint": ["--fail-in-checkpoint"]}
 
 
 def epoch_samples(path, last_step, void_after=None):
@@ -75,23 +87,61 @@ def tally(samples):
     return [i for i in range(N) if i not in counts], sum(c - 1 for c in counts.values())
 
 
-def run(chorus_run, train_cnn, victim, step, in_sync, world=3, join_at=None, in_checkpoint=False):
+def last_snapshot(ckpt):
+    """The tensors (parameters and momenta) of the newest complete snapshot in ckpt, or None."""
+    names = sorted(n for n in os.listdir(ckpt) if n.endswith(".json")) if os.path.isdir(ckpt) else []
+    if not names:
+        return None, None
+    with open(os.path.join(ckpt, names[-1])) as f:
+        rec = json.load(f)
+    with open(os.path.join(ckpt, rec["tensors"]), "rb") as f:
+        return names[-1], f.read()
+
+
+def train_cmd(chorus_run, train_cnn, world, join_at, logs, ckpt, every):
+    cmd = [chorus_run, "--elastic", "-n", str(world), train_cnn, "--data", "synthetic",
+           "--synthetic-size", str(N), "--synthetic-shape", "3x32x32", "--batch-size", str(BATCH),
+           "--epochs", "2", "--no-progress", "--log-every", "10", "--first-bucket-mb", "0.02",
+           "--bucket-cap-mb", "0.05", "--checkpoint-dir", ckpt, "--checkpoint-every", str(every)]
+    if logs:
+        cmd += ["--sample-log", logs]
+    if join_at:  # chorus-run restarts it; rank 0 waits for it before step join_at
+        cmd[1:1] = ["--max-restarts", "1"]
+        cmd += ["--await-rejoin-at", str(join_at)]
+    return cmd
+
+
+def reference_problems(chorus_run, train_cnn, victim, world, join_at, every, resume, killed):
+    """The same schedule of world sizes without a death: the victim leaves after step `resume`
+    (and rejoins before join_at); the last snapshots must be the same bytes."""
+    if killed[1] is None:
+        return ["the run left no snapshot to compare"]
+    with tempfile.TemporaryDirectory() as tmp:
+        ckpt = os.path.join(tmp, "ckpt")
+        cmd = train_cmd(chorus_run, train_cnn, world, join_at, None, ckpt, every)
+        cmd += ["--leave-at", str(resume), "--leave-rank", str(victim)]
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           timeout=150)
+        if p.returncode != 0 or f"rank {victim} left at step {resume}" not in p.stdout:
+            return [f"reference run (rank {victim} leaves after step {resume}): exit "
+                    f"{p.returncode}, or no line saying it left:\n{p.stdout}"]
+        name, tensors = last_snapshot(ckpt)
+        if (name, tensors) != killed:
+            return [f"final parameters differ from the reference run's (rank {victim} left after "
+                    f"step {resume}): snapshots {killed[0]} and {name}"]
+    return []
+
+
+def run(chorus_run, train_cnn, victim, step, where, world=3, join_at=None):
     with tempfile.TemporaryDirectory() as logs:
-        cmd = [chorus_run, "--elastic", "-n", str(world), train_cnn, "--data", "synthetic",
-               "--synthetic-size", str(N), "--synthetic-shape", "3x32x32", "--batch-size",
-               str(BATCH), "--epochs", "2", "--no-progress", "--log-every", "10",
-               "--fail-at-step", str(step), "--fail-rank", str(victim), "--sample-log", logs]
-        if in_sync:
-            cmd.append("--fail-in-sync")
         ckpt = os.path.join(logs, "ckpt")
-        if in_checkpoint:  # rank 0 dies between the snapshot's tensors and its record
-            cmd += ["--fail-in-checkpoint", "--checkpoint-dir", ckpt, "--checkpoint-every", "4"]
-        if join_at:  # chorus-run restarts it; rank 0 waits for it before step join_at
-            cmd[1:1] = ["--max-restarts", "1"]
-            cmd += ["--await-rejoin-at", str(join_at)]
-        what = (f"{world} ranks, rank {victim} killed {'inside' if in_sync else 'after'} "
-                f"step {step}" + (f", rejoins before step {join_at}" if join_at else "") +
-                (" (writing its snapshot)" if in_checkpoint else ""))
+        every = 4 if where == "checkpoint" else 0  # rank 0 dies between a snapshot's two files
+        cmd = train_cmd(chorus_run, train_cnn, world, join_at, logs, ckpt, every)
+        cmd += ["--fail-at-step", str(step), "--fail-rank", str(victim)] + WHERE[where]
+        what = (f"{world} ranks, rank {victim} killed "
+                + {"after": "after", "sync": "in the gradient all-reduce of",
+                   "backward": "in the backward of", "checkpoint": "writing the snapshot of"}[where]
+                + f" step {step}" + (f", rejoins before step {join_at}" if join_at else ""))
         left = world - 1
         p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                            timeout=150)
@@ -105,8 +155,8 @@ def run(chorus_run, train_cnn, victim, step, in_sync, world=3, join_at=None, in_
             problems.append("no line saying the rank died and the survivors continue")
             return what, problems, out
         died_at, resume = int(m.group(1)), int(m.group(2))
-        # Where the kill lands decides which step the survivors continue from.
-        # (After a step too: the victim may have its all-reduce result while others still wait
+        # Where the kill lands decides which step the survivors continue from (inside a step:
+        # the one before it; after a step too: the victim may have its all-reduce result while others still wait
         # for its last pieces; they roll back to step - 1, and the victim's step is void.)
         want = (step - 1, step)
         if resume not in want:
@@ -140,27 +190,34 @@ def run(chorus_run, train_cnn, victim, step, in_sync, world=3, join_at=None, in_
         if epoch1_steps is None or missing or repeats != pad or len(samples) != N + pad:
             problems.append(f"epoch 1 ({epoch1_steps} steps): {len(samples)} samples trained on, "
                             f"{len(missing)} never, {repeats} repeats (padding {pad})")
-        if in_checkpoint:
+        if where == "checkpoint":
             problems += snapshot_problems(ckpt, step)
         steps2 = -(-(-(-N // final)) // BATCH)  # ceil(ceil(N / final) / BATCH)
         if not re.search(rf"epoch 2 step \d+/{steps2}: .*\({final} ranks\)", out):
             problems.append(f"epoch 2 did not run on {final} ranks ({steps2} steps)")
+        if not problems:
+            problems += reference_problems(chorus_run, train_cnn, victim, world, join_at, every,
+                                           resume, last_snapshot(ckpt))
         return what, problems, out
 
 
 def chaos(seconds, seed):
-    """Random kills (rank, step, after or inside it), half of them followed by a rejoin a few
-    steps later, until `seconds` have passed."""
+    """Random kills (rank, step, where), half of them followed by a rejoin a few steps later,
+    until `seconds` have passed. Only rank 0 writes snapshots, so only it dies writing one."""
     rng = random.Random(seed)
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         world = rng.choice([3, 4])
+        victim = rng.randrange(world)
+        where = rng.choice(list(WHERE) if victim == 0 else ["after", "sync", "backward"])
+        step = rng.randrange(1, 14) if where != "checkpoint" else rng.choice([4, 8, 12])
         if rng.random() < 0.5:
-            step = rng.randrange(1, 14)
-            yield rng.randrange(world), step, rng.random() < 0.5, world
+            yield victim, step, where, world
         else:  # rejoins inside epoch 1 (which has at least 12 steps then)
-            step = rng.randrange(1, 9)
-            yield rng.randrange(world), step, rng.random() < 0.5, world, step + rng.randrange(2, 5)
+            step = min(step, 8)
+            if where == "checkpoint":
+                step = rng.choice([4, 8])
+            yield victim, step, where, world, step + rng.randrange(2, 5)
 
 
 def bad_rejoin_env(train_cnn):
@@ -187,12 +244,13 @@ def main():
             print(f"FAIL: {p}")
             sys.exit(1)
         print("ok: train_cnn refuses a bad CHORUS_ELASTIC_REJOIN by name")
-    cases = [(1, 5, False, 3), (0, 3, False, 3), (2, 4, True, 3), (0, 6, True, 3),
-             (3, 3, False, 4), (1, 3, True, 4)]
+    cases = [(1, 5, "after", 3), (0, 3, "after", 3), (2, 4, "sync", 3), (0, 6, "sync", 3),
+             (1, 4, "backward", 3), (0, 5, "backward", 4), (3, 3, "after", 4), (1, 3, "sync", 4)]
     # chorus-run --max-restarts 1: the dead worker is restarted and rejoins mid-epoch (grow).
-    cases += [(1, 5, False, 3, 12), (0, 4, True, 3, 9), (2, 3, False, 4, 8)]
+    cases += [(1, 5, "after", 3, 12), (0, 4, "sync", 3, 9), (2, 3, "after", 4, 8),
+              (3, 6, "backward", 4, 9)]
     # Rank 0 (the writer) killed while step 8's snapshot is written, with and without a rejoin.
-    cases += [(0, 8, False, 3, None, True), (0, 8, False, 4, 12, True)]
+    cases += [(0, 8, "checkpoint", 3), (0, 8, "checkpoint", 4, 12)]
     if len(sys.argv) > 3:  # --chaos SECONDS [SEED]: make chaos
         seed = int(sys.argv[5]) if len(sys.argv) > 5 else int(time.time())
         print(f"chaos: random kills for {sys.argv[4]} s, seed {seed}")
@@ -210,7 +268,8 @@ def main():
         else:
             lines = [l.strip() for l in out.splitlines() if "died at step" in l or "rejoined" in l]
             print(f"ok: {what}: {' / '.join(lines)}")
-    print(f"{runs - failed} of {runs} runs went on and trained on every sample once")
+    print(f"{runs - failed} of {runs} runs went on, trained on every sample once and ended with "
+          "the reference run's parameters")
     sys.exit(1 if failed else 0)
 
 
