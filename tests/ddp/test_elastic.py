@@ -111,9 +111,19 @@ def train_cmd(chorus_run, train_cnn, world, join_at, logs, ckpt, every):
     return cmd
 
 
-def reference_problems(chorus_run, train_cnn, victim, world, join_at, every, resume, killed):
+def epoch_lines(out):
+    """Each epoch's global train loss, train accuracy and test accuracy, as printed."""
+    return re.findall(r"epoch \d+: train loss \S+, train acc \S+, .* test acc \S+", out)
+
+
+def metrics(line):
+    return re.sub(r", \d+ images/s", "", line)
+
+
+def reference_problems(chorus_run, train_cnn, victim, world, join_at, every, resume, killed, out):
     """The same schedule of world sizes without a death: the victim leaves after step `resume`
-    (and rejoins before join_at); the last snapshots must be the same bytes."""
+    (and rejoins before join_at); the last snapshots must be the same bytes, and the epochs'
+    global loss and accuracy the same numbers (each rank's part of the sums is its own)."""
     if killed[1] is None:
         return ["the run left no snapshot to compare"]
     with tempfile.TemporaryDirectory() as tmp:
@@ -129,6 +139,10 @@ def reference_problems(chorus_run, train_cnn, victim, world, join_at, every, res
         if (name, tensors) != killed:
             return [f"final parameters differ from the reference run's (rank {victim} left after "
                     f"step {resume}): snapshots {killed[0]} and {name}"]
+        mine = [metrics(l.split("|")[0]) for l in epoch_lines(out)]
+        ref = [metrics(l.split("|")[0]) for l in epoch_lines(p.stdout)]
+        if mine != ref or len(mine) != 2:
+            return [f"epoch metrics differ from the reference run's: {mine} and {ref}"]
     return []
 
 
@@ -197,7 +211,7 @@ def run(chorus_run, train_cnn, victim, step, where, world=3, join_at=None):
             problems.append(f"epoch 2 did not run on {final} ranks ({steps2} steps)")
         if not problems:
             problems += reference_problems(chorus_run, train_cnn, victim, world, join_at, every,
-                                           resume, last_snapshot(ckpt))
+                                           resume, last_snapshot(ckpt), out)
         return what, problems, out
 
 
