@@ -86,6 +86,7 @@ Result<std::shared_ptr<CommImpl>> CommImpl::create(std::shared_ptr<Job> job, std
     return s;
   }
   job->add(c);
+  job->learn_standby(c->job_ranks_);  // a grow's newcomers: their standby ports (failover.cc)
   auto t = start_thread(
       fmt::format("the progress thread of rank {}", rank), [p = c.get()] { p->progress_loop(); },
       [p = c.get()](const std::string& e) {

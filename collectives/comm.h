@@ -196,8 +196,14 @@ class CommImpl : public std::enable_shared_from_this<CommImpl> {
   Status agree_on_settings(const std::optional<kernels::cuda::GpuIdentity>& gpu, Deadline deadline,
                            const std::function<Status()>& interrupt);
   Status wait_idle(std::unique_lock<std::mutex>& lock, Deadline deadline);
-  Result<std::set<int>> agree_on_failed(const std::set<int>& mine, uint64_t round,
+  // `round` names the agreement's store keys ("3", or "3f1" on the store's first successor).
+  Result<std::set<int>> agree_on_failed(const std::set<int>& mine, const std::string& round,
                                         Deadline deadline);
+  // One try of shrink: agree (when asked), then create; `tag` names the store's generation.
+  Result<std::shared_ptr<CommImpl>> shrink_once(std::set<int> excluded, bool agree, uint64_t n,
+                                                const std::string& tag, double timeout_s,
+                                                const std::string& origin, int deterministic,
+                                                Deadline deadline);
   Status join_threads(Deadline deadline);
   void fail(const Status& s);
   void wake();

@@ -1,8 +1,9 @@
 // chorusCommGrow: a larger communicator of a running communicator's ranks and new processes that
 // join the job (as NCCL's ncclCommGrow): a restarted worker rejoining, or more workers.
 //
-// Protocol, through the job's bootstrap store (whose process must be alive: under chorus-run
-// --elastic that is the launcher, so no worker's death takes it away):
+// Protocol, through the job's bootstrap store (under chorus-run --elastic it lives in the
+// launcher, so no worker's death takes it away; elsewhere the survivors of its host's death
+// move to a new one, failover.cc, and a grow started after that runs there):
 //   1. one member, the coordinator, calls chorusCommGetUniqueId: it reserves a block of
 //      CHORUS_MAX_RANKS job ranks for newcomers (store key chorus/grow/next) and returns an id
 //      with the store's address, the job secret, a random token, the block's first job rank
@@ -104,8 +105,9 @@ Status CommImpl::grow_id(GrowId* out) {
     if (stopping_) return make_error(Code::kInvalidUsage, "the communicator is being destroyed");
     job = job_;
   }
-  if (std::string gone = job->store_gone_text(); !gone.empty())
-    return make_error(Code::kRemoteError, "{}: newcomers have nowhere to meet", gone);
+  // After a failover the id names the new store (failover.cc).
+  if (Status up = job->await_store(Deadline::after_seconds(timeout_s_)); !up.is_ok())
+    return make_error(up.code(), "{}: newcomers have nowhere to meet", up.message());
   auto& store = job->store();
   GrowId id;
   std::memset(&id, 0, sizeof id);
@@ -149,13 +151,13 @@ Result<std::shared_ptr<CommImpl>> CommImpl::grow(int nranks, const GrowId* id, d
                         "the grow id was made for a communicator of {} ranks; this one has {}",
                         id->old_size, size());
   }
-  if (std::string gone = job->store_gone_text(); !gone.empty())
-    return make_error(Code::kRemoteError, "{}: newcomers have nowhere to meet", gone);
-  auto& store = job->store();
-  const uint64_t n = ++split_count_;
   const double t = timeout_s > 0 ? timeout_s : timeout_s_;
   const std::string origin = timeout_s > 0 ? "the communicator's config" : timeout_origin_;
   const auto deadline = Deadline::after_seconds(t);
+  if (Status up = job->await_store(deadline); !up.is_ok())
+    return make_error(up.code(), "{}: newcomers have nowhere to meet", up.message());
+  auto& store = job->store();
+  const uint64_t n = ++split_count_;
   const std::string pointer = fmt::format("{}/grow{}", prefix_, n);
   GrowRecord rec;
   rec.prefix = child_prefix(fmt::format(".g{}", n));

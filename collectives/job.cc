@@ -1,6 +1,8 @@
 // Job set-up and the routing of health news to communicators.
 #include "collectives/job.h"
 
+#include <sys/socket.h>
+
 #include <cstdlib>
 
 #include "collectives/comm.h"
@@ -37,23 +39,45 @@ Result<std::shared_ptr<Job>> Job::create(transport::Rendezvous rdzv, Deadline de
         job->store_,
         transport::StoreClient::connect(rdzv.store, rdzv.secret, rdzv.rank, rdzv.size, deadline));
   }
-  if (!rdzv.joining) CHORUS_TRY(job->store_->join(deadline));  // a newcomer finds it running
-  std::weak_ptr<Job> weak = job;
-  CHORUS_ASSIGN_OR_RETURN(job->watch_, transport::WatchClient::connect(
-                                           rdzv.store, rdzv.secret, rdzv.rank, rdzv.size,
-                                           [weak](const transport::WatchEvent& e) {
-                                             if (auto j = weak.lock()) j->on_event(e);
-                                           },
-                                           [weak](uint64_t uid) {
-                                             auto j = weak.lock();
-                                             return j ? j->answer(uid) : std::string("exiting");
-                                           },
-                                           deadline));
+  // Every rank's standby port is in the store before the start barrier ends, so that each
+  // can read them all right after it.
+  CHORUS_TRY(job->open_standby());
+  if (!rdzv.joining) {  // a newcomer finds the job running: no barrier, nobody to read yet
+    CHORUS_TRY(job->store_->join(deadline));
+    std::vector<int> all(static_cast<size_t>(job->size_));
+    for (int r = 0; r < job->size_; ++r) all[static_cast<size_t>(r)] = r;
+    job->learn_standby(all);
+  }
+  CHORUS_ASSIGN_OR_RETURN(job->watch_, job->connect_watch(rdzv.store, deadline));
   return job;
 }
 
+Result<std::unique_ptr<transport::WatchClient>> Job::connect_watch(const SockAddr& store,
+                                                                   Deadline deadline, bool once) {
+  std::weak_ptr<Job> weak = weak_from_this();
+  return transport::WatchClient::connect(
+      store, secret_, rank_, size_,
+      [weak](const transport::WatchEvent& e) {
+        if (auto j = weak.lock()) j->on_event(e);
+      },
+      [weak](uint64_t uid) {
+        auto j = weak.lock();
+        return j ? j->answer(uid) : std::string("exiting");
+      },
+      deadline, once);
+}
+
+bool Job::on_own_thread() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (std::this_thread::get_id() == failover_thread_.get_id()) return true;
+  if (watch_ && watch_->on_reader_thread()) return true;
+  for (auto& w : old_watches_)
+    if (w->on_reader_thread()) return true;
+  return false;
+}
+
 void Job::release(Job* job) {
-  if (!job->watch_ || !job->watch_->on_reader_thread()) {
+  if (!job->on_own_thread()) {
     delete job;
     return;
   }
@@ -69,9 +93,27 @@ void Job::release(Job* job) {
 }
 
 Job::~Job() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ending_ = true;  // a failover running now gives up at its next step
+    if (waiting_fd_ >= 0) ::shutdown(waiting_fd_, SHUT_RDWR);
+  }
+  cv_.notify_all();
+  if (failover_thread_.joinable()) failover_thread_.join();
   watch_.reset();  // goodbye first, so nobody reads our exit as a death
+  old_watches_.clear();
   store_.reset();
   server_.reset();
+}
+
+transport::WatchClient* Job::watch() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return watch_.get();
+}
+
+bool Job::hosts_store() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return server_ != nullptr;
 }
 
 void Job::add(const std::shared_ptr<CommImpl>& c) {
@@ -107,7 +149,10 @@ std::vector<std::shared_ptr<CommImpl>> Job::live_comms() {
 // Which rank hosted the store: rank 0 under every launcher; with a unique id, whichever rank
 // runs in the process that the store's handshake named (pid and host).
 int Job::store_host_rank() {
-  if (store_host_rank_ >= 0) return store_host_rank_;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (store_host_rank_ >= 0) return store_host_rank_;
+  }
   const auto& info = store_->server_info();
   for (auto& c : live_comms()) {
     int r = c->job_rank_of(info.pid, info.host);
@@ -126,9 +171,10 @@ Status Job::creation_news(uint64_t comm_uid, const std::vector<int>& members) {
   }
   for (int r : members)
     if (auto d = dead_.find(r); d != dead_.end()) return Status(Code::kRemoteError, d->second);
-  if (watch_ && watch_->store_gone() && store_host_rank_ == 0 && rank_ != 0)
+  if (watch_ && watch_->store_gone() && store_host_rank_ >= 0 && store_host_rank_ != rank_)
     return make_error(Code::kRemoteError,
-                      "the bootstrap store closed: rank 0, which hosted it, has ended");
+                      "the bootstrap store closed: rank {}, which hosted it, has ended",
+                      store_host_rank_);
   return Status::ok();
 }
 
@@ -140,7 +186,12 @@ void Job::publish_creation_failure(uint64_t comm_uid, const Status& why) {
 }
 
 std::string Job::store_gone_text() {
-  if (!watch_ || !watch_->store_gone()) return "";
+  transport::WatchClient* w = watch();
+  if (!w || !w->store_gone()) return "";
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!failover_error_.empty()) return failover_error_;
+  }
   const int host = store_host_rank();
   return host >= 0 ? fmt::format("the bootstrap store is gone with rank {}, which hosted it", host)
                    : "the bootstrap store is gone (its process ended)";
@@ -153,36 +204,46 @@ std::string Job::dead_text(int r) const {
 }
 
 void Job::broadcast_error(uint64_t comm_uid, const std::string& text) {
-  if (server_)
-    server_->announce_error(rank_, comm_uid, text);
-  else if (watch_)
-    watch_->broadcast_error(comm_uid, text);
+  std::shared_ptr<transport::StoreServer> server;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    server = server_;
+  }
+  if (server)
+    server->announce_error(rank_, comm_uid, text);
+  else if (transport::WatchClient* w = watch())
+    w->broadcast_error(comm_uid, text);
+}
+
+void Job::mark_dead(int r, const std::string& text) {
+  for (auto& c : live_comms()) c->on_peer_dead(r, text);
+  std::lock_guard<std::mutex> lock(mu_);
+  dead_[r] = text;
 }
 
 void Job::on_event(const transport::WatchEvent& e) {
-  int dead_rank = e.rank;
-  std::string text = e.text;
-  if (e.type == transport::WatchType::kDead && e.rank < 0) {  // the store's host went away
-    dead_rank = store_host_rank();
-    const auto& info = store_->server_info();
-    text = dead_rank >= 0
-               ? fmt::format("rank {} (pid {}) died: {}", dead_rank, info.pid, e.text)
-               : fmt::format(
-                     "the process hosting the bootstrap store (pid {}, not a rank of this "
-                     "communicator) died: the store closed the connection without a goodbye",
-                     info.pid);
+  if (e.type == transport::WatchType::kDead) {
+    if (e.rank >= 0) return mark_dead(e.rank, e.text);
+    // The store's host went away: that rank is dead, and the survivors need a new store.
+    const int host = store_host_rank();
+    const transport::ServerInfo info = store_->server_info();
+    if (host >= 0)
+      mark_dead(host, fmt::format("rank {} (pid {}) died: {}", host, info.pid, e.text));
+    else
+      mark_dead(host, fmt::format("the process hosting the bootstrap store (pid {}, not a rank of "
+                                  "this communicator) died: the store closed the connection "
+                                  "without a goodbye",
+                                  info.pid));
+    return start_failover();
   }
   bool delivered = false;
   for (auto& c : live_comms()) {
-    if (e.type == transport::WatchType::kDead) {
-      c->on_peer_dead(dead_rank, text);
-    } else if (e.type == transport::WatchType::kError && e.comm_uid == c->uid()) {
+    if (e.type == transport::WatchType::kError && e.comm_uid == c->uid()) {
       c->on_remote_error(e.text);
       delivered = true;
     }
   }
   std::lock_guard<std::mutex> lock(mu_);
-  if (e.type == transport::WatchType::kDead) dead_[dead_rank] = text;
   if (e.type == transport::WatchType::kError && !delivered)
     early_errors_.emplace(e.comm_uid, std::make_pair(e.rank, e.text));
 }

@@ -95,7 +95,7 @@ void maybe_die(const DieHook& h, int rank, const char* point) {
 
 }  // namespace
 
-Result<std::set<int>> CommImpl::agree_on_failed(const std::set<int>& mine, uint64_t round,
+Result<std::set<int>> CommImpl::agree_on_failed(const std::set<int>& mine, const std::string& round,
                                                 Deadline deadline) {
   auto& store = job_->store();
   const std::string base = fmt::format("{}/shrink{}", prefix_, round);
@@ -188,24 +188,39 @@ Result<std::shared_ptr<CommImpl>> CommImpl::shrink(const std::vector<int>& exclu
                       "shrink: rank {} is in its own exclude list (an excluded rank does not call "
                       "shrink)",
                       rank_);
-  // Not yet: a new store hosted by a survivor (the links it would need are the old ones).
-  if (std::string gone = job->store_gone_text(); !gone.empty())
-    return make_error(Code::kRemoteError,
-                      "shrink: {}; shrinking without it is not supported yet (restart the job, "
-                      "e.g. chorus-run --max-restarts)",
-                      gone);
   const uint64_t n = ++split_count_;
   const double t = timeout_s > 0 ? timeout_s : timeout_s_;
   const std::string origin = timeout_s > 0 ? "the communicator's config" : timeout_origin_;
   auto deadline = Deadline::after_seconds(t);
-  if (agree) {
-    auto agreed = agree_on_failed(excluded, n, deadline);
-    if (!agreed.is_ok()) {
+  // The store is needed throughout: when its process dies, the survivors move to a new one
+  // (failover.cc), and everyone in the shrink starts it over there, under keys and a name that
+  // carry the new store's generation (the old store's keys are gone).
+  while (true) {
+    if (Status up = job->await_store(deadline); !up.is_ok())
+      return make_error(up.code(), "shrink: {}", up.message());
+    const int gen = job->store_generation();
+    const std::string tag = gen > 0 ? fmt::format("f{}", gen) : "";
+    auto c = shrink_once(excluded, agree, n, tag, t, origin, deterministic, deadline);
+    if (c.is_ok() || deadline.expired() || !job->store_moved_since(gen, 0.5)) {
+      if (c.is_ok()) return c;
       if (std::string gone = job->store_gone_text(); !gone.empty())
-        return make_error(Code::kRemoteError, "shrink: {}: {}", gone, agreed.status().message());
-      return agreed.status();
+        return make_error(Code::kRemoteError, "shrink: {}: {}", gone, c.status().message());
+      return c.status();
     }
-    excluded = *agreed;
+    log_warn(
+        "shrink: rank {}: the bootstrap store failed during the shrink ({}); starting over "
+        "on its successor",
+        rank_, c.status().message());
+  }
+}
+
+Result<std::shared_ptr<CommImpl>> CommImpl::shrink_once(std::set<int> excluded, bool agree,
+                                                        uint64_t n, const std::string& tag,
+                                                        double t, const std::string& origin,
+                                                        int deterministic, Deadline deadline) {
+  if (agree) {
+    CHORUS_ASSIGN_OR_RETURN(excluded,
+                            agree_on_failed(excluded, fmt::format("{}{}", n, tag), deadline));
     if (excluded.count(rank_))
       return make_error(Code::kRemoteError,
                         "shrink: the survivors agreed to exclude this rank ({}) too: {}", rank_,
@@ -220,9 +235,9 @@ Result<std::shared_ptr<CommImpl>> CommImpl::shrink(const std::vector<int>& exclu
   }
   log_info("shrink: rank {} -> rank {} of {} (excluded: {})", rank_, new_rank, job_ranks.size(),
            encode_set(excluded));
-  std::string prefix = child_prefix(fmt::format(".k{}", n));
+  std::string prefix = child_prefix(fmt::format(".k{}{}", n, tag));
   uint64_t uid = transport::hash64(prefix.data(), prefix.size(), uid_);
-  return CommImpl::create(job, prefix, uid, new_rank, job_ranks, deadline, t, origin,
+  return CommImpl::create(job_, prefix, uid, new_rank, job_ranks, deadline, t, origin,
                           deterministic >= 0 ? deterministic : (tuner_.deterministic ? 1 : 0));
 }
 

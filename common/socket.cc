@@ -175,29 +175,39 @@ Result<Fd> tcp_listen(const std::string& host, int port, SockAddr* bound) {
   return fd;
 }
 
+namespace {
+
+// One attempt: the connected socket, or an invalid Fd with errno set (ETIMEDOUT: no answer by
+// the deadline); an error only when no socket could be made.
+Result<Fd> connect_attempt(const sockaddr_storage& ss, socklen_t len, Deadline deadline) {
+  Fd fd(socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) return make_error(Code::kSystemError, "socket: {}", errno_str(errno));
+  CHORUS_TRY(set_nonblocking(fd.get()));
+  int rc = connect(fd.get(), reinterpret_cast<const sockaddr*>(&ss), len);
+  if (rc != 0 && errno == EINPROGRESS) {
+    auto w = poll_fd(fd.get(), POLLOUT, deadline.slice_ms(1000));
+    CHORUS_TRY(w);
+    int err = 0;
+    socklen_t el = sizeof err;
+    getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &el);
+    rc = (*w && err == 0) ? 0 : -1;
+    errno = *w ? err : ETIMEDOUT;
+  }
+  if (rc != 0) return Fd();
+  CHORUS_TRY(set_nodelay(fd.get()));
+  return fd;
+}
+
+}  // namespace
+
 Result<Fd> tcp_connect(const SockAddr& to, Deadline deadline) {
   socklen_t len = 0;
   CHORUS_ASSIGN_OR_RETURN(sockaddr_storage ss, resolve(to.host, to.port, &len));
   int last_errno = 0;
   double backoff_ms = 1;
   while (true) {
-    Fd fd(socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    if (!fd.valid()) return make_error(Code::kSystemError, "socket: {}", errno_str(errno));
-    CHORUS_TRY(set_nonblocking(fd.get()));
-    int rc = connect(fd.get(), reinterpret_cast<sockaddr*>(&ss), len);
-    if (rc != 0 && errno == EINPROGRESS) {
-      auto w = poll_fd(fd.get(), POLLOUT, deadline.slice_ms(1000));
-      CHORUS_TRY(w);
-      int err = 0;
-      socklen_t el = sizeof err;
-      getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &el);
-      rc = (*w && err == 0) ? 0 : -1;
-      errno = *w ? err : ETIMEDOUT;
-    }
-    if (rc == 0) {
-      CHORUS_TRY(set_nodelay(fd.get()));
-      return fd;
-    }
+    CHORUS_ASSIGN_OR_RETURN(Fd fd, connect_attempt(ss, len, deadline));
+    if (fd.valid()) return fd;
     last_errno = errno;
     if (last_errno != ECONNREFUSED && last_errno != ETIMEDOUT && last_errno != ECONNRESET &&
         last_errno != EHOSTUNREACH && last_errno != ENETUNREACH && last_errno != EAGAIN)
@@ -208,6 +218,21 @@ Result<Fd> tcp_connect(const SockAddr& to, Deadline deadline) {
                         errno_str(last_errno), deadline.total());
     usleep(static_cast<useconds_t>(std::min(backoff_ms, deadline.remaining() * 1000) * 1000));
     backoff_ms = std::min(backoff_ms * 2, 100.0);
+  }
+}
+
+Result<Fd> tcp_connect_once(const SockAddr& to, Deadline deadline, int* error_number) {
+  socklen_t len = 0;
+  CHORUS_ASSIGN_OR_RETURN(sockaddr_storage ss, resolve(to.host, to.port, &len));
+  *error_number = 0;
+  while (true) {
+    CHORUS_ASSIGN_OR_RETURN(Fd fd, connect_attempt(ss, len, deadline));
+    if (fd.valid()) return fd;
+    *error_number = errno;
+    // Still no answer with time left (the poll waits in slices): wait on.
+    if (*error_number != ETIMEDOUT || deadline.expired())
+      return make_error(*error_number == ETIMEDOUT ? Code::kTimeout : Code::kSystemError,
+                        "connect to {}: {}", to.to_string(), errno_str(*error_number));
   }
 }
 

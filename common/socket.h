@@ -62,6 +62,9 @@ bool is_local_address(const std::string& numeric);
 Result<Fd> tcp_listen(const std::string& host, int port, SockAddr* bound);
 // Connects, retrying refused connections until the deadline (the peer may not listen yet).
 Result<Fd> tcp_connect(const SockAddr& to, Deadline deadline);
+// One connection attempt, no retry; on failure *error_number is connect's errno (ECONNREFUSED:
+// nothing listens there; ETIMEDOUT: no answer by the deadline, then the code is kTimeout).
+Result<Fd> tcp_connect_once(const SockAddr& to, Deadline deadline, int* error_number);
 // Accepts one connection, waiting until the deadline; sets TCP_NODELAY and O_NONBLOCK.
 Result<Fd> tcp_accept(int listen_fd, Deadline deadline, SockAddr* peer);
 // Accepts one waiting connection without waiting; on failure *error_number is accept's errno

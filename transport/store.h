@@ -38,11 +38,19 @@ struct StoreOptions {
   size_t max_bytes = size_t{256} << 20;  // keys and values held, in all
   int max_conns = 0;                     // authenticated connections at once; 0: 4 * world + 64
   bool stop_when_job_ends = false;  // stop once every rank has joined and every connection closed
+  // A store that took over from a dead one (collectives/failover.cc): the job ranks it checks,
+  // at their standby addresses, until each one's watch connection arrives. A connection refused
+  // there means that rank's process is gone: the store announces its death as it would a watch
+  // connection dropped without a goodbye (the rank may have died with the old store, unseen).
+  std::map<int, SockAddr> probe;
 };
 
 class StoreServer {
  public:
   static Result<std::unique_ptr<StoreServer>> start(const std::string& host, int port,
+                                                    const Secret& secret, StoreOptions opt);
+  // On a socket already listening at `bound` (a rank's standby port, when it takes over).
+  static Result<std::unique_ptr<StoreServer>> start(Fd listener, const SockAddr& bound,
                                                     const Secret& secret, StoreOptions opt);
   static Result<std::unique_ptr<StoreServer>> start(const std::string& host, int port,
                                                     const Secret& secret, int world) {
@@ -74,6 +82,8 @@ class StoreServer {
   };
   StoreServer() = default;
   void accept_loop();
+  void probe_loop();
+  bool watching(int rank);  // a watch connection of that rank is open
   void admit(Accepted a);
   void run_conn(const std::shared_ptr<Conn>& c);
   void serve_store(Conn& c);
@@ -96,6 +106,7 @@ class StoreServer {
   std::atomic<bool> finished_{false};
   std::function<void()> on_stop_;
   std::thread acceptor_;
+  std::thread prober_;         // only with opt_.probe
   std::list<Worker> workers_;  // the acceptor thread's (and the destructor's, after it)
   mutable std::mutex mu_;
   std::condition_variable cv_;
@@ -126,14 +137,20 @@ class StoreClient {
   Result<std::string> try_get(const std::string& key);
   // Returns once all ranks have joined; on timeout, the error lists the ranks that never came.
   Status join(Deadline deadline);
-  const SockAddr& server() const { return server_; }
-  const ServerInfo& server_info() const { return info_; }
+  SockAddr server() const;
+  ServerInfo server_info() const;
+  // A client over a connection whose handshake is done (a failover dials it itself).
+  static std::unique_ptr<StoreClient> adopt(Fd fd, const SockAddr& server, const ServerInfo& info);
+  // From now on, requests go over `other`'s connection (a new store after a failover); the
+  // request in flight on the old one, if any, ends first. `other` is left empty.
+  void take_over(StoreClient& other);
 
  private:
   Result<std::string> request(uint32_t op, const std::string& key, const std::string& value,
                               uint32_t timeout_ms, Deadline deadline);
   std::mutex mu_;
   Fd fd_;
+  mutable std::mutex info_mu_;  // server_, info_, what_ (take_over changes them)
   SockAddr server_;
   ServerInfo info_;
   std::string what_;
@@ -152,9 +169,11 @@ class WatchClient {
   using EventFn = std::function<void(const WatchEvent&)>;
   // answer(comm_uid) -> what this process is doing in that communicator, for queries.
   using AnswerFn = std::function<std::string(uint64_t comm_uid)>;
+  // once: one try, no retry of a refused connection (a store that took over, and may be gone).
   static Result<std::unique_ptr<WatchClient>> connect(const SockAddr& server, const Secret& secret,
                                                       int rank, int world, EventFn on_event,
-                                                      AnswerFn answer, Deadline deadline);
+                                                      AnswerFn answer, Deadline deadline,
+                                                      bool once = false);
   ~WatchClient();  // says goodbye (a clean exit is not a death)
   void broadcast_error(uint64_t comm_uid, const std::string& text);
   // Asks every other rank what it is doing in comm_uid; collects answers for up to `seconds`.

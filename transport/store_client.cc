@@ -52,10 +52,39 @@ Result<std::unique_ptr<StoreClient>> StoreClient::connect(const SockAddr& server
   }
 }
 
+std::unique_ptr<StoreClient> StoreClient::adopt(Fd fd, const SockAddr& server,
+                                                const ServerInfo& info) {
+  std::unique_ptr<StoreClient> c(new StoreClient());
+  c->fd_ = std::move(fd);
+  c->server_ = server;
+  c->info_ = info;
+  c->what_ = "the bootstrap store at " + server.to_string();
+  return c;
+}
+
+void StoreClient::take_over(StoreClient& other) {
+  std::scoped_lock lock(mu_, other.mu_);
+  std::lock_guard<std::mutex> info_lock(info_mu_);
+  fd_ = std::move(other.fd_);
+  server_ = other.server_;
+  info_ = other.info_;
+  what_ = other.what_;
+}
+
+SockAddr StoreClient::server() const {
+  std::lock_guard<std::mutex> lock(info_mu_);
+  return server_;
+}
+
+ServerInfo StoreClient::server_info() const {
+  std::lock_guard<std::mutex> lock(info_mu_);
+  return info_;
+}
+
 Result<std::string> StoreClient::request(uint32_t op, const std::string& key,
                                          const std::string& value, uint32_t timeout_ms,
                                          Deadline deadline) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::mutex> lock(mu_);  // take_over changes fd_ and what_ under it too
   std::string frame = encode_store_request(op, key, value, timeout_ms);
   CHORUS_TRY(send_all(fd_.get(), frame.data(), frame.size(), deadline, what_));
   StoreRespHeader raw;
@@ -97,13 +126,13 @@ Status StoreClient::join(Deadline deadline) {
     if (r.status().code() != Code::kTimeout) return r.status().wrap("bootstrap");
     if (r.status().message().find("never joined") != std::string::npos)
       return make_error(Code::kTimeout, "bootstrap: {} at {}", r.status().message(),
-                        server_.to_string());
+                        server().to_string());
     if (deadline.remaining() < 0.05)
       return make_error(Code::kTimeout,
                         "bootstrap: timed out after {:.0f} s at {}: {} never joined",
-                        deadline.total(), server_.to_string(), r.status().message());
+                        deadline.total(), server().to_string(), r.status().message());
     log_warn("bootstrap: waiting for {} at {}, {:.0f} s of {:.0f} s", r.status().message(),
-             server_.to_string(), deadline.elapsed(), deadline.total());
+             server().to_string(), deadline.elapsed(), deadline.total());
   }
 }
 
@@ -112,12 +141,14 @@ Status StoreClient::join(Deadline deadline) {
 Result<std::unique_ptr<WatchClient>> WatchClient::connect(const SockAddr& server,
                                                           const Secret& secret, int rank, int world,
                                                           EventFn on_event, AnswerFn answer,
-                                                          Deadline deadline) {
+                                                          Deadline deadline, bool once) {
   std::unique_ptr<WatchClient> w(new WatchClient());
   Hello h = make_hello(ConnKind::kWatch, rank, world);
-  CHORUS_ASSIGN_OR_RETURN(
-      w->fd_,
-      dial(server, secret, h, "the bootstrap store at " + server.to_string(), deadline, &w->info_));
+  const std::string what = "the bootstrap store at " + server.to_string();
+  int err = 0;
+  CHORUS_ASSIGN_OR_RETURN(w->fd_,
+                          once ? dial_once(server, secret, h, what, deadline, &w->info_, &err)
+                               : dial(server, secret, h, what, deadline, &w->info_));
   w->rank_ = rank;
   w->on_event_ = std::move(on_event);
   w->answer_ = std::move(answer);

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 
 #include "common/env.h"
@@ -48,6 +49,13 @@ struct StoreServer::Conn {
 
 Result<std::unique_ptr<StoreServer>> StoreServer::start(const std::string& host, int port,
                                                         const Secret& secret, StoreOptions opt) {
+  SockAddr bound;
+  CHORUS_ASSIGN_OR_RETURN(Fd listener, tcp_listen(host, port, &bound));
+  return start(std::move(listener), bound, secret, std::move(opt));
+}
+
+Result<std::unique_ptr<StoreServer>> StoreServer::start(Fd listener, const SockAddr& bound,
+                                                        const Secret& secret, StoreOptions opt) {
   std::unique_ptr<StoreServer> s(new StoreServer());
   // Test hook: the serving threads forward a rank's error news this much later, as a loaded
   // machine may (tests/collectives/test_failures.cc).
@@ -56,13 +64,18 @@ Result<std::unique_ptr<StoreServer>> StoreServer::start(const std::string& host,
   // Test hook: error news goes to one watch client after another this far apart, so a client
   // served early can act (and end its process) before a later one hears.
   CHORUS_ASSIGN_OR_RETURN(s->watch_gap_ms_, env_int_in("CHORUS_TEST_WATCH_GAP_MS", 0, 0, 10000));
-  CHORUS_ASSIGN_OR_RETURN(s->listen_, tcp_listen(host, port, &s->addr_));
+  s->listen_ = std::move(listener);
+  s->addr_ = bound;
   s->secret_ = secret;
-  s->opt_ = opt;
-  s->world_ = opt.world;
+  s->opt_ = std::move(opt);
+  s->world_ = s->opt_.world;
   s->host_ = host_id();
   CHORUS_ASSIGN_OR_RETURN(s->acceptor_,
                           start_thread("bootstrap store", [p = s.get()] { p->accept_loop(); }));
+  if (!s->opt_.probe.empty()) {
+    CHORUS_ASSIGN_OR_RETURN(
+        s->prober_, start_thread("bootstrap store prober", [p = s.get()] { p->probe_loop(); }));
+  }
   log_info("bootstrap: store listening at {}", s->addr_.to_string());
   return s;
 }
@@ -83,6 +96,7 @@ StoreServer::~StoreServer() {
     for (auto& c : conns_) ::shutdown(c->fd.get(), SHUT_RDWR);
   }
   if (acceptor_.joinable()) acceptor_.join();
+  if (prober_.joinable()) prober_.join();
   reap_workers(true);
 }
 
@@ -131,6 +145,46 @@ void StoreServer::accept_loop() {
       finished_ = true;
       return;
     }
+  }
+}
+
+bool StoreServer::watching(int rank) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& c : conns_)
+    if (c->hello.kind == static_cast<uint16_t>(ConnKind::kWatch) && c->hello.rank == rank)
+      return true;
+  return false;
+}
+
+// Until every probed rank's watch connection has come (from then on its closing tells), tries
+// its standby address every kProbeSeconds: refused means nothing listens there any more, so
+// its process is gone. An answered try costs the live rank one connection in its listen queue,
+// closed at once.
+void StoreServer::probe_loop() {
+  constexpr double kProbeSeconds = 0.2;
+  std::map<int, SockAddr> pending = opt_.probe;
+  while (!pending.empty()) {
+    for (auto it = pending.begin(); it != pending.end() && !stop_.load();) {
+      const auto& [rank, addr] = *it;
+      int err = 0;
+      if (watching(rank) ||
+          tcp_connect_once(addr, Deadline::after_seconds(kProbeSeconds), &err).is_ok() ||
+          err != ECONNREFUSED) {
+        it = watching(rank) ? pending.erase(it) : std::next(it);
+        continue;
+      }
+      auto text = fmt::format(
+          "rank {} died: its process is gone (nothing listens at its standby address {}; found "
+          "by the bootstrap store that took over)",
+          rank, addr.to_string());
+      log_warn("bootstrap: {}", text);
+      broadcast(WatchType::kDead, rank, 0, 0, -1, text, nullptr);
+      it = pending.erase(it);
+    }
+    std::unique_lock<std::mutex> lock(mu_);
+    if (cv_.wait_for(lock, std::chrono::duration<double>(kProbeSeconds),
+                     [&] { return stop_.load(); }))
+      return;
   }
 }
 

@@ -423,6 +423,17 @@ Result<Fd> dial(const SockAddr& to, const Secret& secret, const Hello& hello,
   }
 }
 
+Result<Fd> dial_once(const SockAddr& to, const Secret& secret, const Hello& hello,
+                     const std::string& peer, Deadline deadline, ServerInfo* info,
+                     int* error_number) {
+  CHORUS_ASSIGN_OR_RETURN(Fd fd, tcp_connect_once(to, deadline, error_number));
+  Hello h = hello;
+  CHORUS_TRY(random_bytes(h.nonce.data(), h.nonce.size()));
+  CHORUS_ASSIGN_OR_RETURN(ServerInfo got, client_handshake(fd.get(), secret, h, peer, deadline));
+  if (info) *info = got;
+  return fd;
+}
+
 Status send_verdict(int fd, Code code, const std::string& text) {
   Verdict v;
   v.code = static_cast<int32_t>(code);

@@ -189,6 +189,11 @@ Result<ServerInfo> client_handshake(int fd, const Secret& secret, const Hello& h
 // the oldest unauthenticated connections under a flood). Refusals are not retried.
 Result<Fd> dial(const SockAddr& to, const Secret& secret, const Hello& hello,
                 const std::string& peer, Deadline deadline, ServerInfo* info = nullptr);
+// One connection and handshake, no retry (a refused connection fails at once; *error_number is
+// connect's errno then, 0 when the connection was made).
+Result<Fd> dial_once(const SockAddr& to, const Secret& secret, const Hello& hello,
+                     const std::string& peer, Deadline deadline, ServerInfo* info,
+                     int* error_number);
 // Sends the final verdict (after the server's own checks of rank, world, comm).
 Status send_verdict(int fd, Code code, const std::string& text);
 

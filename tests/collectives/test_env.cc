@@ -77,6 +77,10 @@ const BadValue kBad[] = {
     {"CHORUS_SOCKET_IFNAME", "no-such-if0", Entry::kInitAll, "CHORUS_TRANSPORT=tcp"},
     {"CHORUS_STORE_BIND", "not-an-address", Entry::kUniqueId},
     {"CHORUS_STORE_HOST", "rank1", Entry::kInitFromEnv},
+    {"CHORUS_STORE_FAILOVER", "yes"},
+    {"CHORUS_STORE_FAILOVER", "2"},
+    {"CHORUS_TEST_FAILOVER_DIE", "-2"},
+    {"CHORUS_TEST_FAILOVER_DIE", "rank1"},
 };
 
 // Variables whose every value means something, and why.

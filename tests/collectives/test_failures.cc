@@ -177,7 +177,8 @@ TEST_CASE("a revoke reaches the peers over their link when the store's process i
           "[failure][revoke]") {
   const std::string transport = GENERATE(std::string("shm"), std::string("ib"), std::string("tcp"));
   RunOptions o = on(transport);
-  o.env["CHORUS_IB_EMULATE"] = "emu0";  // used by ib only
+  o.env["CHORUS_IB_EMULATE"] = "emu0";   // used by ib only
+  o.env["CHORUS_STORE_FAILOVER"] = "0";  // (on, the news would also come from the next store)
   auto res = run_ranks(
       3,
       [&](int rank) {

@@ -16,51 +16,18 @@
 
 #include "chorus/chorus.hpp"
 #include "harness.h"
+#include "survivors.h"
 
+using chorus::test::check_all_reduce;
 using chorus::test::contains;
+using chorus::test::put_id;
+using chorus::test::require_exits;
 using chorus::test::run_ranks;
 using chorus::test::RunOptions;
+using chorus::test::shared_path;
+using chorus::test::take_id;
 
 namespace {
-
-// An all-reduce whose result depends on every member's rank: 0 when right.
-int check_all_reduce(chorus::Communicator& comm, const char* what) {
-  const size_t n = 50001;
-  std::vector<float> in(n), out(n);
-  for (size_t i = 0; i < n; ++i) in[i] = float(i % 31) + 100.0f * float(comm.rank());
-  comm.all_reduce(in.data(), out.data(), n, chorusFloat32, chorusSum);
-  const float w = float(comm.size());
-  for (size_t i = 0; i < n; ++i)
-    if (out[i] != w * float(i % 31) + 100.0f * w * (w - 1) / 2) {
-      std::fprintf(stderr, "%s: element %zu is %g\n", what, i, double(out[i]));
-      return 1;
-    }
-  return 0;
-}
-
-// The test's pid, taken before the ranks are forked: the same name in the test and its ranks.
-const pid_t g_test_pid = getpid();
-
-std::string path(const std::string& name) {
-  return "/tmp/chorus-test-grow-" + std::to_string(g_test_pid) + "-" + name;
-}
-
-// The coordinator hands the id over in a file (written whole, then renamed into place).
-void put_id(const chorusUniqueId& id, const std::string& name) {
-  const std::string tmp = path(name) + ".tmp";
-  std::ofstream(tmp, std::ios::binary).write(id.internal, sizeof id.internal);
-  std::rename(tmp.c_str(), path(name).c_str());
-}
-
-bool take_id(chorusUniqueId* id, const std::string& name, double seconds = 30) {
-  auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  while (std::chrono::steady_clock::now() < end) {
-    std::ifstream in(path(name), std::ios::binary);
-    if (in && in.read(id->internal, sizeof id->internal)) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return false;
-}
 
 RunOptions opts(int members) {
   RunOptions o;
@@ -68,14 +35,6 @@ RunOptions opts(int members) {
   o.limit_seconds = 60;
   o.world_size = members;  // the other processes are newcomers, not in the job at its start
   return o;
-}
-
-void require_exits(const std::vector<chorus::test::RankResult>& res,
-                   const std::vector<std::pair<int, int>>& expected) {
-  for (auto [r, code] : expected) {
-    INFO("process " << r << ":\n" << res[r].output);
-    CHECK(res[r].exit_code == code);
-  }
 }
 
 bool expect_error(const std::function<void()>& fn, chorusResult_t code, const std::string& part) {
@@ -123,7 +82,7 @@ TEST_CASE("grow: three ranks take a newcomer, keep their ranks and continue", "[
           return 0;
         },
         o);
-    std::remove(path("plain").c_str());
+    std::remove(shared_path("plain").c_str());
     require_exits(res, {{0, 0}, {1, 0}, {2, 0}, {3, 0}});
   }
 }
@@ -171,7 +130,7 @@ TEST_CASE("grow after a kill -9: the survivors shrink, a restarted rank rejoins,
           return 0;
         },
         o);
-    std::remove(path("restart").c_str());
+    std::remove(shared_path("restart").c_str());
     require_exits(res, {{1, -SIGKILL}, {0, 0}, {2, 0}, {3, 0}});
   }
 }
@@ -230,8 +189,8 @@ TEST_CASE("grow refuses bad ids and arguments by name; an id serves one grow", "
         return 0;
       },
       o);
-  std::remove(path("args").c_str());
-  std::remove(path("args.done").c_str());
+  std::remove(shared_path("args").c_str());
+  std::remove(shared_path("args.done").c_str());
   require_exits(res, {{0, 0}, {1, 0}, {2, 0}});
 }
 
@@ -286,7 +245,7 @@ TEST_CASE(
         return ok && s < 3 ? 0 : 1;
       },
       o);
-  std::remove(path("dead").c_str());
+  std::remove(shared_path("dead").c_str());
   require_exits(res, {{1, -SIGKILL}, {0, 0}, {2, 0}, {3, 0}});
 }
 
@@ -318,6 +277,6 @@ TEST_CASE("communicators derived again and again keep working: names stay short"
         return check_all_reduce(big, "the grown one") ? 3 : 0;
       },
       o);
-  std::remove(path("deep").c_str());
+  std::remove(shared_path("deep").c_str());
   require_exits(res, {{0, 0}, {1, 0}, {2, 0}});
 }

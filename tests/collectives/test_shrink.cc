@@ -1,8 +1,8 @@
 // chorusCommShrink (issue 17, item 2): survivors of a kill -9 continue on a smaller communicator,
 // with the failed ranks listed by the caller or found and agreed on by the library, also when a
 // rank dies during the agreement itself (test hook CHORUS_TEST_SHRINK_DIE); bad arguments are
-// refused by name; with the store's process dead, shrink fails within its bound (not yet
-// supported, and said so) instead of hanging.
+// refused by name; with the store's process dead and its failover turned off, shrink fails at
+// once, saying so, instead of hanging (with failover on: test_failover.cc).
 #include <catch2/catch.hpp>
 
 #include <signal.h>
@@ -17,60 +17,17 @@
 
 #include "chorus/chorus.hpp"
 #include "harness.h"
+#include "survivors.h"
 
+using chorus::test::check_all_reduce;
 using chorus::test::contains;
+using chorus::test::fails_soon;
+using chorus::test::kill_or_see_death;
+using chorus::test::require_exits;
 using chorus::test::run_ranks;
 using chorus::test::RunOptions;
 
 namespace {
-
-// An all-reduce whose result depends on every member's rank: 0 when right.
-int check_all_reduce(chorus::Communicator& comm, const char* what) {
-  const size_t n = 100003;
-  std::vector<double> in(n), out(n);
-  for (size_t i = 0; i < n; ++i) in[i] = double(i % 97) + 1000.0 * comm.rank();
-  comm.all_reduce(in.data(), out.data(), n, chorusFloat64, chorusSum);
-  const double w = comm.size();
-  for (size_t i = 0; i < n; ++i)
-    if (out[i] != w * double(i % 97) + 1000.0 * w * (w - 1) / 2) {
-      std::fprintf(stderr, "%s: element %zu is %g\n", what, i, out[i]);
-      return 1;
-    }
-  return 0;
-}
-
-// Runs all-reduces until one fails (a peer died): true when it did within the bound. The first
-// may fail already: the victim leaves an all-reduce as soon as it has its own result.
-bool fails_soon(chorus::Communicator& comm) {
-  for (int i = 0; i < 1000; ++i) {
-    try {
-      check_all_reduce(comm, "before");
-    } catch (const chorus::Error& e) {
-      std::fprintf(stderr, "the old communicator failed: %s\n", e.what());
-      return true;
-    }
-  }
-  return false;
-}
-
-// The victim finishes an all-reduce and kills itself; the others run all-reduces until one
-// fails: true once it did.
-bool kill_or_see_death(chorus::Communicator& comm, int victim) {
-  if (comm.rank() == victim) {
-    check_all_reduce(comm, "before the kill");
-    raise(SIGKILL);
-  }
-  return fails_soon(comm);
-}
-
-// Each listed rank's exit code (-SIGKILL: killed), with its output on failure.
-void require_exits(const std::vector<chorus::test::RankResult>& res,
-                   const std::vector<std::pair<int, int>>& expected) {
-  for (auto [r, code] : expected) {
-    INFO("rank " << r << ":\n" << res[r].output);
-    CHECK(res[r].exit_code == code);
-  }
-}
 
 RunOptions opts() {
   RunOptions o;
@@ -199,10 +156,11 @@ TEST_CASE("shrink refuses bad arguments by name", "[shrink]") {
   require_exits(res, {{0, 0}, {1, 0}});
 }
 
-TEST_CASE("with the store's process killed, shrink fails within its bound, saying why",
+TEST_CASE("with the store's process killed and failover off, shrink fails at once, saying why",
           "[shrink]") {
   RunOptions o = opts();
   o.env["CHORUS_TIMEOUT"] = "6";
+  o.env["CHORUS_STORE_FAILOVER"] = "0";  // (on, the survivors move to a new store: test_failover)
   auto res = run_ranks(
       3,
       [](int) {
@@ -218,7 +176,7 @@ TEST_CASE("with the store's process killed, shrink fails within its bound, sayin
           std::fprintf(stderr, "shrink failed after %.2f s: %s\n", took, e.what());
           // Named as gone, or (when the watch channel has not told yet) as closed.
           if (!contains(e.what(), "bootstrap store")) return 5;
-          return took < 8 ? 0 : 4;
+          return took < 2 ? 0 : 4;
         }
       },
       o);

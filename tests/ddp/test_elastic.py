@@ -28,6 +28,9 @@ import json
 import os
 import random
 import re
+import secrets
+import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -146,7 +149,36 @@ def reference_problems(chorus_run, train_cnn, victim, world, join_at, every, res
     return []
 
 
-def run(chorus_run, train_cnn, victim, step, where, world=3, join_at=None):
+def run_env_launched(cmd, world, victim):
+    """The ranks started as torchrun would (RANK, WORLD_SIZE, MASTER_ADDR/PORT; rank 0 hosts the
+    bootstrap store, so killing it takes the store away: the survivors move to a new one).
+    Returns (0 when the survivors exited 0 and the victim was killed, the ranks' output)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    secret = secrets.token_hex(16)
+    procs = []
+    for r in range(world):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CHORUS_")}
+        env.update({"RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": str(world),
+                    "LOCAL_WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1",
+                    "MASTER_PORT": str(port), "CHORUS_JOB_SECRET": secret})
+        procs.append(subprocess.Popen(cmd + ["--elastic"], env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True))
+    outs, code = [], 0
+    for r, proc in enumerate(procs):
+        try:
+            text, _ = proc.communicate(timeout=150)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            text, _ = proc.communicate()
+        outs += [f"[{r}] {line}" for line in text.splitlines()]
+        if proc.returncode != (-signal.SIGKILL if r == victim else 0):
+            code = proc.returncode or 1
+    return code, "\n".join(outs) + "\n"
+
+
+def run(chorus_run, train_cnn, victim, step, where, world=3, join_at=None, launcher="chorus-run"):
     with tempfile.TemporaryDirectory() as logs:
         ckpt = os.path.join(logs, "ckpt")
         every = 4 if where == "checkpoint" else 0  # rank 0 dies between a snapshot's two files
@@ -155,14 +187,19 @@ def run(chorus_run, train_cnn, victim, step, where, world=3, join_at=None):
         what = (f"{world} ranks, rank {victim} killed "
                 + {"after": "after", "sync": "in the gradient all-reduce of",
                    "backward": "in the backward of", "checkpoint": "writing the snapshot of"}[where]
-                + f" step {step}" + (f", rejoins before step {join_at}" if join_at else ""))
+                + f" step {step}" + (f", rejoins before step {join_at}" if join_at else "")
+                + (" (launched as torchrun would: rank 0 hosts the store)"
+                   if launcher == "env" else ""))
         left = world - 1
-        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                           timeout=150)
-        out = p.stdout
+        if launcher == "env":
+            code, out = run_env_launched(cmd[cmd.index(train_cnn):], world, victim)
+        else:
+            p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               timeout=150)
+            code, out = p.returncode, p.stdout
         problems = []
-        if p.returncode != 0:
-            problems.append(f"chorus-run exited {p.returncode}")
+        if code != 0:
+            problems.append(f"{launcher} exited {code}")
         m = re.search(rf"rank {victim} died at step (\d+) \(.*\); continuing with {left} ranks from "
                       rf"step (\d+), lr", out)
         if not m:
@@ -265,6 +302,10 @@ def main():
               (3, 6, "backward", 4, 9)]
     # Rank 0 (the writer) killed while step 8's snapshot is written, with and without a rejoin.
     cases += [(0, 8, "checkpoint", 3), (0, 8, "checkpoint", 4, 12)]
+    # Launched without chorus-run, as torchrun would: rank 0 hosts the bootstrap store, and its
+    # death takes the store with it (the survivors move to a new one, collectives/failover.cc).
+    cases += [(0, 4, "after", 3, None, "env"), (0, 5, "sync", 4, None, "env"),
+              (1, 3, "backward", 3, None, "env")]
     if len(sys.argv) > 3:  # --chaos SECONDS [SEED]: make chaos
         seed = int(sys.argv[5]) if len(sys.argv) > 5 else int(time.time())
         print(f"chaos: random kills for {sys.argv[4]} s, seed {seed}")

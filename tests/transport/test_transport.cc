@@ -7,6 +7,8 @@
 
 #include <cstring>
 #include <fstream>
+#include <mutex>
+#include <vector>
 
 #include "common/env.h"
 #include "common/socket.h"
@@ -270,4 +272,58 @@ TEST_CASE("CHORUS_TRANSPORT picks a backend by name; an unknown name lists the r
   REQUIRE(std::string(all->model_for({a, b}).name) == "shm");
   auto shm = Transports::open("shm");
   REQUIRE(shm->choose(a, c) == nullptr);
+}
+
+TEST_CASE("a store that took over announces a probed rank whose port refuses as dead", "[store]") {
+  // Rank 1 lives (its standby port listens), rank 2 is gone (its port was closed): the store
+  // probes both until their watch connections arrive, so rank 0's watch hears of rank 2 only.
+  Secret secret = secret_from_string("store-probe");
+  SockAddr alive, gone;
+  auto live_port = tcp_listen("127.0.0.1", 0, &alive);
+  REQUIRE(live_port.is_ok());
+  { REQUIRE(tcp_listen("127.0.0.1", 0, &gone).is_ok()); }  // closed again at once
+  StoreOptions o;
+  o.world = 3;
+  o.probe = {{1, alive}, {2, gone}};
+  auto server = StoreServer::start("127.0.0.1", 0, secret, o);
+  REQUIRE(server.is_ok());
+  std::mutex mu;
+  std::vector<WatchEvent> events;
+  auto watch = WatchClient::connect(
+      server.value()->address(), secret, 0, 3,
+      [&](const WatchEvent& e) {
+        std::lock_guard<std::mutex> lock(mu);
+        events.push_back(e);
+      },
+      [](uint64_t) { return std::string("idle"); }, Deadline::after_seconds(5));
+  REQUIRE(watch.is_ok());
+  usleep(800000);  // four probe rounds
+  std::lock_guard<std::mutex> lock(mu);
+  REQUIRE(events.size() == 1);
+  CHECK(events[0].type == WatchType::kDead);
+  CHECK(events[0].rank == 2);
+  CHECK(events[0].text.find("nothing listens at its standby address") != std::string::npos);
+}
+
+TEST_CASE("a store client moves to another store and keeps serving its users", "[store]") {
+  Secret secret = secret_from_string("store-move");
+  auto first = StoreServer::start("127.0.0.1", 0, secret, 1);
+  auto second = StoreServer::start("127.0.0.1", 0, secret, 1);
+  REQUIRE(first.is_ok());
+  REQUIRE(second.is_ok());
+  auto client =
+      StoreClient::connect(first.value()->address(), secret, 0, 1, Deadline::after_seconds(5));
+  auto other =
+      StoreClient::connect(second.value()->address(), secret, 0, 1, Deadline::after_seconds(5));
+  REQUIRE(client.is_ok());
+  REQUIRE(other.is_ok());
+  REQUIRE(client.value()->set("k", "first").is_ok());
+  first.value().reset();  // the first store's process "dies"
+  CHECK_FALSE(client.value()->try_get("k").is_ok());
+  client.value()->take_over(*other.value());
+  CHECK(client.value()->server().port == second.value()->address().port);
+  REQUIRE(client.value()->set("k", "second").is_ok());
+  auto got = client.value()->get("k", Deadline::after_seconds(1));
+  REQUIRE(got.is_ok());
+  CHECK(got.value() == "second");
 }

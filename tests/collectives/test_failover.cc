@@ -1,0 +1,154 @@
+// Store failover (issue 17 item 2: nothing may depend on the process that hosted the bootstrap
+// store): the ranks start as under torchrun (rank 0 hosts the store), rank 0 is killed, and the
+// survivors move to a new store hosted by one of them, then shrink and go on -- also when the
+// next candidate died with rank 0, when the new host dies as it takes over (test hook
+// CHORUS_TEST_FAILOVER_DIE), when the store dies inside a shrink's agreement, and for a second
+// death after the failover (the new store's watch channel) and a grow through the new store.
+#include <catch2/catch.hpp>
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "chorus/chorus.hpp"
+#include "harness.h"
+#include "survivors.h"
+
+using chorus::test::check_all_reduce;
+using chorus::test::contains;
+using chorus::test::kill_or_see_death;
+using chorus::test::put_id;
+using chorus::test::require_exits;
+using chorus::test::run_ranks;
+using chorus::test::RunOptions;
+using chorus::test::shared_path;
+using chorus::test::take_id;
+
+namespace {
+
+RunOptions opts() {
+  RunOptions o;
+  o.env["CHORUS_TIMEOUT"] = "20";
+  o.limit_seconds = 60;
+  return o;
+}
+
+// After the kill: shrink (the library finds the dead), check the new numbering and size, run
+// all-reduces. 0 when right.
+int shrink_and_check(chorus::Communicator& comm, int want_size, int want_rank, const char* what) {
+  auto small = comm.shrink({}, CHORUS_SHRINK_AGREE);
+  if (small.size() != want_size || small.rank() != want_rank) {
+    std::fprintf(stderr, "%s: rank %d became %d of %d, expected %d of %d\n", what, comm.rank(),
+                 small.rank(), small.size(), want_rank, want_size);
+    return 3;
+  }
+  for (int i = 0; i < 3; ++i)
+    if (check_all_reduce(small, what)) return 4;
+  small.barrier();
+  return 0;
+}
+
+}  // namespace
+
+TEST_CASE("the store's host (rank 0) killed: the survivors move to a new store and shrink",
+          "[failover]") {
+  auto transport = GENERATE(std::string("shm"), std::string("tcp"));
+  DYNAMIC_SECTION(transport) {
+    RunOptions o = opts();
+    o.env["CHORUS_TRANSPORT"] = transport;
+    auto res = run_ranks(
+        4,
+        [](int rank) {
+          auto comm = chorus::Communicator::from_env();
+          if (!kill_or_see_death(comm, 0)) return 2;
+          auto small = comm.shrink({}, CHORUS_SHRINK_AGREE);
+          if (small.size() != 3 || small.rank() != rank - 1) return 3;
+          if (check_all_reduce(small, "the three")) return 4;
+          // A second death is news from the new store (its watch channel): the last two shrink
+          // again, on it.
+          if (!kill_or_see_death(small, 2)) return 5;
+          return shrink_and_check(small, 2, rank - 1, "the two");
+        },
+        o);
+    require_exits(res, {{0, -SIGKILL}, {3, -SIGKILL}, {1, 0}, {2, 0}});
+  }
+}
+
+TEST_CASE("ranks 0 and 1 killed together: rank 2 hosts the new store", "[failover]") {
+  auto res = run_ranks(
+      5,
+      [](int rank) {
+        auto comm = chorus::Communicator::from_env();
+        if (!kill_or_see_death(comm, {0, 1})) return 2;
+        return shrink_and_check(comm, 3, rank - 2, "the three");
+      },
+      opts());
+  require_exits(res, {{0, -SIGKILL}, {1, -SIGKILL}, {2, 0}, {3, 0}, {4, 0}});
+  CHECK(contains(res[3].output, "the store moved to rank 2"));
+}
+
+TEST_CASE("the new host dies as it takes over: the next rank hosts", "[failover]") {
+  RunOptions o = opts();
+  o.env["CHORUS_TEST_FAILOVER_DIE"] = "1";
+  auto res = run_ranks(
+      4,
+      [](int rank) {
+        auto comm = chorus::Communicator::from_env();
+        if (!kill_or_see_death(comm, 0)) return 2;
+        return shrink_and_check(comm, 2, rank - 2, "the two");
+      },
+      o);
+  require_exits(res, {{0, -SIGKILL}, {1, -SIGKILL}, {2, 0}, {3, 0}});
+  CHECK(contains(res[3].output, "the store moved to rank 2"));
+}
+
+TEST_CASE("the store's host dies inside a shrink's agreement: the shrink starts over",
+          "[failover]") {
+  // Rank 3 dies first; rank 0, the store's host, kills itself in the agreement that follows,
+  // before giving its view (CHORUS_TEST_SHRINK_DIE): the survivors 1 and 2 move to a new store
+  // and agree there.
+  RunOptions o = opts();
+  o.env["CHORUS_TEST_SHRINK_DIE"] = "0:view";
+  auto res = run_ranks(
+      4,
+      [](int rank) {
+        auto comm = chorus::Communicator::from_env();
+        if (!kill_or_see_death(comm, 3)) return 2;
+        return shrink_and_check(comm, 2, rank - 1, "the two");
+      },
+      o);
+  require_exits(res, {{0, -SIGKILL}, {3, -SIGKILL}, {1, 0}, {2, 0}});
+}
+
+TEST_CASE("after the failover a newcomer joins through the new store (grow)", "[failover]") {
+  // Processes 0-2 are the job; process 3 is a restarted worker, outside it at the start.
+  RunOptions o = opts();
+  o.world_size = 3;
+  std::remove(shared_path("failover-grow").c_str());
+  auto res = run_ranks(
+      4,
+      [](int proc) {
+        if (proc == 3) {
+          chorusUniqueId id;
+          if (!take_id(&id, "failover-grow")) return 9;
+          auto big = chorus::Communicator::join_grow(3, id, 2);
+          return check_all_reduce(big, "the grown one") ? 4 : 0;
+        }
+        auto comm = chorus::Communicator::from_env();
+        if (!kill_or_see_death(comm, 0)) return 2;
+        auto small = comm.shrink({}, CHORUS_SHRINK_AGREE);
+        chorusUniqueId id;
+        if (small.rank() == 0) {
+          id = small.grow_id();  // names the new store
+          put_id(id, "failover-grow");
+        }
+        auto big = small.grow(3, small.rank() == 0 ? &id : nullptr);
+        return check_all_reduce(big, "the grown one") ? 3 : 0;
+      },
+      o);
+  std::remove(shared_path("failover-grow").c_str());
+  require_exits(res, {{0, -SIGKILL}, {1, 0}, {2, 0}, {3, 0}});
+}
