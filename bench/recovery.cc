@@ -5,8 +5,10 @@
 // shrink with CHORUS_SHRINK_AGREE (they find and agree on the dead rank themselves) and run the
 // next step on the new communicator. The bootstrap store lives in a process of its own (the
 // unique-id path: whoever calls chorusGetUniqueId hosts it), so rank 0 can be the victim too.
+// With "failover", rank 0 hosts the store and is always the victim: the survivors first move to
+// a new store hosted by one of them (collectives/failover.cc), inside the shrink's time.
 // Prints per (W, victim) the recovery time (kill -> next step done) and its parts, then the
-// median per W. Usage: recovery-bench [repeats per W, default 5].
+// median per W. Usage: recovery-bench [repeats per W, default 5] [failover].
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -15,6 +17,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "chorus/chorus.h"
@@ -67,22 +70,37 @@ int rank_main(int w, int rank, int victim, const chorusUniqueId& id, int out_fd)
   return 0;
 }
 
-// One run: the store's process, W ranks, one victim. Recovery in seconds, or -1.
-double run_once(int w, int victim, Report* parts) {
+// One run: the store's process (or rank 0 hosts it), W ranks, one victim. Recovery in seconds,
+// or -1.
+double run_once(int w, int victim, bool store_in_rank0, Report* parts) {
   int idp[2], rp[2];
   if (pipe(idp) != 0 || pipe(rp) != 0) return -1;
-  pid_t store = fork();
-  if (store == 0) {
-    chorusUniqueId id;
-    if (chorusGetUniqueId(&id) != chorusSuccess) _exit(1);
-    if (write(idp[1], &id, sizeof id) != sizeof id) _exit(1);
-    pause();
-    _exit(0);
+  pid_t store = -1;
+  std::vector<pid_t> kids;
+  if (store_in_rank0) {  // rank 0 makes the id, hands it to the others, and joins
+    pid_t p = fork();
+    if (p == 0) {
+      chorusUniqueId id;
+      if (chorusGetUniqueId(&id) != chorusSuccess) _exit(1);
+      for (int r = 1; r < w; ++r)
+        if (write(idp[1], &id, sizeof id) != sizeof id) _exit(1);
+      _exit(rank_main(w, 0, victim, id, rp[1]));
+    }
+    kids.push_back(p);
+  } else {
+    store = fork();
+    if (store == 0) {
+      chorusUniqueId id;
+      if (chorusGetUniqueId(&id) != chorusSuccess) _exit(1);
+      if (write(idp[1], &id, sizeof id) != sizeof id) _exit(1);
+      pause();
+      _exit(0);
+    }
   }
   chorusUniqueId id;
-  if (read(idp[0], &id, sizeof id) != sizeof id) return -1;
-  std::vector<pid_t> kids;
-  for (int r = 0; r < w; ++r) {
+  if (!store_in_rank0 && read(idp[0], &id, sizeof id) != sizeof id) return -1;
+  for (int r = store_in_rank0 ? 1 : 0; r < w; ++r) {
+    if (store_in_rank0 && read(idp[0], &id, sizeof id) != sizeof id) return -1;
     pid_t p = fork();
     if (p == 0) _exit(rank_main(w, r, victim, id, rp[1]));
     kids.push_back(p);
@@ -92,8 +110,10 @@ double run_once(int w, int victim, Report* parts) {
   bool ok = read(rp[0], &dead, sizeof dead) == sizeof dead &&
             read(rp[0], &survivor, sizeof survivor) == sizeof survivor;
   for (pid_t p : kids) waitpid(p, nullptr, 0);
-  ::kill(store, SIGKILL);
-  waitpid(store, nullptr, 0);
+  if (store > 0) {
+    ::kill(store, SIGKILL);
+    waitpid(store, nullptr, 0);
+  }
   close(rp[0]);
   close(idp[0]);
   close(idp[1]);
@@ -107,15 +127,17 @@ double run_once(int w, int victim, Report* parts) {
 
 int main(int argc, char** argv) {
   const int repeats = argc > 1 ? std::atoi(argv[1]) : 5;
+  const bool failover = argc > 2 && std::string(argv[2]) == "failover";
   setenv("CHORUS_TIMEOUT", "30", 0);
+  if (failover) std::printf("rank 0 hosts the store and dies: the survivors move to a new one\n");
   std::printf("%3s %6s %12s %12s %12s %12s\n", "W", "victim", "recovery ms", "detect ms",
               "shrink ms", "step ms");
   for (int w : {3, 4}) {
     std::vector<double> all;
     for (int i = 0; i < repeats; ++i) {
-      const int victim = i % w;
+      const int victim = failover ? 0 : i % w;
       Report p{};
-      double t = run_once(w, victim, &p);
+      double t = run_once(w, victim, failover, &p);
       if (t < 0) {
         std::printf("%3d %6d failed\n", w, victim);
         return 1;
