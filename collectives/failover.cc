@@ -122,8 +122,8 @@ Status Job::await_store(Deadline deadline) {
   lock.unlock();
   std::string gone = store_gone_text();
   if (running)
-    return make_error(Code::kTimeout, "{}, and no survivor has taken it over within {:.0f} s",
-                      gone, deadline.total());
+    return make_error(Code::kTimeout, "{}, and no survivor has taken it over within {:.0f} s", gone,
+                      deadline.total());
   if (!gone.empty()) return Status(Code::kRemoteError, gone);
   return Status::ok();
 }
@@ -165,9 +165,10 @@ void Job::start_failover() {
       failing_over_ = false;
       failover_again_ = false;
       if (!s.is_ok())
-        failover_error_ = fmt::format("the bootstrap store is gone with its host, and no "
-                                      "survivor took over: {}",
-                                      s.message());
+        failover_error_ = fmt::format(
+            "the bootstrap store is gone with its host, and no "
+            "survivor took over: {}",
+            s.message());
       break;
     }
     cv_.notify_all();
@@ -203,21 +204,21 @@ Status Job::take_over_store() {
     Status s = use_store(r, std::move(client), -1, deadline);
     if (s.is_ok()) return s;
     // Its store went too (the candidate died as it took over): on to the next one.
-    log_warn("bootstrap: rank {}: rank {}'s new store failed as this rank moved to it ({}); "
-             "passed over",
-             rank_, r, s.message());
+    log_warn(
+        "bootstrap: rank {}: rank {}'s new store failed as this rank moved to it ({}); "
+        "passed over",
+        rank_, r, s.message());
   }
   return make_error(Code::kRemoteError,
                     "rank {} has no standby port, and every candidate before it is gone", rank_);
 }
 
 // A new store at candidate r's standby port: its client, or null when r is passed over.
-Result<std::unique_ptr<transport::StoreClient>> Job::try_candidate(int r,
-                                                                   const SockAddr& at,
+Result<std::unique_ptr<transport::StoreClient>> Job::try_candidate(int r, const SockAddr& at,
                                                                    Deadline deadline) {
   int err = 0;
-  auto fd = tcp_connect_once(at, Deadline::after_seconds(std::min(1.0, deadline.remaining())),
-                             &err);
+  auto fd =
+      tcp_connect_once(at, Deadline::after_seconds(std::min(1.0, deadline.remaining())), &err);
   if (!fd.is_ok()) {
     if (err == ECONNREFUSED) {
       mark_dead(r, fmt::format("rank {} died: its process is gone (its standby port {} refused "
@@ -251,8 +252,8 @@ Result<std::unique_ptr<transport::StoreClient>> Job::try_candidate(int r,
                       "store within {:.0f} s: {}",
                       r, at.to_string(), deadline.total(), info.status().message());
   if (!info.is_ok()) {
-    log_warn("bootstrap: rank {}: rank {} did not take the store over ({}); passed over", rank_,
-             r, info.status().message());
+    log_warn("bootstrap: rank {}: rank {} did not take the store over ({}); passed over", rank_, r,
+             info.status().message());
     return std::unique_ptr<transport::StoreClient>();
   }
   return transport::StoreClient::adopt(std::move(fd.value()), at, *info);
@@ -269,16 +270,15 @@ Status Job::host_store(int generation, const std::map<int, SockAddr>& candidates
     std::lock_guard<std::mutex> lock(mu_);
     listener = std::move(standby_);
   }
-  CHORUS_ASSIGN_OR_RETURN(std::shared_ptr<transport::StoreServer> server,
-                          transport::StoreServer::start(std::move(listener), standby_addr_,
-                                                        secret_, std::move(o)));
+  CHORUS_ASSIGN_OR_RETURN(
+      std::shared_ptr<transport::StoreServer> server,
+      transport::StoreServer::start(std::move(listener), standby_addr_, secret_, std::move(o)));
   {
     std::lock_guard<std::mutex> lock(mu_);
     server_ = server;  // from here on this rank sends error news through it (broadcast_error)
   }
   CHORUS_ASSIGN_OR_RETURN(
-      auto client,
-      transport::StoreClient::connect(standby_addr_, secret_, rank_, size_, deadline));
+      auto client, transport::StoreClient::connect(standby_addr_, secret_, rank_, size_, deadline));
   CHORUS_TRY(client->set(kGenerationKey, std::to_string(generation)));
   if (failover_die_ == rank_) {
     log_warn("rank {}: CHORUS_TEST_FAILOVER_DIE={}: killing myself as the new store's host", rank_,
@@ -292,11 +292,12 @@ Status Job::host_store(int generation, const std::map<int, SockAddr>& candidates
 Status Job::use_store(int host, std::unique_ptr<transport::StoreClient> client, int generation,
                       Deadline deadline) {
   if (generation < 0) {
-    auto g = client->get(kGenerationKey,
-                         Deadline::after_seconds(std::min(kMoveSeconds, deadline.remaining())),
-                         [this] {
-      return ending_.load() ? make_error(Code::kInvalidUsage, "the job is ending") : Status::ok();
-    });
+    auto g =
+        client->get(kGenerationKey,
+                    Deadline::after_seconds(std::min(kMoveSeconds, deadline.remaining())), [this] {
+                      return ending_.load() ? make_error(Code::kInvalidUsage, "the job is ending")
+                                            : Status::ok();
+                    });
     if (!g.is_ok()) return g.status().wrap(fmt::format("rank {}'s new store", host));
     char* end = nullptr;
     generation = static_cast<int>(std::strtol(g->c_str(), &end, 10));

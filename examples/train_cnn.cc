@@ -143,7 +143,8 @@ int main(int argc, char** argv) {
                  "testing: SIGKILL --fail-rank after this global step (first launch only)")
       ->group("");
   app.add_option("--fail-rank", fail_rank, "testing: the rank --fail-at-step kills")->group("");
-  bool elastic = false, fail_in_sync = false, fail_in_backward = false, fail_in_checkpoint = false;
+  bool elastic = false, fail_in_sync = false, fail_in_backward = false, fail_in_checkpoint = false,
+       fail_in_eval = false;
   app.add_flag("--fail-in-sync", fail_in_sync,
                "testing: --fail-at-step kills inside that step, while its gradients are being "
                "all-reduced")
@@ -152,6 +153,10 @@ int main(int argc, char** argv) {
                "testing: --fail-at-step kills inside that step's backward, when the first "
                "parameter's gradient is ready (the last; with small buckets, the later ones' "
                "all-reduces are in flight then)")
+      ->group("");
+  app.add_flag("--fail-in-eval", fail_in_eval,
+               "testing: --fail-at-step kills in the evaluation at the end of the epoch whose "
+               "last global step it is")
       ->group("");
   app.add_flag("--fail-in-checkpoint", fail_in_checkpoint,
                "testing: --fail-at-step kills while that step's snapshot is being written (after "
@@ -408,6 +413,8 @@ int main(int argc, char** argv) {
             [die, fail_at_step](int64_t step) { die(step, fail_at_step); });
       else if (fail_in_sync)
         to.before_sync = [die, fail_at_step](int64_t step) { die(step, fail_at_step); };
+      else if (fail_in_eval)
+        to.before_eval = [die, fail_at_step](int64_t step) { die(step, fail_at_step); };
       else if (fail_in_backward)  // the victim's steps run 1, 2, ... until it dies: count them
         model.parameters()[0].register_grad_ready_hook(
             [die, fail_at_step, step = int64_t{0}](chorus::Tensor&) mutable {

@@ -268,115 +268,130 @@ EpochStats Trainer::run_epoch(int epoch) {
     join_pending_ = false;
     adopt();
   }
-  while (step < steps && train_.next(batch)) {
+  // The epoch's end is collective too (global sums, the snapshot, the evaluation): a death
+  // there is recovered as one inside a step, and the survivors go through the end again (after
+  // any step they rolled back into).
+  while (true) {
     try {
-      if (elastic && options_.leave) {
-        if (auto r = options_.leave(global_step_)) {
-          reshape(*r, "left");
-          continue;
+      while (step < steps && train_.next(batch)) {
+        try {
+          if (elastic && options_.leave) {
+            if (auto r = options_.leave(global_step_)) {
+              reshape(*r, "left");
+              continue;
+            }
+          }
+          if (elastic && options_.joiners_waiting) {
+            std::vector<int64_t> waiting{primary ? options_.joiners_waiting(global_step_ + 1) : 0};
+            options_.comm->broadcast(waiting.data(), 1, chorusInt64, 0);
+            if (waiting[0] > 0) {
+              grow(static_cast<int>(waiting[0]));
+              continue;  // the batch in hand was cut for the old world
+            }
+          }
+          if (options_.sample_log) {  // before the step: a rank may die inside it
+            std::string line = fmt::format("try {}", global_step_ + 1);
+            for (int64_t i : batch.indices) line += fmt::format(" {}", i);
+            fmt::print(options_.sample_log, "{}\n", line);
+            std::fflush(options_.sample_log);
+          }
+          optimizer_.zero_grad();
+          Tensor logits =
+              options_.ddp ? options_.ddp->forward(batch.images) : model_.forward(batch.images);
+          Tensor loss = cross_entropy(logits, batch.labels);
+          const auto b0 = std::chrono::steady_clock::now();
+          loss.backward();
+          st.backward_seconds +=
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - b0).count();
+          if (options_.before_sync) options_.before_sync(global_step_ + 1);
+          if (options_.ddp) options_.ddp->finish_gradient_sync();
+          if (options_.after_backward) options_.after_backward();
+          optimizer_.step();
+          ++global_step_;
+          ++step;
+          ++since;
+          const float l = loss.item();
+          if (options_.record_step_losses) st.step_losses.push_back(l);
+          const std::vector<int32_t> pred = argmax(logits);
+          double correct = 0;
+          for (size_t i = 0; i < pred.size(); ++i) correct += pred[i] == batch.labels[i];
+          const double n = static_cast<double>(batch.size());
+          for (Sums* s : {&epoch_sums, &interval}) {
+            s->loss += static_cast<double>(l) * n;
+            s->correct += correct;
+            s->images += n;
+          }
+          st.images += batch.size();
+          if (recovered_from >= 0 && primary) {  // bench/elastic.sh reads this
+            fmt::print(options_.out, "recovered: step {} completed at {:.6f}\n", global_step_,
+                       wall_seconds());
+            std::fflush(options_.out);
+          }
+          recovered_from = -1;
+          if (elastic) {
+            std::swap(prev_, cur_);
+            double a[6];
+            sums(a);
+            capture(cur_, step, options_.sampler->position_after(since, options_.batch_size), a,
+                    st.images);
+          }
+          bar.update(step, epoch_sums.loss / epoch_sums.images, st.images * ranks);
+          if (options_.log_every > 0 && (step % options_.log_every == 0 || step == steps)) {
+            const auto now = std::chrono::steady_clock::now();
+            const double secs = std::chrono::duration<double>(now - interval_t0).count();
+            Communicator* comm = options_.comm;
+            if (options_.per_rank_log && comm)
+              fmt::print(options_.out,
+                         "rank {} epoch {} step {}/{}: loss {:.4f} acc {:.4f} | {:.0f} images/s "
+                         "(this rank)\n",
+                         comm->rank(), epoch, step, steps, interval.loss / interval.images,
+                         interval.correct / interval.images, interval.images / secs);
+            const Sums g = global_sums(comm, interval);
+            if (primary)
+              fmt::print(
+                  options_.out,
+                  "epoch {} step {}/{}: loss {:.4f} acc {:.4f} | {:.0f} images/s ({} rank{})\n",
+                  epoch, step, steps, g.loss / g.images, g.correct / g.images, g.images / secs,
+                  comm ? comm->size() : 1, comm && comm->size() > 1 ? "s" : "");
+            std::fflush(options_.out);
+            interval = {};
+            interval_t0 = now;
+          }
+          if (options_.after_step) options_.after_step(global_step_);
+          if (!options_.checkpoint_dir.empty() && options_.checkpoint_every > 0 &&
+              global_step_ % options_.checkpoint_every == 0 && step < steps)
+            save(epoch, step);
+        } catch (const Error& e) {
+          if (!elastic) throw;
+          recover(e);
         }
       }
-      if (elastic && options_.joiners_waiting) {
-        std::vector<int64_t> waiting{primary ? options_.joiners_waiting(global_step_ + 1) : 0};
-        options_.comm->broadcast(waiting.data(), 1, chorusInt64, 0);
-        if (waiting[0] > 0) {
-          grow(static_cast<int>(waiting[0]));
-          continue;  // the batch in hand was cut for the old world
-        }
+      if (elastic && options_.leave) {  // the reference run of a death at the epoch's end
+        if (auto r = options_.leave(global_step_)) reshape(*r, "left");
       }
-      if (options_.sample_log) {  // before the step: a rank may die inside it
-        std::string line = fmt::format("try {}", global_step_ + 1);
-        for (int64_t i : batch.indices) line += fmt::format(" {}", i);
-        fmt::print(options_.sample_log, "{}\n", line);
-        std::fflush(options_.sample_log);
-      }
-      optimizer_.zero_grad();
-      Tensor logits =
-          options_.ddp ? options_.ddp->forward(batch.images) : model_.forward(batch.images);
-      Tensor loss = cross_entropy(logits, batch.labels);
-      const auto b0 = std::chrono::steady_clock::now();
-      loss.backward();
-      st.backward_seconds +=
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - b0).count();
-      if (options_.before_sync) options_.before_sync(global_step_ + 1);
-      if (options_.ddp) options_.ddp->finish_gradient_sync();
-      if (options_.after_backward) options_.after_backward();
-      optimizer_.step();
-      ++global_step_;
-      ++step;
-      ++since;
-      const float l = loss.item();
-      if (options_.record_step_losses) st.step_losses.push_back(l);
-      const std::vector<int32_t> pred = argmax(logits);
-      double correct = 0;
-      for (size_t i = 0; i < pred.size(); ++i) correct += pred[i] == batch.labels[i];
-      const double n = static_cast<double>(batch.size());
-      for (Sums* s : {&epoch_sums, &interval}) {
-        s->loss += static_cast<double>(l) * n;
-        s->correct += correct;
-        s->images += n;
-      }
-      st.images += batch.size();
-      if (recovered_from >= 0 && primary) {  // bench/elastic.sh reads this
-        fmt::print(options_.out, "recovered: step {} completed at {:.6f}\n", global_step_,
-                   wall_seconds());
-        std::fflush(options_.out);
-      }
-      recovered_from = -1;
-      if (elastic) {
-        std::swap(prev_, cur_);
-        double a[6];
-        sums(a);
-        capture(cur_, step, options_.sampler->position_after(since, options_.batch_size), a,
-                st.images);
-      }
-      bar.update(step, epoch_sums.loss / epoch_sums.images, st.images * ranks);
-      if (options_.log_every > 0 && (step % options_.log_every == 0 || step == steps)) {
-        const auto now = std::chrono::steady_clock::now();
-        const double secs = std::chrono::duration<double>(now - interval_t0).count();
-        Communicator* comm = options_.comm;
-        if (options_.per_rank_log && comm)
-          fmt::print(
-              options_.out,
-              "rank {} epoch {} step {}/{}: loss {:.4f} acc {:.4f} | {:.0f} images/s (this rank)\n",
-              comm->rank(), epoch, step, steps, interval.loss / interval.images,
-              interval.correct / interval.images, interval.images / secs);
-        const Sums g = global_sums(comm, interval);
-        if (primary)
-          fmt::print(options_.out,
-                     "epoch {} step {}/{}: loss {:.4f} acc {:.4f} | {:.0f} images/s ({} rank{})\n",
-                     epoch, step, steps, g.loss / g.images, g.correct / g.images, g.images / secs,
-                     comm ? comm->size() : 1, comm && comm->size() > 1 ? "s" : "");
-        std::fflush(options_.out);
-        interval = {};
-        interval_t0 = now;
-      }
-      if (options_.after_step) options_.after_step(global_step_);
-      if (!options_.checkpoint_dir.empty() && options_.checkpoint_every > 0 &&
-          global_step_ % options_.checkpoint_every == 0 && step < steps)
-        save(epoch, step);
+      Communicator* comm = options_.comm;
+      st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      st.cpu_seconds = process_cpu_seconds() - c0;
+      st.steps = steps - first_step;
+      bar.finish();
+      train_.end_epoch();  // stops the prefetch thread when steps were capped
+      if (options_.ddp) st.sync_wait_seconds = options_.ddp->reducer().stats().wait_seconds;
+      const Sums g = global_sums(comm, epoch_sums);
+      st.images = static_cast<int64_t>(g.images);
+      st.train_loss = g.images > 0 ? g.loss / g.images : 0.0;
+      st.train_acc = g.images > 0 ? g.correct / g.images : 0.0;
+      st.images_per_s = st.seconds > 0 ? g.images / st.seconds : 0.0;
+      if (!options_.checkpoint_dir.empty()) save(epoch + 1, 0);
+      if (options_.before_eval) options_.before_eval(global_step_);
+      if (test_)
+        st.test_acc = comm ? evaluate_distributed(*comm, model_, *test_, options_.eval_batch_size)
+                           : evaluate(model_, *test_, options_.eval_batch_size);
+      return st;
     } catch (const Error& e) {
       if (!elastic) throw;
       recover(e);
     }
   }
-  Communicator* comm = options_.comm;
-  st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  st.cpu_seconds = process_cpu_seconds() - c0;
-  st.steps = steps - first_step;
-  bar.finish();
-  train_.end_epoch();  // stops the prefetch thread when steps were capped
-  if (options_.ddp) st.sync_wait_seconds = options_.ddp->reducer().stats().wait_seconds;
-  const Sums g = global_sums(comm, epoch_sums);
-  st.images = static_cast<int64_t>(g.images);
-  st.train_loss = g.images > 0 ? g.loss / g.images : 0.0;
-  st.train_acc = g.images > 0 ? g.correct / g.images : 0.0;
-  st.images_per_s = st.seconds > 0 ? g.images / st.seconds : 0.0;
-  if (!options_.checkpoint_dir.empty()) save(epoch + 1, 0);
-  if (test_)
-    st.test_acc = comm ? evaluate_distributed(*comm, model_, *test_, options_.eval_batch_size)
-                       : evaluate(model_, *test_, options_.eval_batch_size);
-  return st;
 }
 
 std::vector<EpochStats> Trainer::run(const std::function<void(const EpochStats&)>& on_epoch) {

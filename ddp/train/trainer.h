@@ -100,6 +100,8 @@ struct TrainOptions {
   std::FILE* sample_log = nullptr;
   // Testing: called after backward, before waiting for the gradient all-reduces of step G.
   std::function<void(int64_t global_step)> before_sync;
+  // Testing: called before the epoch-end evaluation, with the global step (fault injection).
+  std::function<void(int64_t global_step)> before_eval;
 };
 
 class Trainer {

@@ -39,7 +39,11 @@ import time
 N, BATCH = 960, 16  # one epoch: 20 steps of 3 ranks or 15 of 4
 # Where the victim dies: train_cnn's flag for each (after the step: none).
 WHERE = {"after": [], "sync": ["--fail-in-sync"], "backward": ["--fail-in-backward"],
-         "checkpoint": ["--fail-in-checkpoint"]}
+         "checkpoint": ["--fail-in-checkpoint"], "eval": ["--fail-in-eval"]}
+
+
+def epoch_steps(world):
+    return -(-(-(-N // world)) // BATCH)  # ceil(ceil(N / world) / BATCH)
 
 
 def epoch_samples(path, last_step, void_after=None):
@@ -60,12 +64,13 @@ def epoch_samples(path, last_step, void_after=None):
     return out
 
 
-def snapshot_problems(ckpt, cut):
-    """The snapshot of step `cut` was cut between its files (tensors, no record); every record
-    left names a tensor file of its size; the survivors' new rank 0 wrote later ones."""
+def snapshot_problems(ckpt, cut, epoch_end):
+    """The snapshot of step `cut` was cut between its files (tensors, no record; at the epoch's
+    end the survivors' new rank 0 writes it again); every record left names a tensor file of its
+    size; the new rank 0 wrote later ones."""
     problems = []
     names = sorted(os.listdir(ckpt)) if os.path.isdir(ckpt) else []
-    if f"snapshot-{cut:09d}.json" in names:
+    if f"snapshot-{cut:09d}.json" in names and not epoch_end:
         problems.append(f"the snapshot of step {cut} has its record: the kill did not cut it")
     records = [n for n in names if n.endswith(".json")]
     for n in records:
@@ -186,7 +191,8 @@ def run(chorus_run, train_cnn, victim, step, where, world=3, join_at=None, launc
         cmd += ["--fail-at-step", str(step), "--fail-rank", str(victim)] + WHERE[where]
         what = (f"{world} ranks, rank {victim} killed "
                 + {"after": "after", "sync": "in the gradient all-reduce of",
-                   "backward": "in the backward of", "checkpoint": "writing the snapshot of"}[where]
+                   "backward": "in the backward of", "checkpoint": "writing the snapshot of",
+                   "eval": "in the evaluation after"}[where]
                 + f" step {step}" + (f", rejoins before step {join_at}" if join_at else "")
                 + (" (launched as torchrun would: rank 0 hosts the store)"
                    if launcher == "env" else ""))
@@ -242,8 +248,8 @@ def run(chorus_run, train_cnn, victim, step, where, world=3, join_at=None, launc
             problems.append(f"epoch 1 ({epoch1_steps} steps): {len(samples)} samples trained on, "
                             f"{len(missing)} never, {repeats} repeats (padding {pad})")
         if where == "checkpoint":
-            problems += snapshot_problems(ckpt, step)
-        steps2 = -(-(-(-N // final)) // BATCH)  # ceil(ceil(N / final) / BATCH)
+            problems += snapshot_problems(ckpt, step, step == epoch_steps(world))
+        steps2 = epoch_steps(final)
         if not re.search(rf"epoch 2 step \d+/{steps2}: .*\({final} ranks\)", out):
             problems.append(f"epoch 2 did not run on {final} ranks ({steps2} steps)")
         if not problems:
@@ -260,9 +266,11 @@ def chaos(seconds, seed):
     while time.monotonic() < deadline:
         world = rng.choice([3, 4])
         victim = rng.randrange(world)
-        where = rng.choice(list(WHERE) if victim == 0 else ["after", "sync", "backward"])
+        where = rng.choice(list(WHERE) if victim == 0 else ["after", "sync", "backward", "eval"])
         step = rng.randrange(1, 14) if where != "checkpoint" else rng.choice([4, 8, 12])
-        if rng.random() < 0.5:
+        if where == "eval":
+            yield victim, epoch_steps(world), where, world
+        elif rng.random() < 0.5:
             yield victim, step, where, world
         else:  # rejoins inside epoch 1 (which has at least 12 steps then)
             step = min(step, 8)
@@ -302,6 +310,9 @@ def main():
               (3, 6, "backward", 4, 9)]
     # Rank 0 (the writer) killed while step 8's snapshot is written, with and without a rejoin.
     cases += [(0, 8, "checkpoint", 3), (0, 8, "checkpoint", 4, 12)]
+    # At the epoch's end: after its last step, in its evaluation, writing its snapshot.
+    cases += [(2, 20, "after", 3), (1, 20, "eval", 3), (0, 15, "eval", 4),
+              (0, 20, "checkpoint", 3)]
     # Launched without chorus-run, as torchrun would: rank 0 hosts the bootstrap store, and its
     # death takes the store with it (the survivors move to a new one, collectives/failover.cc).
     cases += [(0, 4, "after", 3, None, "env"), (0, 5, "sync", 4, None, "env"),
