@@ -11,6 +11,11 @@ Cases:
   desync   rank 0 calls barrier, the others all_reduce: every rank raises, naming both calls.
   kill     the last rank dies by SIGKILL while the others wait in an all_reduce for it: they
            raise within 5 s, naming it.
+  survive  rank 0 (whose process hosts the stores) dies by SIGKILL; the others raise naming it,
+           chorus_torch.shrink() gives them a group of the survivors, an all_reduce on it is
+           right; chorus_torch.revoke() on one makes the other's pending all_reduce raise; a
+           shrink that excludes nobody replaces the revoked group, and DDP trains on it with
+           every rank's parameters equal after 5 steps.
 """
 import datetime
 import os
@@ -463,8 +468,47 @@ def case_kill():
     timed_error(lambda: dist.all_reduce(torch.ones(1 << 16)), 5, f"rank {N - 1}")
 
 
+def case_survive():
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    dist.init_process_group("chorus", timeout=datetime.timedelta(seconds=60))
+    dist.all_reduce(torch.ones(4))
+    if RANK == 0:
+        time.sleep(0.5)  # the others are inside the all_reduce by now
+        os.kill(os.getpid(), signal.SIGKILL)
+    timed_error(lambda: dist.all_reduce(torch.ones(1 << 16)), 5, "rank 0")
+    t0 = time.monotonic()
+    g = chorus_torch.shrink()
+    log(f"shrink: rank {RANK} -> {g.rank()} of {g.size()} in {time.monotonic() - t0:.3f} s")
+    check(g.size() == N - 1 and g.rank() == RANK - 1, f"shrunk to {g.rank()} of {g.size()}")
+    t = torch.full((1000,), float(RANK))
+    dist.all_reduce(t, group=g)
+    check(torch.equal(t, torch.full((1000,), float(sum(range(1, N))))), "all_reduce on the shrunk group")
+    if g.rank() == 0:
+        time.sleep(0.3)  # the others wait in the all_reduce below
+        chorus_torch.revoke(g)
+    timed_error(lambda: dist.all_reduce(torch.ones(1 << 16), group=g), 5, "revoked")
+    g2 = chorus_torch.shrink(g, exclude=[])
+    check(g2.size() == N - 1, f"the group after the revoke has {g2.size()} ranks")
+    torch.manual_seed(0)
+    model = DDP(Net(), process_group=g2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    gen = torch.Generator().manual_seed(100 + RANK)
+    for _ in range(5):
+        opt.zero_grad()
+        x, y = torch.randn(8, 3, 32, 32, generator=gen), torch.randint(0, 10, (8,), generator=gen)
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+    flat = torch.cat([p.detach().flatten() for p in model.parameters()])
+    lo, hi = flat.clone(), flat.clone()
+    dist.all_reduce(lo, op=dist.ReduceOp.MIN, group=g2)
+    dist.all_reduce(hi, op=dist.ReduceOp.MAX, group=g2)
+    check(torch.equal(lo, hi), "DDP on the survivors' group: parameters differ between ranks")
+    log("DDP on the survivors' group: 5 steps, parameters equal on every rank")
+
+
 if __name__ == "__main__":
-    {"ops": case_ops, "ddp": case_ddp, "inits": case_inits, "desync": case_desync, "kill": case_kill}[sys.argv[1]]()
+    {"ops": case_ops, "ddp": case_ddp, "inits": case_inits, "desync": case_desync,
+     "kill": case_kill, "survive": case_survive}[sys.argv[1]]()
     if FAILURES:
         log(f"{len(FAILURES)} checks failed")
         sys.exit(1)

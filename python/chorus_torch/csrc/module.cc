@@ -2,6 +2,7 @@
 // the build. Only this file sees Python and pybind11.
 #include <pybind11/chrono.h>
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
 
 #include "process_group.h"
@@ -33,6 +34,27 @@ PYBIND11_MODULE(_C, m) {
       py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
       py::call_guard<py::gil_scoped_release>(),
       "The process group for backend 'chorus' (torch.distributed calls this).");
+  // revoke and shrink take the group's chorus backend (torch 1.x: the group itself).
+  auto chorus_of = [](const c10::intrusive_ptr<chorus_torch::PgBase>& pg) {
+    auto* c = dynamic_cast<chorus_torch::ProcessGroupChorus*>(pg.get());
+    TORCH_CHECK(c, "chorus_torch: the group's backend is ", pg->getBackendName(),
+                ", not chorus");
+    return c;
+  };
+  m.def(
+      "revoke",
+      [chorus_of](const c10::intrusive_ptr<chorus_torch::PgBase>& pg) { chorus_of(pg)->revoke(); },
+      py::arg("group"), py::call_guard<py::gil_scoped_release>(),
+      "chorusCommRevoke: every pending and later operation of the group fails, on every rank.");
+  m.def(
+      "shrink",
+      [chorus_of](const c10::intrusive_ptr<chorus_torch::PgBase>& pg,
+                  const std::vector<int>& exclude, bool agree) {
+        return c10::intrusive_ptr<chorus_torch::PgBase>(chorus_of(pg)->shrink(exclude, agree));
+      },
+      py::arg("group"), py::arg("exclude"), py::arg("agree"),
+      py::call_guard<py::gil_scoped_release>(),
+      "chorusCommShrink: a group of the ranks but `exclude` (with agree: but the failed ones).");
   m.def("chorus_version", [] {
     int v = 0;
     chorusGetVersion(&v);

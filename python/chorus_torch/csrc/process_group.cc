@@ -57,6 +57,45 @@ ProcessGroupChorus::ProcessGroupChorus(const c10::intrusive_ptr<c10d::Store>& st
 #endif
 }
 
+namespace {
+
+int comm_rank(chorusComm_t comm) {
+  int r = -1;
+  chorusCommUserRank(comm, &r);
+  return r;
+}
+
+int comm_size(chorusComm_t comm) {
+  int n = 0;
+  chorusCommCount(comm, &n);
+  return n;
+}
+
+}  // namespace
+
+ProcessGroupChorus::ProcessGroupChorus(chorusComm_t comm)
+    : PgBase(comm_rank(comm), comm_size(comm)), comm_(comm) {
+  completer_ = std::make_unique<Completer>();
+#if !CHORUS_TORCH_2
+  init();
+#endif
+}
+
+void ProcessGroupChorus::revoke() {
+  if (chorusResult_t rc = chorusCommRevoke(comm_); rc != chorusSuccess)
+    throw_chorus(what("revoke"), rc);
+}
+
+c10::intrusive_ptr<ProcessGroupChorus> ProcessGroupChorus::shrink(const std::vector<int>& exclude,
+                                                                  bool agree) {
+  chorusComm_t small = nullptr;
+  const chorusResult_t rc = chorusCommShrink(
+      comm_, exclude.empty() ? nullptr : exclude.data(), static_cast<int>(exclude.size()), &small,
+      nullptr, agree ? CHORUS_SHRINK_AGREE : CHORUS_SHRINK_DEFAULT);
+  if (rc != chorusSuccess) throw_chorus(what("shrink"), rc);
+  return c10::make_intrusive<ProcessGroupChorus>(small);
+}
+
 ProcessGroupChorus::~ProcessGroupChorus() {
   // Completing queued Works may run Python callbacks (comm hooks), which take the GIL.
   run_without_gil([this] {

@@ -22,6 +22,8 @@ class ProcessGroupChorus : public PgBase {
  public:
   ProcessGroupChorus(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                      std::chrono::milliseconds timeout);
+  // A group over a communicator made already (shrink); the group owns it.
+  explicit ProcessGroupChorus(chorusComm_t comm);
   ~ProcessGroupChorus() override;
 
   const std::string getBackendName() const override { return "chorus"; }
@@ -58,6 +60,13 @@ class ProcessGroupChorus : public PgBase {
   WorkPtr barrier(const c10d::BarrierOptions& opts) override;
 
   chorusComm_t comm() const { return comm_; }
+
+  // chorusCommRevoke: every pending and later operation of this group fails (its Work raises),
+  // here and on every other rank. Any thread.
+  void revoke();
+  // chorusCommShrink: a new group of this one's ranks but `exclude` (or, with `agree`, but the
+  // ranks the survivors find failed and agree on), numbered in the same order.
+  c10::intrusive_ptr<ProcessGroupChorus> shrink(const std::vector<int>& exclude, bool agree);
 
  private:
   // A Work for `call`, its request made by `submit` (a chorusI* call); throws with chorus's
