@@ -102,4 +102,48 @@ inline bool take_id(chorusUniqueId* id, const std::string& name, double seconds 
   return false;
 }
 
+// The tests' options: a 20 s timeout, a 60 s limit; `members` processes start in the job (the
+// others are newcomers), all of them when -1.
+inline RunOptions survivor_opts(int members = -1) {
+  RunOptions o;
+  o.env["CHORUS_TIMEOUT"] = "20";
+  o.limit_seconds = 60;
+  o.world_size = members;
+  return o;
+}
+
+// The members' side of a grow to `nranks`: the coordinator takes an id (chorusCommGetUniqueId)
+// and hands it to the newcomers as `name`; every member grows.
+inline chorus::Communicator grow_for_newcomers(chorus::Communicator& comm, int nranks,
+                                               const std::string& name, int coordinator = 0) {
+  chorusUniqueId id;
+  if (comm.rank() == coordinator) {
+    id = comm.grow_id();
+    put_id(id, name);
+  }
+  return comm.grow(nranks, comm.rank() == coordinator ? &id : nullptr);
+}
+
+// A grown communicator, on a member or a newcomer: its size and this process's rank, then three
+// all-reduces. 0 when right.
+inline int check_grown(chorus::Communicator& big, int nranks, int rank) {
+  if (big.size() != nranks || big.rank() != rank) {
+    std::fprintf(stderr, "grown: rank %d of %d, expected %d of %d\n", big.rank(), big.size(), rank,
+                 nranks);
+    return 3;
+  }
+  for (int i = 0; i < 3; ++i)
+    if (check_all_reduce(big, "the grown one")) return 4;
+  return 0;
+}
+
+// A process outside the job: takes the id handed over as `name` and joins the grow as `rank` of
+// `nranks`. Its exit code: 0 when right.
+inline int join_as_newcomer(const std::string& name, int nranks, int rank) {
+  chorusUniqueId id;
+  if (!take_id(&id, name)) return 9;
+  auto big = chorus::Communicator::join_grow(nranks, id, rank);
+  return check_grown(big, nranks, rank);
+}
+
 }  // namespace chorus::test

@@ -18,23 +18,18 @@
 #include "survivors.h"
 
 using chorus::test::check_all_reduce;
+using chorus::test::check_grown;
 using chorus::test::contains;
+using chorus::test::grow_for_newcomers;
+using chorus::test::join_as_newcomer;
 using chorus::test::kill_or_see_death;
-using chorus::test::put_id;
 using chorus::test::require_exits;
 using chorus::test::run_ranks;
 using chorus::test::RunOptions;
 using chorus::test::shared_path;
-using chorus::test::take_id;
+using chorus::test::survivor_opts;
 
 namespace {
-
-RunOptions opts() {
-  RunOptions o;
-  o.env["CHORUS_TIMEOUT"] = "20";
-  o.limit_seconds = 60;
-  return o;
-}
 
 // After the kill: shrink (the library finds the dead), check the new numbering and size, run
 // all-reduces. 0 when right.
@@ -57,7 +52,7 @@ TEST_CASE("the store's host (rank 0) killed: the survivors move to a new store a
           "[failover]") {
   auto transport = GENERATE(std::string("shm"), std::string("tcp"));
   DYNAMIC_SECTION(transport) {
-    RunOptions o = opts();
+    RunOptions o = survivor_opts();
     o.env["CHORUS_TRANSPORT"] = transport;
     auto res = run_ranks(
         4,
@@ -85,13 +80,13 @@ TEST_CASE("ranks 0 and 1 killed together: rank 2 hosts the new store", "[failove
         if (!kill_or_see_death(comm, {0, 1})) return 2;
         return shrink_and_check(comm, 3, rank - 2, "the three");
       },
-      opts());
+      survivor_opts());
   require_exits(res, {{0, -SIGKILL}, {1, -SIGKILL}, {2, 0}, {3, 0}, {4, 0}});
   CHECK(contains(res[3].output, "the store moved to rank 2"));
 }
 
 TEST_CASE("the new host dies as it takes over: the next rank hosts", "[failover]") {
-  RunOptions o = opts();
+  RunOptions o = survivor_opts();
   o.env["CHORUS_TEST_FAILOVER_DIE"] = "1";
   auto res = run_ranks(
       4,
@@ -110,7 +105,7 @@ TEST_CASE("the store's host dies inside a shrink's agreement: the shrink starts 
   // Rank 3 dies first; rank 0, the store's host, kills itself in the agreement that follows,
   // before giving its view (CHORUS_TEST_SHRINK_DIE): the survivors 1 and 2 move to a new store
   // and agree there.
-  RunOptions o = opts();
+  RunOptions o = survivor_opts();
   o.env["CHORUS_TEST_SHRINK_DIE"] = "0:view";
   auto res = run_ranks(
       4,
@@ -125,28 +120,17 @@ TEST_CASE("the store's host dies inside a shrink's agreement: the shrink starts 
 
 TEST_CASE("after the failover a newcomer joins through the new store (grow)", "[failover]") {
   // Processes 0-2 are the job; process 3 is a restarted worker, outside it at the start.
-  RunOptions o = opts();
-  o.world_size = 3;
+  RunOptions o = survivor_opts(3);
   std::remove(shared_path("failover-grow").c_str());
   auto res = run_ranks(
       4,
       [](int proc) {
-        if (proc == 3) {
-          chorusUniqueId id;
-          if (!take_id(&id, "failover-grow")) return 9;
-          auto big = chorus::Communicator::join_grow(3, id, 2);
-          return check_all_reduce(big, "the grown one") ? 4 : 0;
-        }
+        if (proc == 3) return join_as_newcomer("failover-grow", 3, 2);
         auto comm = chorus::Communicator::from_env();
         if (!kill_or_see_death(comm, 0)) return 2;
         auto small = comm.shrink({}, CHORUS_SHRINK_AGREE);
-        chorusUniqueId id;
-        if (small.rank() == 0) {
-          id = small.grow_id();  // names the new store
-          put_id(id, "failover-grow");
-        }
-        auto big = small.grow(3, small.rank() == 0 ? &id : nullptr);
-        return check_all_reduce(big, "the grown one") ? 3 : 0;
+        auto big = grow_for_newcomers(small, 3, "failover-grow");  // its id names the new store
+        return check_grown(big, 3, small.rank());
       },
       o);
   std::remove(shared_path("failover-grow").c_str());

@@ -19,23 +19,19 @@
 #include "survivors.h"
 
 using chorus::test::check_all_reduce;
+using chorus::test::check_grown;
 using chorus::test::contains;
+using chorus::test::grow_for_newcomers;
+using chorus::test::join_as_newcomer;
 using chorus::test::put_id;
 using chorus::test::require_exits;
 using chorus::test::run_ranks;
 using chorus::test::RunOptions;
 using chorus::test::shared_path;
+using chorus::test::survivor_opts;
 using chorus::test::take_id;
 
 namespace {
-
-RunOptions opts(int members) {
-  RunOptions o;
-  o.env["CHORUS_TIMEOUT"] = "20";
-  o.limit_seconds = 60;
-  o.world_size = members;  // the other processes are newcomers, not in the job at its start
-  return o;
-}
 
 bool expect_error(const std::function<void()>& fn, chorusResult_t code, const std::string& part) {
   try {
@@ -53,31 +49,16 @@ bool expect_error(const std::function<void()>& fn, chorusResult_t code, const st
 TEST_CASE("grow: three ranks take a newcomer, keep their ranks and continue", "[grow]") {
   auto transport = GENERATE(std::string("shm"), std::string("tcp"));
   DYNAMIC_SECTION(transport) {
-    RunOptions o = opts(3);
+    RunOptions o = survivor_opts(3);
     o.env["CHORUS_TRANSPORT"] = transport;
     auto res = run_ranks(
         4,
         [](int proc) {
-          if (proc == 3) {  // the newcomer
-            chorusUniqueId id;
-            if (!take_id(&id, "plain")) return 9;
-            auto big = chorus::Communicator::join_grow(4, id, 3);
-            if (big.size() != 4 || big.rank() != 3) return 3;
-            for (int i = 0; i < 3; ++i)
-              if (check_all_reduce(big, "the four")) return 4;
-            return 0;
-          }
+          if (proc == 3) return join_as_newcomer("plain", 4, 3);
           auto comm = chorus::Communicator::from_env();
           if (check_all_reduce(comm, "the three")) return 2;
-          chorusUniqueId id;
-          if (comm.rank() == 1) {  // any member may coordinate
-            id = comm.grow_id();
-            put_id(id, "plain");
-          }
-          auto big = comm.grow(4, comm.rank() == 1 ? &id : nullptr);
-          if (big.size() != 4 || big.rank() != comm.rank()) return 3;
-          for (int i = 0; i < 3; ++i)
-            if (check_all_reduce(big, "the four")) return 4;
+          auto big = grow_for_newcomers(comm, 4, "plain", 1);  // any member may coordinate
+          if (int rc = check_grown(big, 4, comm.rank())) return rc;
           if (check_all_reduce(comm, "the three, after")) return 5;  // the old one still works
           return 0;
         },
@@ -91,19 +72,12 @@ TEST_CASE("grow after a kill -9: the survivors shrink, a restarted rank rejoins,
           "[grow][shrink]") {
   auto transport = GENERATE(std::string("shm"), std::string("tcp"));
   DYNAMIC_SECTION(transport) {
-    RunOptions o = opts(3);
+    RunOptions o = survivor_opts(3);
     o.env["CHORUS_TRANSPORT"] = transport;
     auto res = run_ranks(
         4,
         [](int proc) {
-          if (proc == 3) {  // the restarted worker
-            chorusUniqueId id;
-            if (!take_id(&id, "restart")) return 9;
-            auto back = chorus::Communicator::join_grow(3, id, 2);
-            for (int i = 0; i < 3; ++i)
-              if (check_all_reduce(back, "the three again")) return 4;
-            return 0;
-          }
+          if (proc == 3) return join_as_newcomer("restart", 3, 2);  // the restarted worker
           auto comm = chorus::Communicator::from_env();
           if (check_all_reduce(comm, "the three")) return 2;
           if (comm.rank() == 1) raise(SIGKILL);
@@ -118,16 +92,8 @@ TEST_CASE("grow after a kill -9: the survivors shrink, a restarted rank rejoins,
           if (!failed) return 5;
           auto two = comm.shrink({}, CHORUS_SHRINK_AGREE);
           if (two.size() != 2) return 6;
-          chorusUniqueId id;
-          if (two.rank() == 0) {
-            id = two.grow_id();
-            put_id(id, "restart");
-          }
-          auto back = two.grow(3, two.rank() == 0 ? &id : nullptr);
-          if (back.rank() != two.rank() || back.size() != 3) return 7;
-          for (int i = 0; i < 3; ++i)
-            if (check_all_reduce(back, "the three again")) return 4;
-          return 0;
+          auto back = grow_for_newcomers(two, 3, "restart");
+          return check_grown(back, 3, two.rank());
         },
         o);
     std::remove(shared_path("restart").c_str());
@@ -136,7 +102,7 @@ TEST_CASE("grow after a kill -9: the survivors shrink, a restarted rank rejoins,
 }
 
 TEST_CASE("grow refuses bad ids and arguments by name; an id serves one grow", "[grow]") {
-  RunOptions o = opts(2);
+  RunOptions o = survivor_opts(2);
   auto res = run_ranks(
       3,
       [](int proc) {
@@ -196,7 +162,7 @@ TEST_CASE("grow refuses bad ids and arguments by name; an id serves one grow", "
 
 TEST_CASE("grow: members that disagree on the size fail at once, naming the coordinator",
           "[grow]") {
-  RunOptions o = opts(3);
+  RunOptions o = survivor_opts(3);
   auto res = run_ranks(
       3,
       [](int) {
@@ -219,7 +185,7 @@ TEST_CASE(
     "grow: a coordinator that dies first ends the members' wait naming it; the newcomer "
     "gives up within its timeout, saying why",
     "[grow]") {
-  RunOptions o = opts(3);
+  RunOptions o = survivor_opts(3);
   o.env["CHORUS_TIMEOUT"] = "4";
   auto res = run_ranks(
       4,
@@ -252,29 +218,19 @@ TEST_CASE(
 TEST_CASE("communicators derived again and again keep working: names stay short", "[grow]") {
   // Each split, shrink and grow names its communicator after its parent; /dev/shm names are at
   // most 255 bytes, which 50 generations of plain suffixes would pass.
-  RunOptions o = opts(2);
+  RunOptions o = survivor_opts(2);
   o.env["CHORUS_TRANSPORT"] = "shm";
   auto res = run_ranks(
       3,
       [](int proc) {
-        if (proc == 2) {
-          chorusUniqueId id;
-          if (!take_id(&id, "deep")) return 9;
-          auto big = chorus::Communicator::join_grow(3, id, 2);
-          return check_all_reduce(big, "the grown one") ? 4 : 0;
-        }
+        if (proc == 2) return join_as_newcomer("deep", 3, 2);
         auto comm = chorus::Communicator::from_env();
         std::vector<chorus::Communicator> line;
         for (int i = 0; i < 60; ++i)
           line.push_back((line.empty() ? comm : line.back()).split(0, comm.rank()));
         if (check_all_reduce(line.back(), "the 60th split")) return 2;
-        chorusUniqueId id;
-        if (comm.rank() == 0) {
-          id = line.back().grow_id();
-          put_id(id, "deep");
-        }
-        auto big = line.back().grow(3, comm.rank() == 0 ? &id : nullptr);
-        return check_all_reduce(big, "the grown one") ? 3 : 0;
+        auto big = grow_for_newcomers(line.back(), 3, "deep");
+        return check_grown(big, 3, comm.rank());
       },
       o);
   std::remove(shared_path("deep").c_str());

@@ -26,15 +26,9 @@ using chorus::test::kill_or_see_death;
 using chorus::test::require_exits;
 using chorus::test::run_ranks;
 using chorus::test::RunOptions;
+using chorus::test::survivor_opts;
 
 namespace {
-
-RunOptions opts() {
-  RunOptions o;
-  o.env["CHORUS_TIMEOUT"] = "20";
-  o.limit_seconds = 60;
-  return o;
-}
 
 std::string marker(const std::string& name) {
   return "/tmp/chorus-test-shrink-" + std::to_string(getppid()) + "-" + name;
@@ -46,7 +40,7 @@ TEST_CASE("shrink excluding a killed rank: the survivors continue, renumbered", 
   auto flags = GENERATE(CHORUS_SHRINK_DEFAULT, CHORUS_SHRINK_ABORT, CHORUS_SHRINK_AGREE);
   auto transport = GENERATE(std::string("shm"), std::string("tcp"));
   DYNAMIC_SECTION(transport << ", flags " << flags) {
-    RunOptions o = opts();
+    RunOptions o = survivor_opts();
     o.env["CHORUS_TRANSPORT"] = transport;
     auto res = run_ranks(
         4,
@@ -73,7 +67,7 @@ TEST_CASE("shrink excluding a killed rank: the survivors continue, renumbered", 
 
 TEST_CASE("agreement: a rank that dies before giving its view is excluded by every survivor",
           "[shrink][agree]") {
-  RunOptions o = opts();
+  RunOptions o = survivor_opts();
   o.env["CHORUS_TEST_SHRINK_DIE"] = "1:view";
   auto res = run_ranks(
       4,
@@ -94,7 +88,7 @@ TEST_CASE("agreement: the leader dies before deciding; the next one decides for 
           "[shrink][agree]") {
   // Rank 0 hosts the store: the others exclude it (it stays alive, outside the new
   // communicator, until they are done), so rank 1 leads -- and dies at the decision.
-  RunOptions o = opts();
+  RunOptions o = survivor_opts();
   o.env["CHORUS_TEST_SHRINK_DIE"] = "1:decide";
   std::remove(marker("done2").c_str());
   std::remove(marker("done3").c_str());
@@ -152,13 +146,13 @@ TEST_CASE("shrink refuses bad arguments by name", "[shrink]") {
         }
         return 0;
       },
-      opts());
+      survivor_opts());
   require_exits(res, {{0, 0}, {1, 0}});
 }
 
 TEST_CASE("with the store's process killed and failover off, shrink fails at once, saying why",
           "[shrink]") {
-  RunOptions o = opts();
+  RunOptions o = survivor_opts();
   o.env["CHORUS_TIMEOUT"] = "6";
   o.env["CHORUS_STORE_FAILOVER"] = "0";  // (on, the survivors move to a new store: test_failover)
   auto res = run_ranks(

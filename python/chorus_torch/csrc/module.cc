@@ -37,8 +37,7 @@ PYBIND11_MODULE(_C, m) {
   // revoke and shrink take the group's chorus backend (torch 1.x: the group itself).
   auto chorus_of = [](const c10::intrusive_ptr<chorus_torch::PgBase>& pg) {
     auto* c = dynamic_cast<chorus_torch::ProcessGroupChorus*>(pg.get());
-    TORCH_CHECK(c, "chorus_torch: the group's backend is ", pg->getBackendName(),
-                ", not chorus");
+    TORCH_CHECK(c, "chorus_torch: the group's backend is ", pg->getBackendName(), ", not chorus");
     return c;
   };
   m.def(

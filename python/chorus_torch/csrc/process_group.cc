@@ -89,9 +89,9 @@ void ProcessGroupChorus::revoke() {
 c10::intrusive_ptr<ProcessGroupChorus> ProcessGroupChorus::shrink(const std::vector<int>& exclude,
                                                                   bool agree) {
   chorusComm_t small = nullptr;
-  const chorusResult_t rc = chorusCommShrink(
-      comm_, exclude.empty() ? nullptr : exclude.data(), static_cast<int>(exclude.size()), &small,
-      nullptr, agree ? CHORUS_SHRINK_AGREE : CHORUS_SHRINK_DEFAULT);
+  const chorusResult_t rc = chorusCommShrink(comm_, exclude.empty() ? nullptr : exclude.data(),
+                                             static_cast<int>(exclude.size()), &small, nullptr,
+                                             agree ? CHORUS_SHRINK_AGREE : CHORUS_SHRINK_DEFAULT);
   if (rc != chorusSuccess) throw_chorus(what("shrink"), rc);
   return c10::make_intrusive<ProcessGroupChorus>(small);
 }
