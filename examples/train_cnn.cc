@@ -164,7 +164,7 @@ int main(int argc, char** argv) {
       ->group("");
   std::string sample_log_dir;
   int64_t await_rejoin_at = -1, leave_at = -1;
-  int leave_rank = -1;
+  std::vector<int> leave_ranks;
   app.add_flag("--elastic", elastic,
                "keep training when ranks die: the survivors shrink the communicator, roll back "
                "to the last step they all completed, share the rest of the epoch and go on (on by "
@@ -175,10 +175,11 @@ int main(int argc, char** argv) {
       ->group("");
   app.add_option(
          "--leave-at", leave_at,
-         "testing (--elastic): after global step G, rank --leave-rank leaves and the others "
-         "go on, as after its death but without one (the reference of a killed run)")
+         "testing (--elastic): after global step G, the ranks --leave-rank R[,R...] leave and "
+         "the others go on, as after their death but without one (the reference of a killed "
+         "run)")
       ->group("");
-  app.add_option("--leave-rank", leave_rank, "testing: see --leave-at")->group("");
+  app.add_option("--leave-rank", leave_ranks, "testing: see --leave-at")->delimiter(',')->group("");
   app.add_option("--sample-log", sample_log_dir,
                  "testing: each rank writes the samples of its steps to DIR/rank<R>.txt")
       ->group("");
@@ -364,7 +365,8 @@ int main(int argc, char** argv) {
           if (g != leave_at || left) return std::nullopt;
           left = true;
           ddp.reset();
-          const bool me = job_rank == leave_rank;
+          const bool me =
+              std::find(leave_ranks.begin(), leave_ranks.end(), job_rank) != leave_ranks.end();
           chorus::Communicator small =
               comm->split(me ? CHORUS_SPLIT_NOCOLOR : 0, comm->rank());  // keeps the order
           if (me) {  // says goodbye (leaving is not dying), then exits 3: under chorus-run
@@ -382,8 +384,10 @@ int main(int argc, char** argv) {
           chorus::DdpOptions d = dopt;
           d.broadcast_parameters = false;
           ddp = std::make_unique<chorus::DistributedDataParallel>(model, *comm, d);
-          return chorus::TrainOptions::Recovered{comm, ddp.get(),
-                                                 fmt::format("rank {}", leave_rank)};
+          return chorus::TrainOptions::Recovered{
+              comm, ddp.get(),
+              fmt::format("rank{} {}", leave_ranks.size() > 1 ? "s" : "",
+                          fmt::join(leave_ranks, ","))};
         };
     }
     std::unique_ptr<std::FILE, int (*)(std::FILE*)> sample_log(nullptr, &std::fclose);

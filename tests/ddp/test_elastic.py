@@ -128,7 +128,7 @@ def metrics(line):
     return re.sub(r", \d+ images/s", "", line)
 
 
-def reference_problems(chorus_run, train_cnn, victim, world, join_at, every, resume, killed, out):
+def reference_problems(chorus_run, train_cnn, victims, world, join_at, every, resume, killed, out):
     """The same schedule of world sizes without a death: the victim leaves after step `resume`
     (and rejoins before join_at); the last snapshots must be the same bytes, and the epochs'
     global loss and accuracy the same numbers (each rank's part of the sums is its own)."""
@@ -137,16 +137,16 @@ def reference_problems(chorus_run, train_cnn, victim, world, join_at, every, res
     with tempfile.TemporaryDirectory() as tmp:
         ckpt = os.path.join(tmp, "ckpt")
         cmd = train_cmd(chorus_run, train_cnn, world, join_at, None, ckpt, every)
-        cmd += ["--leave-at", str(resume), "--leave-rank", str(victim)]
+        cmd += ["--leave-at", str(resume), "--leave-rank", ",".join(map(str, victims))]
         p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                            timeout=150)
-        if p.returncode != 0 or f"rank {victim} left at step {resume}" not in p.stdout:
-            return [f"reference run (rank {victim} leaves after step {resume}): exit "
-                    f"{p.returncode}, or no line saying it left:\n{p.stdout}"]
+        if p.returncode != 0 or f"{who(victims)} left at step {resume}" not in p.stdout:
+            return [f"reference run ({who(victims)} leave after step {resume}): exit "
+                    f"{p.returncode}, or no line saying so:\n{p.stdout}"]
         name, tensors = last_snapshot(ckpt)
         if (name, tensors) != killed:
-            return [f"final parameters differ from the reference run's (rank {victim} left after "
-                    f"step {resume}): snapshots {killed[0]} and {name}"]
+            return [f"final parameters differ from the reference run's ({who(victims)} left "
+                    f"after step {resume}): snapshots {killed[0]} and {name}"]
         mine = [metrics(l.split("|")[0]) for l in epoch_lines(out)]
         ref = [metrics(l.split("|")[0]) for l in epoch_lines(p.stdout)]
         if mine != ref or len(mine) != 2:
@@ -183,7 +183,16 @@ def run_env_launched(cmd, world, victim):
     return code, "\n".join(outs) + "\n"
 
 
-def run(chorus_run, train_cnn, victim, step, where, world=3, join_at=None, launcher="chorus-run"):
+def who(victims):
+    """How train_cnn names the ranks that died or left: "rank 2", "ranks 1,2"."""
+    return f"rank{'s' if len(victims) > 1 else ''} {','.join(map(str, sorted(victims)))}"
+
+
+def run(chorus_run, train_cnn, victim, step, where, world=3, join_at=None, launcher="chorus-run",
+        second=None):
+    """One run: `victim` killed at (step, where); with `second`, that rank too, in the
+    survivors' agreement that follows (CHORUS_TEST_SHRINK_DIE), before giving its view."""
+    victims = [victim] + ([second] if second is not None else [])
     with tempfile.TemporaryDirectory() as logs:
         ckpt = os.path.join(logs, "ckpt")
         every = 4 if where == "checkpoint" else 0  # rank 0 dies between a snapshot's two files
@@ -195,19 +204,23 @@ def run(chorus_run, train_cnn, victim, step, where, world=3, join_at=None, launc
                    "eval": "in the evaluation after"}[where]
                 + f" step {step}" + (f", rejoins before step {join_at}" if join_at else "")
                 + (" (launched as torchrun would: rank 0 hosts the store)"
-                   if launcher == "env" else ""))
-        left = world - 1
+                   if launcher == "env" else "")
+                + (f", rank {second} in the agreement after it" if second is not None else ""))
+        left = world - len(victims)
+        env = dict(os.environ)
+        if second is not None:
+            env["CHORUS_TEST_SHRINK_DIE"] = f"{second}:view"
         if launcher == "env":
             code, out = run_env_launched(cmd[cmd.index(train_cnn):], world, victim)
         else:
             p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               timeout=150)
+                               timeout=150, env=env)
             code, out = p.returncode, p.stdout
         problems = []
         if code != 0:
             problems.append(f"{launcher} exited {code}")
-        m = re.search(rf"rank {victim} died at step (\d+) \(.*\); continuing with {left} ranks from "
-                      rf"step (\d+), lr", out)
+        m = re.search(rf"{who(victims)} died at step (\d+) \(.*\); continuing with {left} rank"
+                      rf"s? from step (\d+), lr", out)
         if not m:
             problems.append("no line saying the rank died and the survivors continue")
             return what, problems, out
@@ -227,7 +240,7 @@ def run(chorus_run, train_cnn, victim, step, where, world=3, join_at=None, launc
         samples = []
         for r in range(world):
             samples += epoch_samples(os.path.join(logs, f"rank{r}.txt"), epoch1_steps,
-                                     resume if r == victim else None)
+                                     resume if r in victims else None)
         # The ranks pad the rest of the epoch to a multiple of their number at its last
         # re-division, as DistributedSampler pads a whole epoch: those repeats are the only ones
         # allowed.
@@ -253,7 +266,7 @@ def run(chorus_run, train_cnn, victim, step, where, world=3, join_at=None, launc
         if not re.search(rf"epoch 2 step \d+/{steps2}: .*\({final} ranks\)", out):
             problems.append(f"epoch 2 did not run on {final} ranks ({steps2} steps)")
         if not problems:
-            problems += reference_problems(chorus_run, train_cnn, victim, world, join_at, every,
+            problems += reference_problems(chorus_run, train_cnn, victims, world, join_at, every,
                                            resume, last_snapshot(ckpt), out)
         return what, problems, out
 
@@ -313,6 +326,8 @@ def main():
     # At the epoch's end: after its last step, in its evaluation, writing its snapshot.
     cases += [(2, 20, "after", 3), (1, 20, "eval", 3), (0, 15, "eval", 4),
               (0, 20, "checkpoint", 3)]
+    # A second rank dies in the survivors' agreement on the first one's death.
+    cases += [(1, 5, "after", 4, None, "chorus-run", 2), (0, 4, "sync", 4, None, "chorus-run", 3)]
     # Launched without chorus-run, as torchrun would: rank 0 hosts the bootstrap store, and its
     # death takes the store with it (the survivors move to a new one, collectives/failover.cc).
     cases += [(0, 4, "after", 3, None, "env"), (0, 5, "sync", 4, None, "env"),
