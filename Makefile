@@ -24,10 +24,10 @@ CLANGXX := clang++-14
 TSAN_TESTS ?= transport_*,collectives_*,!collectives_large,!collectives_reductions,\
   !collectives_deterministic,!collectives_c_api_exceptions,ddp_distributed,ddp_equivalence,\
   ddp_restart,ddp_data,adversarial_teardown,adversarial_setup,adversarial_store
-# Under ASan+UBSan everything except the qemu run: emulating ASan's shadow memory takes qemu-user
+# Under ASan+UBSan everything except the qemu run (emulating ASan's shadow memory takes qemu-user
 # past the test's 4-minute limit for test_reduce alone; the plain build's qemu run covers the
-# CPU without AVX-512.
-ASAN_TESTS ?= *,!kernels/qemu_no_avx512
+# CPU without AVX-512) and the whole elastic-training set (7 minutes there; its light five run).
+ASAN_TESTS ?= *,!kernels/qemu_no_avx512,!ddp_elastic
 FUZZ_SECONDS ?= 60
 PACKAGES := meson ninja-build gcc g++ pkg-config python3 catch2 libfmt-dev libcli11-dev \
             nlohmann-json3-dev openmpi-bin libopenmpi-dev libbenchmark-dev \

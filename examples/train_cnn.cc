@@ -335,9 +335,10 @@ int main(int argc, char** argv) {
                                                fmt::format("rank{} {}", several ? "s" : "", lost)};
       };
       if (!elastic_dir.empty()) {  // chorus-run --elastic --max-restarts: dead workers rejoin
-        // Test hook --await-rejoin-at G: before step G rank 0 waits (up to 60 s) for a restarted
-        // worker, so the join lands there whatever the machine's speed.
+        // Test hook --await-rejoin-at G: rank 0 lets nobody in before step G, and there waits (up
+        // to 60 s) for a restarted worker, so the join lands there whatever the machine's speed.
         to.joiners_waiting = [&, awaited = false](int64_t g) mutable {
+          if (g < await_rejoin_at) return 0;  // the join lands at G, however fast the worker
           int n = chorus::count_join_requests(elastic_dir);
           for (int i = 0; g == await_rejoin_at && !awaited && n == 0 && i < 6000; ++i) {
             ::usleep(10000);

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Issue 17 item 3: train_cnn under chorus-run --elastic keeps training when a rank dies.
 
-    test_elastic.py CHORUS_RUN TRAIN_CNN [--chaos SECONDS [SEED]]
+    test_elastic.py CHORUS_RUN TRAIN_CNN [--light | --chaos SECONDS [SEED]]
 
 Three or four ranks train on synthetic data, with small gradient buckets (several all-reduces
 overlap backward); one is killed (SIGKILL, by train_cnn's test hook) at a chosen point: after a
@@ -22,7 +22,8 @@ the survivors continued from (train_cnn --leave-at, a split instead of a death),
 rejoin cases, is restarted and rejoins at the same step. Both runs' last snapshots (written at
 the end of epoch 2) are compared byte for byte.
 
-With --chaos, random kills (rank, step, where) and rejoins for a bounded time (make chaos).
+With --light, five of the cases (one of each kind; the sanitizer builds run these); with --chaos,
+random kills (rank, step, where) and rejoins for a bounded time (make chaos).
 """
 import json
 import os
@@ -311,7 +312,8 @@ def bad_rejoin_env(train_cnn):
 
 def main():
     chorus_run, train_cnn = sys.argv[1], sys.argv[2]
-    if len(sys.argv) <= 3:
+    light = sys.argv[3:4] == ["--light"]
+    if len(sys.argv) <= 3 or light:
         for p in bad_rejoin_env(train_cnn):
             print(f"FAIL: {p}")
             sys.exit(1)
@@ -332,7 +334,10 @@ def main():
     # death takes the store with it (the survivors move to a new one, collectives/failover.cc).
     cases += [(0, 4, "after", 3, None, "env"), (0, 5, "sync", 4, None, "env"),
               (1, 3, "backward", 3, None, "env")]
-    if len(sys.argv) > 3:  # --chaos SECONDS [SEED]: make chaos
+    if light:
+        cases = [(0, 5, "backward", 4), (1, 5, "after", 3, 12), (0, 8, "checkpoint", 3),
+                 (1, 20, "eval", 3), (0, 4, "after", 3, None, "env")]
+    elif len(sys.argv) > 3:  # --chaos SECONDS [SEED]: make chaos
         seed = int(sys.argv[5]) if len(sys.argv) > 5 else int(time.time())
         print(f"chaos: random kills for {sys.argv[4]} s, seed {seed}")
         cases = chaos(float(sys.argv[4]), seed)
