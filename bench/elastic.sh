@@ -39,6 +39,31 @@ for w in 3 4; do
   echo "W=$w, no failure: uninterrupted test acc $plain_acc; images/s median plain $p, --elastic $e (ratio $(awk -v a="$e" -v b="$p" 'BEGIN {printf "%.3f", a / b}'))"
 done
 
+echo "== rank 0 killed after step 200, ranks launched as torchrun would (rank 0 hosts the store: the survivors move to a new one)"
+# Starts W ranks of train_cnn --elastic by hand (RANK, WORLD_SIZE, MASTER_ADDR/PORT), all output
+# in one stream.
+env_launch() {
+  local w=$1; shift
+  local port=$((20000 + RANDOM % 20000)) secret
+  secret=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
+  for ((r = 0; r < w; ++r)); do
+    RANK=$r LOCAL_RANK=$r WORLD_SIZE=$w LOCAL_WORLD_SIZE=$w MASTER_ADDR=127.0.0.1 \
+      MASTER_PORT=$port CHORUS_JOB_SECRET=$secret "$train" --elastic "$@" 2>&1 &
+  done
+  wait || true
+}
+for w in 3 4; do
+  rec=() acc=()
+  for ((i = 0; i < repeats; ++i)); do
+    out=$(env_launch $w "${args[@]}" --fail-at-step 200 --fail-rank 0)
+    kill_at=$(echo "$out" | grep -o "kills itself in step [0-9]* at [0-9.]*" | awk '{print $NF}')
+    done_at=$(echo "$out" | grep -o "recovered: step [0-9]* completed at [0-9.]*" | awk '{print $NF}')
+    rec+=("$(awk -v a="$kill_at" -v b="$done_at" 'BEGIN {printf "%.4f", b - a}')")
+    acc+=("$(echo "$out" | field "test acc")")
+  done
+  echo "W=$w, rank 0 (the store's host) killed after step 200: kill -> next completed step $(printf '%s\n' "${rec[@]}" | median) s median (runs: ${rec[*]}); test acc ${acc[*]}"
+done
+
 echo "== rejoin: the last rank killed after step 100 and restarted (--max-restarts 1); it rejoins when ready"
 for w in 3 4; do
   pause=() acc=() at=()
