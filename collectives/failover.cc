@@ -40,6 +40,9 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
+
+#include "collectives/failover.h"
 
 #include "collectives/comm.h"
 #include "collectives/job.h"
@@ -58,7 +61,8 @@ std::string standby_key(int r) {
   return fmt::format("chorus/standby/{}", r);
 }
 
-// "host port", or "-" for a rank without a standby port (the store's host, or failover off).
+}  // namespace
+
 std::string encode_standby(const SockAddr& a) {
   return a.host.empty() ? "-" : fmt::format("{} {}", a.host, a.port);
 }
@@ -66,13 +70,22 @@ std::string encode_standby(const SockAddr& a) {
 SockAddr decode_standby(const std::string& v) {
   char host[64] = {};
   int port = 0, end = 0;
-  if (std::sscanf(v.c_str(), "%63s %d%n", host, &port, &end) != 2 ||
+  if (v.size() > 80 || v.find('\0') != std::string::npos ||
+      std::sscanf(v.c_str(), "%63s %d%n", host, &port, &end) != 2 ||
       static_cast<size_t>(end) != v.size() || port <= 0 || port > 65535)
-    return {};  // "-", or not an address: treated as no standby port
+    return {};
   return {host, port};
 }
 
-}  // namespace
+Result<int> decode_generation(const std::string& v) {
+  char* end = nullptr;
+  errno = 0;
+  const long g = v.empty() || v.size() > 10 ? -1 : std::strtol(v.c_str(), &end, 10);
+  if (g <= 0 || errno != 0 || *end != '\0' || g > (1 << 30))
+    return make_error(Code::kRemoteError, "the store holds generation '{}', not a count",
+                      v.substr(0, 40));
+  return static_cast<int>(g);
+}
 
 Status Job::open_standby() {
   CHORUS_ASSIGN_OR_RETURN(int64_t on, env_int_in("CHORUS_STORE_FAILOVER", 1, 0, 1));
@@ -299,11 +312,9 @@ Status Job::use_store(int host, std::unique_ptr<transport::StoreClient> client, 
                                             : Status::ok();
                     });
     if (!g.is_ok()) return g.status().wrap(fmt::format("rank {}'s new store", host));
-    char* end = nullptr;
-    generation = static_cast<int>(std::strtol(g->c_str(), &end, 10));
-    if (*end != '\0' || generation <= 0)
-      return make_error(Code::kRemoteError, "rank {}'s new store holds generation '{}'", host,
-                        g->substr(0, 40));
+    auto decoded = decode_generation(*g);
+    if (!decoded.is_ok()) return decoded.status().wrap(fmt::format("rank {}'s new store", host));
+    generation = *decoded;
   }
   const Deadline answer = Deadline::after_seconds(std::min(kMoveSeconds, deadline.remaining()));
   CHORUS_ASSIGN_OR_RETURN(auto w, connect_watch(client->server(), answer, /*once=*/true));
