@@ -146,7 +146,8 @@ bool Job::store_moved_since(int gen, double seconds) {
   while (true) {
     transport::WatchClient* w = watch();
     if (store_generation() != gen || (w && w->store_gone())) return true;
-    if (d.expired()) return false;
+    // Only a failed connection is worth waiting for the watch channel's news of the store.
+    if (d.expired() || !store_->connection_failed()) return false;
     usleep(10000);
   }
 }

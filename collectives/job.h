@@ -49,8 +49,9 @@ class Job : public std::enable_shared_from_this<Job> {
   // Returns once the store is up: at once, or when a failover running now has ended. An error
   // (naming the rank that hosted the store, and why no survivor took over) when it is gone.
   Status await_store(Deadline deadline);
-  // True once the store has moved past generation `gen`, or is gone, waiting up to `seconds`
-  // for the news (a request can fail on a dead store just before the watch channel says so).
+  // True once the store has moved past generation `gen`, or is gone; when a store request's
+  // connection failed, waits up to `seconds` for that news (a request can fail on a dead store
+  // just before the watch channel says so).
   bool store_moved_since(int gen, double seconds);
   // Reads the standby addresses of these job ranks not known yet (a grow's newcomers).
   void learn_standby(const std::vector<int>& job_ranks);

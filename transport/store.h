@@ -144,12 +144,15 @@ class StoreClient {
   // From now on, requests go over `other`'s connection (a new store after a failover); the
   // request in flight on the old one, if any, ends first. `other` is left empty.
   void take_over(StoreClient& other);
+  // A request failed to reach the store or to read its answer since the last take_over.
+  bool connection_failed() const { return connection_failed_.load(); }
 
  private:
   Result<std::string> request(uint32_t op, const std::string& key, const std::string& value,
                               uint32_t timeout_ms, Deadline deadline);
   std::mutex mu_;
   Fd fd_;
+  std::atomic<bool> connection_failed_{false};
   mutable std::mutex info_mu_;  // server_, info_, what_ (take_over changes them)
   SockAddr server_;
   ServerInfo info_;

@@ -66,6 +66,7 @@ void StoreClient::take_over(StoreClient& other) {
   std::scoped_lock lock(mu_, other.mu_);
   std::lock_guard<std::mutex> info_lock(info_mu_);
   fd_ = std::move(other.fd_);
+  connection_failed_ = false;
   server_ = other.server_;
   info_ = other.info_;
   what_ = other.what_;
@@ -86,14 +87,19 @@ Result<std::string> StoreClient::request(uint32_t op, const std::string& key,
                                          Deadline deadline) {
   std::lock_guard<std::mutex> lock(mu_);  // take_over changes fd_ and what_ under it too
   std::string frame = encode_store_request(op, key, value, timeout_ms);
-  CHORUS_TRY(send_all(fd_.get(), frame.data(), frame.size(), deadline, what_));
+  // A failure to move the bytes is the connection's (the store may be gone): remembered.
+  auto io = [this](Status s) {
+    if (!s.is_ok()) connection_failed_ = true;
+    return s;
+  };
+  CHORUS_TRY(io(send_all(fd_.get(), frame.data(), frame.size(), deadline, what_)));
   StoreRespHeader raw;
   auto reply_deadline = Deadline::after_seconds(timeout_ms / 1000.0 + kIoSeconds);
-  CHORUS_TRY(recv_all(fd_.get(), &raw, sizeof raw, reply_deadline, what_));
+  CHORUS_TRY(io(recv_all(fd_.get(), &raw, sizeof raw, reply_deadline, what_)));
   auto resp = parse_store_response_header(&raw, sizeof raw);
   if (!resp.is_ok()) return resp.status().wrap("bootstrap");
   std::string payload(resp->len, '\0');
-  CHORUS_TRY(recv_all(fd_.get(), payload.data(), payload.size(), reply_deadline, what_));
+  CHORUS_TRY(io(recv_all(fd_.get(), payload.data(), payload.size(), reply_deadline, what_)));
   if (resp->code != 0) return Status(code_from_wire(resp->code), payload);
   return payload;
 }
