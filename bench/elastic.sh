@@ -12,6 +12,14 @@ train="$build/examples/train_cnn"
 args=(--epochs 1 --batch-size 32 --lr 0.01 --no-progress)
 median() { sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
 field() { grep -o "$1 [0-9.]*" | head -1 | awk '{print $NF}'; }
+# A run's output -> seconds from the test hook's kill to the next completed step.
+recovery() {
+  local out kill_at done_at
+  out=$(cat)
+  kill_at=$(echo "$out" | grep -o "kills itself in step [0-9]* at [0-9.]*" | awk '{print $NF}')
+  done_at=$(echo "$out" | grep -o "recovered: step [0-9]* completed at [0-9.]*" | awk '{print $NF}')
+  awk -v a="$kill_at" -v b="$done_at" 'BEGIN {printf "%.4f", b - a}'
+}
 
 echo "== recovery: kill -9 of the last rank after step 200 (and inside step 200's gradient all-reduce)"
 for w in 3 4; do
@@ -20,9 +28,7 @@ for w in 3 4; do
     rec=() acc=()
     for ((i = 0; i < repeats; ++i)); do
       out=$("$run" --elastic -n $w "$train" "${args[@]}" --fail-at-step 200 --fail-rank $((w - 1)) "${extra[@]}" 2>&1)
-      kill_at=$(echo "$out" | grep -o "kills itself in step [0-9]* at [0-9.]*" | awk '{print $NF}')
-      done_at=$(echo "$out" | grep -o "recovered: step [0-9]* completed at [0-9.]*" | awk '{print $NF}')
-      rec+=("$(awk -v a="$kill_at" -v b="$done_at" 'BEGIN {printf "%.4f", b - a}')")
+      rec+=("$(echo "$out" | recovery)")
       acc+=("$(echo "$out" | field "test acc")")
     done
     echo "W=$w, killed $mode step 200: kill -> next completed step $(printf '%s\n' "${rec[@]}" | median) s median (runs: ${rec[*]}); test acc ${acc[*]}"
@@ -56,9 +62,7 @@ for w in 3 4; do
   rec=() acc=()
   for ((i = 0; i < repeats; ++i)); do
     out=$(env_launch $w "${args[@]}" --fail-at-step 200 --fail-rank 0)
-    kill_at=$(echo "$out" | grep -o "kills itself in step [0-9]* at [0-9.]*" | awk '{print $NF}')
-    done_at=$(echo "$out" | grep -o "recovered: step [0-9]* completed at [0-9.]*" | awk '{print $NF}')
-    rec+=("$(awk -v a="$kill_at" -v b="$done_at" 'BEGIN {printf "%.4f", b - a}')")
+    rec+=("$(echo "$out" | recovery)")
     acc+=("$(echo "$out" | field "test acc")")
   done
   echo "W=$w, rank 0 (the store's host) killed after step 200: kill -> next completed step $(printf '%s\n' "${rec[@]}" | median) s median (runs: ${rec[*]}); test acc ${acc[*]}"

@@ -1,9 +1,17 @@
-# Sourced by tests/launch/test_hosts_netns.sh and bench/hosts.sh: several "hosts" on one
+# Sourced by tests/launch/test_hosts_netns.sh, test_failover_netns.sh and bench/hosts.sh: several "hosts" on one
 # machine, as network namespaces whose veths meet on a bridge. Needs root.
 #   make_hosts N TAG NET   N namespaces; host i is HOST_NS[i], its veth HOST_IF[i] with address
 #                          HOST_IP[i] = NET.(i+1); TAG (a few characters, e.g. the pid) keeps
 #                          names apart; returns non-zero when something cannot be made
 #   remove_hosts           removes them and the bridge
+#   require_netns          exits 77 (skip), saying why, where namespaces cannot be made
+
+require_netns() {
+  if ! ip netns add "chorus-probe-$$" 2>/dev/null; then
+    echo "skip: 'ip netns add' is not allowed here (needs root and CAP_SYS_ADMIN)"; exit 77
+  fi
+  ip netns del "chorus-probe-$$"
+}
 
 make_hosts() {
   local n=$1 tag=$2 net=$3 i

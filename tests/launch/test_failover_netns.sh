@@ -7,11 +7,8 @@
 # (rank 2, on another host, takes over). Usage: test_failover_netns.sh ELASTIC_PROBE
 set -u
 probe=$1
-if ! ip netns add chorus-probe-$$ 2>/dev/null; then
-  echo "skip: 'ip netns add' is not allowed here (needs root and CAP_SYS_ADMIN)"; exit 77
-fi
-ip netns del chorus-probe-$$
 source "$(dirname "${BASH_SOURCE[0]}")/netns_hosts.sh"
+require_netns
 logs=$(mktemp -d)
 trap 'remove_hosts; rm -rf "$logs"' EXIT
 make_hosts 3 "f$$" "10.233.$(( $$ % 200 ))" || { echo "FAIL: could not make the hosts"; exit 1; }

@@ -7,11 +7,8 @@
 #   test_hosts_netns.sh CHORUS_RUN CHORUS_PERF
 set -u
 run=$1 perf=$2
-if ! ip netns add chorus-probe-$$ 2>/dev/null; then
-  echo "skip: 'ip netns add' is not allowed here (needs root and CAP_SYS_ADMIN)"; exit 77
-fi
-ip netns del chorus-probe-$$
 source "$(dirname "${BASH_SOURCE[0]}")/netns_hosts.sh"
+require_netns
 logs=$(mktemp -d)
 trap 'remove_hosts; rm -rf "$logs"' EXIT
 make_hosts 3 "a$$" "10.232.$(( $$ % 200 ))" || { echo "FAIL: could not make the hosts"; exit 1; }
