@@ -6,6 +6,7 @@
 #   3. compute-sanitizer memcheck, racecheck and synccheck on the [cuda] tests (quick cases);
 #   4. the library's view of the GPU: two ranks made to share device 0 are refused naming the
 #      GPU, and allowed with CHORUS_ALLOW_SHARED_GPU=1.
+# Each step has a limit that keeps the whole run inside a 15-minute device lease.
 # Logs go to $OUT (or ./gpu-logs); the last line is "gpu suite: N passed, N failed".
 #   tests/gpu/run.sh [BUNDLE]      (default: build-gpu, made here by tests/gpu/pack.sh)
 set -u
@@ -29,18 +30,18 @@ step() {  # name, timeout seconds, command...
 { nvidia-smi -L; nvidia-smi --query-gpu=name,driver_version,memory.total,compute_mode --format=csv; } \
   > "$out/device.log" 2>&1 || true
 cat "$out/device.log"
-step platform 300 "$bin/gpu-platform"
+step platform 150 "$bin/gpu-platform"
 grep -h "^RESULT\|us per round trip\|MiB:" "$out/platform.log" 2>/dev/null
-step cuda_reduce 300 "$bin/test_cuda_reduce"
+step cuda_reduce 120 "$bin/test_cuda_reduce"
+step shared_gpu 60 "$bin/shared_gpu_probe" "$bin/chorus-run"
 PATH=$PATH:/usr/local/cuda/bin:/usr/local/cuda/compute-sanitizer
 if command -v compute-sanitizer >/dev/null; then
   for tool in memcheck racecheck synccheck; do
-    step "sanitizer_$tool" 600 env CHORUS_CUDA_TEST_QUICK=1 compute-sanitizer --tool "$tool" \
+    step "sanitizer_$tool" 100 env CHORUS_CUDA_TEST_QUICK=1 compute-sanitizer --tool "$tool" \
       --error-exitcode 1 "$bin/test_cuda_reduce"
   done
 else
   echo "skip compute-sanitizer: not on PATH"
 fi
-step shared_gpu 120 "$bin/shared_gpu_probe" "$bin/chorus-run"
 echo "gpu suite: $passed passed, $failed failed"
 [ $failed = 0 ]

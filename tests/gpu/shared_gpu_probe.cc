@@ -1,7 +1,8 @@
 // [cuda] The library's view of a real GPU (run by tests/gpu/run.sh where a GPU is lent):
-//   shared_gpu_probe CHORUS_RUN     runs two workers on device 0 through chorus-run: without the
-//                                   override both must fail naming the GPU's UUID; with
-//                                   CHORUS_ALLOW_SHARED_GPU=1 both create the communicator, an
+//   shared_gpu_probe CHORUS_RUN     runs two workers on device 0: without the override (started
+//                                   side by side) both must fail naming the GPU's UUID; with
+//                                   CHORUS_ALLOW_SHARED_GPU=1 (through chorus-run) both create
+//                                   the communicator, an
 //                                   all-reduce of host memory works and one of device memory is
 //                                   refused naming the device.
 //   shared_gpu_probe --worker       one worker (uses CUDA first, as GPU programs do).
@@ -13,11 +14,14 @@
 #include <cstring>
 #include <string>
 
+#include <unistd.h>
+
 #include <chorus/chorus.h>
 
 namespace {
 
 int worker() {
+  std::setvbuf(stdout, nullptr, _IONBF, 0);  // a refused rank's line must not die in a buffer
   if (cudaSetDevice(0) != cudaSuccess || cudaFree(nullptr) != cudaSuccess) return 10;
   chorusComm_t comm;
   if (chorusCommInitFromEnv(&comm) != chorusSuccess) {
@@ -72,7 +76,14 @@ int main(int argc, char** argv) {
   }
   std::string self = std::string(argv[0]) + " --worker";
   int failed = 0;
-  std::string refused = run(std::string(argv[1]) + " -n 2 " + self);
+  // Without the override the two workers are started side by side (torchrun-style variables)
+  // rather than by chorus-run: chorus-run stops the other ranks as soon as one fails, which can
+  // cut the second refusal off before it is printed (seen on an H200).
+  int port = 20000 + static_cast<int>(getpid() % 20000);
+  std::string env = "WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
+                    std::to_string(port) + " CHORUS_TIMEOUT=30 ";
+  std::string refused = run("(" + env + "RANK=0 LOCAL_RANK=0 " + self + " & " + env +
+                            "RANK=1 LOCAL_RANK=1 " + self + " & wait)");
   if (count(refused, "ranks 0 and 1 both use GPU GPU-") != 2) {
     std::printf("FAIL: without the override, not both ranks named the shared GPU\n");
     failed++;
