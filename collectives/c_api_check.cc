@@ -1,6 +1,8 @@
 // The C API's argument table and check, and the exception boundary (see c_api_check.h).
 #include "collectives/c_api_check.h"
 
+#include "collectives/device_allreduce.h"
+
 #include <algorithm>
 #include <cmath>
 #include <exception>
@@ -135,14 +137,16 @@ Status check_buffers(const OpRule& rule, const Args& a, int rank, At at) {
 }
 
 // Where the buffers live: the collectives move host memory (and managed memory, which the CPU
-// reads); a device buffer is refused here, by name, before any rank touches it.
+// reads); a device buffer is refused here, by name, before any rank touches it. (The blocking
+// chorusAllReduce takes device buffers before this check: device_allreduce.cc.)
 Status check_space(const void* buf, const char* name, At at) {
   if (buf == nullptr) return Status::ok();
   kernels::cuda::PointerInfo info = kernels::cuda::classify_pointer(buf);
   if (info.space != kernels::cuda::MemSpace::kDevice) return Status::ok();
   return make_error(Code::kInvalidArgument,
-                    "{}: {} {} is memory of CUDA device {}; this build's collectives move host "
-                    "memory only (copy it to host memory, or use managed memory)",
+                    "{}: {} {} is memory of CUDA device {}; of this build's calls only the "
+                    "blocking chorusAllReduce (outside a group) takes device memory (copy it to "
+                    "host memory, or use managed memory)",
                     at, name, buf, info.device);
 }
 
@@ -212,10 +216,12 @@ const OpRule& rule_for(OpKind kind) {
 Status check_form(const Call& call, const Args& a) {
   if (call.async && a.request == nullptr)
     return make_error(Code::kInvalidArgument, "{}: request is NULL", call.name);
-  if (!call.async && a.stream != nullptr)
+  // With device buffers the buffers speak first (check_spaces names them).
+  if (!call.async && a.stream != nullptr && !device_buffers(a.sendbuff, a.recvbuff))
     return make_error(Code::kInvalidArgument,
-                      "{}: stream {} is not NULL (this build moves CPU buffers only)", call.name,
-                      a.stream);
+                      "{}: stream {} is not NULL with host buffers (a stream goes with device "
+                      "buffers, which only the blocking chorusAllReduce takes in this build)",
+                      call.name, a.stream);
   return Status::ok();
 }
 

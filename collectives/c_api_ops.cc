@@ -212,6 +212,15 @@ std::shared_ptr<const std::vector<size_t>> copy_per_rank(const Args& a, int n) {
 namespace chorus::capi {
 
 chorusResult_t run_op(const Call& call, chorusComm_t h, const Args& a) {
+  // Device buffers: the blocking all-reduce over CUDA IPC (device_allreduce.cc); the other
+  // calls refuse them by name (check_args).
+  if (call.kind == OpKind::kAllReduce && !call.async && t_group_depth == 0 &&
+      chorus::device_buffers(a.sendbuff, a.recvbuff)) {
+    auto c = live(h, call.name);
+    if (!c.is_ok()) return report(c.status());
+    return device_all_reduce(h, **c, call.name, a.sendbuff, a.recvbuff, a.count, a.datatype, a.op,
+                             a.stream);
+  }
   if (Status s = chorus::capi::check_form(call, a); !s.is_ok()) return report(s);
   auto c = live(h, call.name);
   if (!c.is_ok()) return report(c.status());

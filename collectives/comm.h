@@ -27,6 +27,7 @@
 #include <thread>
 #include <vector>
 
+#include "collectives/device_allreduce.h"
 #include "collectives/hosts.h"
 #include "collectives/op.h"
 #include "collectives/tuner.h"
@@ -172,6 +173,11 @@ class CommImpl : public std::enable_shared_from_this<CommImpl> {
   static Result<std::shared_ptr<CommImpl>> join_grow(const GrowId& id, int nranks, int rank,
                                                      double timeout_s, int deterministic);
   void abort(const std::string& why);
+  // The state of device collectives (device_allreduce.h), made at the first device call.
+  DeviceIpc& device_ipc() {
+    if (!device_ipc_) device_ipc_ = std::make_unique<DeviceIpc>();
+    return *device_ipc_;
+  }
   // chorusCommRevoke: every pending and later operation fails with kRevoked, here and on every
   // peer; the communicator stays valid for destroy (and, later, shrink). Any thread.
   void revoke();
@@ -221,6 +227,7 @@ class CommImpl : public std::enable_shared_from_this<CommImpl> {
   std::string timeout_origin_ = "CHORUS_TIMEOUT";
   transport::LinkModel link_model_{};
   HostLayout hosts_;
+  std::unique_ptr<DeviceIpc> device_ipc_;
   transport::LinkModel local_link_model_{};  // of the links inside the largest host
   int drain_waiters_ = 0;                    // threads waiting for the queue to empty (destroy)
   TunerConfig tuner_;

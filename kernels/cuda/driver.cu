@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <mutex>
 
+#include "kernels/cuda/driver_entry.h"
 #include "kernels/cuda/gpu_identity.h"
 #include "kernels/cuda/memory.h"
 
@@ -32,18 +33,6 @@ struct Driver {
   DeviceGetPCIBusId device_get_pci_bus_id = nullptr;
 };
 
-template <class Fn>
-bool entry(const char* name, Fn& out) {
-  void* fn = nullptr;
-  cudaDriverEntryPointQueryResult found{};
-  if (cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &found) !=
-          cudaSuccess ||
-      found != cudaDriverEntryPointSuccess || fn == nullptr)
-    return false;
-  out = reinterpret_cast<Fn>(fn);
-  return true;
-}
-
 const Driver& driver() {
   static Driver d;
   static std::once_flag once;
@@ -53,12 +42,12 @@ const Driver& driver() {
       (void)cudaGetLastError();  // no driver or no device: not an error for a host-only job
       return;
     }
-    if (!entry("cuPointerGetAttributes", d.get_attributes) ||
-        !entry("cuCtxGetCurrent", d.ctx_get_current) ||
-        !entry("cuCtxGetDevice", d.ctx_get_device) ||
-        !entry("cuDeviceGetUuid", d.device_get_uuid) ||
-        !entry("cuDeviceGetAttribute", d.device_get_attribute) ||
-        !entry("cuDeviceGetPCIBusId", d.device_get_pci_bus_id))
+    if (!driver_entry("cuPointerGetAttributes", d.get_attributes) ||
+        !driver_entry("cuCtxGetCurrent", d.ctx_get_current) ||
+        !driver_entry("cuCtxGetDevice", d.ctx_get_device) ||
+        !driver_entry("cuDeviceGetUuid", d.device_get_uuid) ||
+        !driver_entry("cuDeviceGetAttribute", d.device_get_attribute) ||
+        !driver_entry("cuDeviceGetPCIBusId", d.device_get_pci_bus_id))
       return;  // a driver older than CUDA 12: treated as none
     d.devices = n;
   });

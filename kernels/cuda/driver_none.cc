@@ -1,7 +1,9 @@
 // The driver's answers in a build without CUDA: no devices, every pointer is host memory, no
-// rank has a GPU (but the test hook's fake one).
+// rank has a GPU (but the test hook's fake one); IPC and kernels fail with kNoCuda.
 #include "kernels/cuda/device.h"
+#include "kernels/cuda/ipc.h"
 #include "kernels/cuda/memory.h"
+#include "kernels/cuda/reduce.h"
 
 namespace chorus::kernels::cuda {
 
@@ -29,6 +31,37 @@ PointerInfo driver_classify_pointer(const void*) {
 
 int driver_current_gpu(GpuIdentity*) {
   return 0;
+}
+
+int ipc_export(const void*, IpcHandle*) {
+  return kNoCuda;
+}
+int ipc_open(const IpcHandle&, void** out) {
+  *out = nullptr;
+  return kNoCuda;
+}
+void ipc_close_all() {}
+int flags_alloc(size_t, void** out) {
+  *out = nullptr;
+  return kNoCuda;
+}
+int stream_write_u32(void*, void*, uint32_t) {
+  return kNoCuda;
+}
+int stream_wait_u32_geq(void*, const void*, uint32_t) {
+  return kNoCuda;
+}
+int copy_async(void*, const void*, size_t, void*) {
+  return kNoCuda;
+}
+int current_device() {
+  return -1;
+}
+int reduce_fold(DType, RedOp, const void* const*, int, void*, size_t, int, void*) {
+  return kNoCuda;
+}
+std::string ipc_error_string(int rc) {
+  return rc ? "no CUDA in this build" : "no error";
 }
 
 }  // namespace chorus::kernels::cuda

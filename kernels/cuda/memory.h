@@ -1,7 +1,8 @@
 // Where a buffer lives, as the CUDA driver sees it. Plain C++ interface, in every build: with
 // CUDA (driver.cu, the driver reached through cudaGetDriverEntryPointByVersion, never
 // linked) and without it (driver_none.cc: everything is host memory). The C API uses it to refuse
-// device buffers clearly while the collectives move host memory only (issue 19 item 2).
+// device buffers clearly where a call moves host memory only, and to send device all-reduces
+// down their own path (collectives/device_allreduce.cc).
 #pragma once
 
 #include <cstddef>

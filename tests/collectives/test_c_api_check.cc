@@ -252,8 +252,8 @@ TEST_CASE("c api table: device buffers are refused by name, host and managed one
       continue;
     }
     CHECK_THAT(why, Catch::StartsWith("chorusTest on rank 0: recvbuff 0x") &&
-                        Catch::Contains("is memory of CUDA device 1; this build's collectives "
-                                        "move host memory only"));
+                        Catch::Contains("is memory of CUDA device 1; of this build's calls only "
+                                        "the blocking chorusAllReduce"));
   }
   Args send_dev = good();
   send_dev.sendbuff = g_b;

@@ -9,7 +9,8 @@ set -euo pipefail
 build=${1:-build}
 bundle=${2:-build-gpu}
 progs=("$build/bench/gpu-platform" "$build/tests/cuda/test_cuda_reduce"
-       "$build/tests/gpu/shared_gpu_probe" "$build/tools/chorus-run" "$build/bench/chorus-perf")
+       "$build/tests/gpu/shared_gpu_probe" "$build/tests/gpu/device_allreduce_probe"
+       "$build/tools/chorus-run" "$build/bench/chorus-perf")
 rm -rf "$bundle" && mkdir -p "$bundle/bin" "$bundle/lib"
 for p in "${progs[@]}"; do
   [ -x "$p" ] || { echo "pack.sh: $p is missing (build here with nvcc first)" >&2; exit 1; }

@@ -5,7 +5,9 @@
 #   2. the [cuda] tests (every type x op x length x alignment of the device kernels);
 #   3. compute-sanitizer memcheck, racecheck and synccheck on the [cuda] tests (quick cases);
 #   4. the library's view of the GPU: two ranks made to share device 0 are refused naming the
-#      GPU, and allowed with CHORUS_ALLOW_SHARED_GPU=1.
+#      GPU, and allowed with CHORUS_ALLOW_SHARED_GPU=1;
+#   5. chorusAllReduce on device buffers over CUDA IPC, 2 and 3 ranks sharing device 0: every
+#      type x op x count x in/out of place x offset, stream order, errors, bandwidth.
 # Each step has a limit that keeps the whole run inside a 15-minute device lease.
 # Logs go to $OUT (or ./gpu-logs); the last line is "gpu suite: N passed, N failed".
 #   tests/gpu/run.sh [BUNDLE]      (default: build-gpu, made here by tests/gpu/pack.sh)
@@ -34,6 +36,8 @@ step platform 150 "$bin/gpu-platform"
 grep -h "^RESULT\|us per round trip\|MiB:" "$out/platform.log" 2>/dev/null
 step cuda_reduce 120 "$bin/test_cuda_reduce"
 step shared_gpu 60 "$bin/shared_gpu_probe" "$bin/chorus-run"
+step device_allreduce 180 "$bin/device_allreduce_probe" "$bin/chorus-run" 2 3
+grep -h "cases in\|^ *[0-9].* [0-9.]*$\|copy engine" "$out/device_allreduce.log" 2>/dev/null
 PATH=$PATH:/usr/local/cuda/bin:/usr/local/cuda/compute-sanitizer
 if command -v compute-sanitizer >/dev/null; then
   for tool in memcheck racecheck synccheck; do

@@ -2,9 +2,9 @@
 //   shared_gpu_probe CHORUS_RUN     runs two workers on device 0: without the override (started
 //                                   side by side) both must fail naming the GPU's UUID; with
 //                                   CHORUS_ALLOW_SHARED_GPU=1 (through chorus-run) both create
-//                                   the communicator, an
-//                                   all-reduce of host memory works and one of device memory is
-//                                   refused naming the device.
+//                                   the communicator, all-reduces of host and of device memory
+//                                   work, and a broadcast of device memory is refused naming the
+//                                   device.
 //   shared_gpu_probe --worker       one worker (uses CUDA first, as GPU programs do).
 // Exits 77 with the reason where no GPU is visible.
 #include <cuda_runtime.h>
@@ -36,12 +36,23 @@ int worker() {
   }
   float* dev = nullptr;
   if (cudaMalloc(&dev, 64) != cudaSuccess) return 11;
-  chorusResult_t rc = chorusAllReduce(dev, dev, 16, chorusFloat32, chorusSum, comm, nullptr);
-  std::printf("device all-reduce: %s\n",
-              rc == chorusSuccess ? "accepted" : chorusGetLastError(comm));
+  const float one[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+  float back[16] = {0};
+  // A device all-reduce runs (CUDA IPC); a device broadcast is refused naming the device.
+  int rc = 0;
+  if (cudaMemcpy(dev, one, sizeof one, cudaMemcpyHostToDevice) != cudaSuccess ||
+      chorusAllReduce(dev, dev, 16, chorusFloat32, chorusSum, comm, nullptr) != chorusSuccess ||
+      cudaMemcpy(back, dev, sizeof back, cudaMemcpyDeviceToHost) != cudaSuccess ||
+      back[15] != 2.0f) {
+    std::printf("device all-reduce failed: %s (got %g)\n", chorusGetLastError(comm), back[15]);
+    rc = 4;
+  }
+  chorusResult_t b = chorusBroadcast(dev, dev, 16, chorusFloat32, 0, comm, nullptr);
+  std::printf("device broadcast: %s\n", b == chorusSuccess ? "accepted" : chorusGetLastError(comm));
+  if (b != chorusInvalidArgument) rc = 5;
   cudaFree(dev);
   chorusCommDestroy(comm);
-  return rc == chorusInvalidArgument ? 0 : 4;
+  return rc;
 }
 
 std::string run(const std::string& cmd) {
@@ -80,8 +91,9 @@ int main(int argc, char** argv) {
   // rather than by chorus-run: chorus-run stops the other ranks as soon as one fails, which can
   // cut the second refusal off before it is printed (seen on an H200).
   int port = 20000 + static_cast<int>(getpid() % 20000);
-  std::string env = "WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
-                    std::to_string(port) + " CHORUS_TIMEOUT=30 ";
+  std::string env =
+      "WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port) +
+      " CHORUS_TIMEOUT=30 ";
   std::string refused = run("(" + env + "RANK=0 LOCAL_RANK=0 " + self + " & " + env +
                             "RANK=1 LOCAL_RANK=1 " + self + " & wait)");
   if (count(refused, "ranks 0 and 1 both use GPU GPU-") != 2) {
@@ -89,9 +101,13 @@ int main(int argc, char** argv) {
     failed++;
   }
   std::string allowed = run("CHORUS_ALLOW_SHARED_GPU=1 " + std::string(argv[1]) + " -n 2 " + self);
+  if (count(allowed, "device all-reduce failed") != 0) {
+    std::printf("FAIL: with the override, the device all-reduce failed\n");
+    failed++;
+  }
   if (count(allowed, "is memory of CUDA device 0") != 2) {
     std::printf(
-        "FAIL: with the override, the device buffer was not refused by name on both ranks\n");
+        "FAIL: with the override, the device broadcast was not refused by name on both ranks\n");
     failed++;
   }
   std::printf("%s\n", failed ? "FAILED" : "ok");

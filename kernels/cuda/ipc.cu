@@ -1,0 +1,134 @@
+// CUDA IPC and stream memory operations (ipc.h), with the driver reached at run time.
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "kernels/cuda/driver_entry.h"
+#include "kernels/cuda/ipc.h"
+#include "kernels/cuda/memory.h"
+
+namespace chorus::kernels::cuda {
+namespace {
+
+using GetAddressRange = CUresult (*)(CUdeviceptr*, size_t*, CUdeviceptr);
+using StreamValue32 = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned);
+
+struct Ops {
+  bool ok = false;
+  GetAddressRange address_range = nullptr;
+  StreamValue32 write_value = nullptr;
+  StreamValue32 wait_value = nullptr;
+};
+
+const Ops& ops() {
+  static Ops o;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    if (device_count() == 0) return;
+    o.ok = driver_entry("cuMemGetAddressRange", o.address_range) &&
+           driver_entry("cuStreamWriteValue32", o.write_value) &&
+           driver_entry("cuStreamWaitValue32", o.wait_value);
+  });
+  return o;
+}
+
+// Allocations mapped from other processes, by handle bytes. Never destroyed (a static
+// destructor could run after the driver is gone).
+struct Opened {
+  std::mutex mu;
+  std::map<std::string, void*> bases;
+};
+
+Opened& opened() {
+  static Opened* o = new Opened;
+  return *o;
+}
+
+}  // namespace
+
+int ipc_export(const void* p, IpcHandle* out) {
+  const Ops& o = ops();
+  if (!o.ok) return kNoCuda;
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  if (CUresult r = o.address_range(&base, &size, reinterpret_cast<CUdeviceptr>(p)); r)
+    return -int(r);
+  cudaIpcMemHandle_t h;
+  if (cudaError_t e = cudaIpcGetMemHandle(&h, reinterpret_cast<void*>(base)); e) return int(e);
+  static_assert(sizeof h == sizeof out->bytes);
+  std::memcpy(out->bytes, &h, sizeof h);
+  out->offset = uint64_t(reinterpret_cast<CUdeviceptr>(p) - base);
+  return 0;
+}
+
+int ipc_open(const IpcHandle& h, void** out) {
+  if (!ops().ok) return kNoCuda;
+  const std::string key(reinterpret_cast<const char*>(h.bytes), sizeof h.bytes);
+  Opened& o = opened();
+  std::lock_guard<std::mutex> lock(o.mu);
+  auto it = o.bases.find(key);
+  if (it == o.bases.end()) {
+    cudaIpcMemHandle_t ch;
+    std::memcpy(&ch, h.bytes, sizeof ch);
+    void* base = nullptr;
+    if (cudaError_t e = cudaIpcOpenMemHandle(&base, ch, cudaIpcMemLazyEnablePeerAccess); e)
+      return int(e);
+    it = o.bases.emplace(key, base).first;
+  }
+  *out = static_cast<char*>(it->second) + h.offset;
+  return 0;
+}
+
+void ipc_close_all() {
+  Opened& o = opened();
+  std::lock_guard<std::mutex> lock(o.mu);
+  for (auto& [key, base] : o.bases) cudaIpcCloseMemHandle(base);
+  o.bases.clear();
+}
+
+int flags_alloc(size_t bytes, void** out) {
+  *out = nullptr;
+  if (!ops().ok) return kNoCuda;
+  if (cudaError_t e = cudaMalloc(out, bytes); e) return int(e);
+  return int(cudaMemset(*out, 0, bytes));
+}
+
+int stream_write_u32(void* stream, void* word, uint32_t v) {
+  const Ops& o = ops();
+  if (!o.ok) return kNoCuda;
+  // Flags 0: a memory barrier first, so the writes of the work before it are visible to whoever
+  // sees the value.
+  return -int(o.write_value(static_cast<CUstream>(stream), reinterpret_cast<CUdeviceptr>(word),
+                            v, 0));
+}
+
+int stream_wait_u32_geq(void* stream, const void* word, uint32_t v) {
+  const Ops& o = ops();
+  if (!o.ok) return kNoCuda;
+  return -int(o.wait_value(static_cast<CUstream>(stream), reinterpret_cast<CUdeviceptr>(word), v,
+                           CU_STREAM_WAIT_VALUE_GEQ));
+}
+
+int copy_async(void* dst, const void* src, size_t bytes, void* stream) {
+  return int(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice,
+                             static_cast<cudaStream_t>(stream)));
+}
+
+int current_device() {
+  if (device_count() == 0) return -1;
+  int d = 0;
+  return cudaGetDevice(&d) == cudaSuccess ? d : -1;
+}
+
+std::string ipc_error_string(int rc) {
+  if (rc == 0) return "no error";
+  if (rc < 0) return "CUDA driver error " + std::to_string(-rc);
+  return std::string(cudaGetErrorName(cudaError_t(rc))) + ": " +
+         cudaGetErrorString(cudaError_t(rc));
+}
+
+}  // namespace chorus::kernels::cuda

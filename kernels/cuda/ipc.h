@@ -1,0 +1,54 @@
+// Device memory shared between processes on one host (CUDA IPC, legacy handles) and stream
+// memory operations, for the device all-reduce (collectives/device_allreduce.cc). Plain C++
+// interface, in every build: ipc.cu with CUDA (the driver reached through
+// cudaGetDriverEntryPointByVersion, never linked), driver_none.cc without (every call fails with
+// kNoCuda).
+//
+// Every int result is 0 on success, a cudaError_t (> 0) or -CUresult (< 0); ipc_error_string
+// names it. Nothing here waits for the GPU: the stream functions enqueue and return.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "kernels/cpu/reduce.h"
+
+namespace chorus::kernels::cuda {
+
+inline constexpr int kNoCuda = 100;  // cudaErrorNoDevice: no CUDA build, driver or device
+
+// What a peer needs to map a buffer: the legacy IPC handle of the allocation holding it and the
+// buffer's offset inside that allocation. Exchanged as raw bytes.
+struct IpcHandle {
+  unsigned char bytes[64];  // cudaIpcMemHandle_t
+  uint64_t offset;
+};
+
+// The handle of p's allocation (cudaMalloc memory; VMM and stream-ordered memory export no legacy
+// handle and fail here) and p's offset in it.
+int ipc_export(const void* p, IpcHandle* out);
+// Maps a peer's buffer into this process: base + offset. Each allocation opens once per process
+// (cached by handle bytes, as the driver allows one open per context); never in the process
+// that exported it (use the raw pointer there).
+int ipc_open(const IpcHandle& h, void** out);
+// Closes every allocation ipc_open mapped (tests; a process that ends needs nothing).
+void ipc_close_all();
+
+// `bytes` of zeroed device memory on the current device, for flag words peers write into.
+int flags_alloc(size_t bytes, void** out);
+
+// On `stream` (nullptr: the legacy default stream): write v into the 32-bit word at `word`
+// (this process's memory or a peer's, mapped by ipc_open) once the work before it is done and
+// visible; wait until the word at `word` is >= v. A wait holds no SM: another process sharing
+// the GPU runs meanwhile.
+int stream_write_u32(void* stream, void* word, uint32_t v);
+int stream_wait_u32_geq(void* stream, const void* word, uint32_t v);
+// A device-to-device copy on `stream` (copy engine).
+int copy_async(void* dst, const void* src, size_t bytes, void* stream);
+// The calling thread's current device (0 when it has used none), or -1 without CUDA.
+int current_device();
+
+std::string ipc_error_string(int rc);
+
+}  // namespace chorus::kernels::cuda

@@ -1,0 +1,376 @@
+// [cuda] chorusAllReduce on device buffers between processes sharing device 0 (CUDA IPC; run by
+// tests/gpu/run.sh where a GPU is lent):
+//   device_allreduce_probe CHORUS_RUN [NRANKS...]   runs the workers on 2 and 3 ranks (or the
+//                                                   counts given) with CHORUS_ALLOW_SHARED_GPU=1
+//   device_allreduce_probe --worker                 one rank: every type x op x count x in/out of
+//                                                   place x offset against a host reference;
+//                                                   stream order without host synchronisation;
+//                                                   errors named on every rank; bandwidth.
+// Exits 77 with the reason where no GPU is visible.
+#include <cuda_runtime.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <chorus/chorus.h>
+
+namespace {
+
+int g_rank = 0, g_size = 1, g_failed = 0;
+
+#define CK(x)                                                                                     \
+  do {                                                                                            \
+    cudaError_t e_ = (x);                                                                         \
+    if (e_ != cudaSuccess) {                                                                      \
+      std::printf("[%d] %s:%d %s: %s\n", g_rank, __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      std::exit(10);                                                                              \
+    }                                                                                             \
+  } while (0)
+
+void fail(const std::string& what) {
+  if (g_failed++ < 20) std::printf("[%d] FAIL %s\n", g_rank, what.c_str());
+}
+
+const int kTypes[] = {chorusInt8,   chorusUint8,   chorusInt32,   chorusUint32,  chorusInt64,
+                      chorusUint64, chorusFloat16, chorusFloat32, chorusFloat64, chorusBfloat16};
+const char* kTypeNames[] = {"i8", "u8", "i32", "u32", "i64", "u64", "f16", "f32", "f64", "bf16"};
+const char* kOpNames[] = {"sum", "prod", "max", "min", "avg"};
+
+size_t type_size(int t) {
+  switch (t) {
+    case chorusInt8:
+    case chorusUint8:
+      return 1;
+    case chorusFloat16:
+    case chorusBfloat16:
+      return 2;
+    case chorusInt32:
+    case chorusUint32:
+    case chorusFloat32:
+      return 4;
+  }
+  return 8;
+}
+
+// Small integers (1, 2, 3) in any type, so that sum, prod, min and max are exact everywhere.
+void put(int t, void* base, size_t i, int v) {
+  static const uint16_t half[] = {0, 0x3C00, 0x4000, 0x4200}, bf[] = {0, 0x3F80, 0x4000, 0x4040};
+  switch (t) {
+    case chorusInt8:
+      static_cast<int8_t*>(base)[i] = int8_t(v);
+      break;
+    case chorusUint8:
+      static_cast<uint8_t*>(base)[i] = uint8_t(v);
+      break;
+    case chorusInt32:
+      static_cast<int32_t*>(base)[i] = v;
+      break;
+    case chorusUint32:
+      static_cast<uint32_t*>(base)[i] = uint32_t(v);
+      break;
+    case chorusInt64:
+      static_cast<int64_t*>(base)[i] = v;
+      break;
+    case chorusUint64:
+      static_cast<uint64_t*>(base)[i] = uint64_t(v);
+      break;
+    case chorusFloat16:
+      static_cast<uint16_t*>(base)[i] = half[v];
+      break;
+    case chorusBfloat16:
+      static_cast<uint16_t*>(base)[i] = bf[v];
+      break;
+    case chorusFloat32:
+      static_cast<float*>(base)[i] = float(v);
+      break;
+    case chorusFloat64:
+      static_cast<double*>(base)[i] = double(v);
+      break;
+  }
+}
+
+double half_to_double(uint16_t h) {
+  int e = (h >> 10) & 31, m = h & 1023;
+  double v = e == 0 ? std::ldexp(m, -24) : e == 31 ? INFINITY : std::ldexp(1024 + m, e - 25);
+  return (h & 0x8000) ? -v : v;
+}
+
+double get(int t, const void* base, size_t i) {
+  switch (t) {
+    case chorusInt8:
+      return static_cast<const int8_t*>(base)[i];
+    case chorusUint8:
+      return static_cast<const uint8_t*>(base)[i];
+    case chorusInt32:
+      return static_cast<const int32_t*>(base)[i];
+    case chorusUint32:
+      return static_cast<const uint32_t*>(base)[i];
+    case chorusInt64:
+      return double(static_cast<const int64_t*>(base)[i]);
+    case chorusUint64:
+      return double(static_cast<const uint64_t*>(base)[i]);
+    case chorusFloat16:
+      return half_to_double(static_cast<const uint16_t*>(base)[i]);
+    case chorusBfloat16: {
+      uint32_t bits = uint32_t(static_cast<const uint16_t*>(base)[i]) << 16;
+      float f;
+      std::memcpy(&f, &bits, 4);
+      return f;
+    }
+    case chorusFloat32:
+      return static_cast<const float*>(base)[i];
+    case chorusFloat64:
+      return static_cast<const double*>(base)[i];
+  }
+  return NAN;
+}
+
+int value(int rank, size_t i) {
+  return 1 + int((size_t(rank) + i) % 3);
+}
+
+double expected(int op, int t, size_t i) {
+  double sum = 0, prod = 1, mx = 0, mn = 1e9;
+  for (int q = 0; q < g_size; ++q) {
+    int v = value(q, i);
+    sum += v;
+    prod *= v;
+    mx = v > mx ? v : mx;
+    mn = v < mn ? v : mn;
+  }
+  switch (op) {
+    case chorusSum:
+      return sum;
+    case chorusProd:
+      return prod;
+    case chorusMax:
+      return mx;
+    case chorusMin:
+      return mn;
+  }
+  bool is_float =
+      t == chorusFloat16 || t == chorusFloat32 || t == chorusFloat64 || t == chorusBfloat16;
+  return is_float ? sum / g_size : std::trunc(sum / g_size);
+}
+
+bool close(int t, double got, double want) {
+  double tol = t == chorusFloat16 || t == chorusBfloat16 ? 1e-2 : t == chorusFloat32 ? 1e-6 : 0;
+  return std::fabs(got - want) <= tol * std::fmax(1.0, std::fabs(want));
+}
+
+// Every type x op x count x in/out of place x element offset, on `stream`.
+int correctness(chorusComm_t comm, cudaStream_t stream) {
+  // CHORUS_CUDA_TEST_QUICK=1 (under compute-sanitizer): the small counts only.
+  const bool quick = std::getenv("CHORUS_CUDA_TEST_QUICK") != nullptr;
+  const size_t counts[] = {1, 7, 1031, quick ? 1031 : (size_t(1) << 20) + 3};
+  const size_t most = (size_t(1) << 20) + 8;
+  char *send, *recv;
+  CK(cudaMalloc(&send, most * 8));
+  CK(cudaMalloc(&recv, most * 8));
+  std::vector<char> host(most * 8), back(most * 8);
+  int cases = 0;
+  for (int ti = 0; ti < 10; ++ti)
+    for (int op = 0; op < 5; ++op)
+      for (size_t count : counts)
+        for (int in_place = 0; in_place < 2; ++in_place)
+          for (size_t offset : {size_t(0), size_t(1)}) {
+            const int t = kTypes[ti];
+            const size_t es = type_size(t);
+            for (size_t i = 0; i < count; ++i) put(t, host.data(), i, value(g_rank, i));
+            char* s = send + offset * es;
+            char* r = in_place ? s : recv + offset * es;
+            CK(cudaMemcpyAsync(s, host.data(), count * es, cudaMemcpyHostToDevice, stream));
+            if (!in_place) CK(cudaMemsetAsync(r, 0xEE, count * es, stream));
+            chorusResult_t rc =
+                chorusAllReduce(s, r, count, chorusDataType_t(t), chorusRedOp_t(op), comm, stream);
+            std::string name = std::string(kTypeNames[ti]) + " " + kOpNames[op] + " count " +
+                               std::to_string(count) + (in_place ? " in place" : "") + " offset " +
+                               std::to_string(offset);
+            if (rc != chorusSuccess) {
+              fail(name + ": " + chorusGetLastError(comm));
+              return 1;
+            }
+            CK(cudaMemcpyAsync(back.data(), r, count * es, cudaMemcpyDeviceToHost, stream));
+            CK(cudaStreamSynchronize(stream));
+            size_t wrong = 0, first = 0;
+            for (size_t i = 0; i < count; ++i)
+              if (!close(t, get(t, back.data(), i), expected(op, t, i)) && wrong++ == 0) first = i;
+            if (wrong)
+              fail(name + ": " + std::to_string(wrong) + " wrong, first at " +
+                   std::to_string(first) + ": got " + std::to_string(get(t, back.data(), first)) +
+                   " want " + std::to_string(expected(op, t, first)));
+            cases++;
+          }
+  CK(cudaFree(send));
+  CK(cudaFree(recv));
+  return cases;
+}
+
+// Stream order with no host synchronisation: a fill on the stream, the all-reduce, a read-back,
+// one synchronisation at the end. On a stream of its own and on the legacy default stream.
+void stream_order(chorusComm_t comm, cudaStream_t stream) {
+  const size_t count = size_t(16) << 20;  // 64 MiB of f32: the fill is still running at the call
+  float* buf;
+  CK(cudaMalloc(&buf, count * 4));
+  float *in, *out;  // pinned: the copies are truly asynchronous
+  CK(cudaMallocHost(&in, count * 4));
+  CK(cudaMallocHost(&out, count * 4));
+  for (size_t i = 0; i < count; ++i) in[i] = float(g_rank + 1);
+  for (cudaStream_t s : {stream, cudaStream_t(nullptr)}) {
+    std::memset(out, 0, count * 4);
+    CK(cudaMemcpyAsync(buf, in, count * 4, cudaMemcpyHostToDevice, s));
+    if (chorusAllReduce(buf, buf, count, chorusFloat32, chorusSum, comm, s) != chorusSuccess) {
+      fail(std::string("stream order: ") + chorusGetLastError(comm));
+      break;
+    }
+    CK(cudaMemcpyAsync(out, buf, count * 4, cudaMemcpyDeviceToHost, s));
+    CK(cudaStreamSynchronize(s));
+    const float want = float(g_size * (g_size + 1) / 2);
+    size_t wrong = 0;
+    for (size_t i = 0; i < count; ++i) wrong += out[i] != want;
+    if (wrong)
+      fail("stream order (" + std::string(s ? "own stream" : "default stream") +
+           "): " + std::to_string(wrong) + " wrong");
+  }
+  CK(cudaFreeHost(out));
+  CK(cudaFreeHost(in));
+  CK(cudaFree(buf));
+}
+
+// Errors: named on every rank, and the communicator still works afterwards.
+void errors(chorusComm_t comm, cudaStream_t stream) {
+  float* dev;
+  CK(cudaMalloc(&dev, 64 * 4));
+  std::vector<float> host_buf(64);
+  // Rank 1 passes a host recvbuff: rank 1 names it, the others name rank 1.
+  void* recv = g_rank == 1 ? static_cast<void*>(host_buf.data()) : static_cast<void*>(dev);
+  chorusResult_t rc = chorusAllReduce(dev, recv, 64, chorusFloat32, chorusSum, comm, stream);
+  std::string why = chorusGetLastError(comm);
+  bool named = g_rank == 1 ? why.find("recvbuff") != std::string::npos &&
+                                 why.find("host memory") != std::string::npos
+                           : why.find("rank 1: recvbuff") != std::string::npos;
+  if (rc == chorusSuccess || !named) fail("host recvbuff on rank 1 not named: " + why);
+  // Counts that differ.
+  rc = chorusAllReduce(dev, dev, 32 + g_rank, chorusFloat32, chorusSum, comm, stream);
+  why = chorusGetLastError(comm);
+  if (rc == chorusSuccess || why.find("ranks disagree") == std::string::npos)
+    fail("different counts not named: " + why);
+  // Other calls refuse device buffers by name.
+  rc = chorusBroadcast(dev, dev, 64, chorusFloat32, 0, comm, stream);
+  why = chorusGetLastError(comm);
+  if (rc == chorusSuccess || why.find("is memory of CUDA device") == std::string::npos)
+    fail("device broadcast not refused by name: " + why);
+  // Still usable.
+  if (chorusAllReduce(dev, dev, 64, chorusFloat32, chorusSum, comm, stream) != chorusSuccess)
+    fail(std::string("all-reduce after the errors: ") + chorusGetLastError(comm));
+  CK(cudaStreamSynchronize(stream));
+  CK(cudaFree(dev));
+}
+
+// nccl-tests' columns, and the local copy's traffic rate measured in the same run.
+void bandwidth(chorusComm_t comm, cudaStream_t stream) {
+  const size_t most = size_t(256) << 20;
+  char *a, *b;
+  CK(cudaMalloc(&a, most));
+  CK(cudaMalloc(&b, most));
+  CK(cudaMemset(a, 0, most));
+  cudaEvent_t t0, t1;
+  CK(cudaEventCreate(&t0));
+  CK(cudaEventCreate(&t1));
+  CK(cudaMemcpyAsync(b, a, most, cudaMemcpyDeviceToDevice, stream));
+  CK(cudaEventRecord(t0, stream));
+  for (int i = 0; i < 10; ++i) CK(cudaMemcpyAsync(b, a, most, cudaMemcpyDeviceToDevice, stream));
+  CK(cudaEventRecord(t1, stream));
+  CK(cudaEventSynchronize(t1));
+  float ms = 0;
+  CK(cudaEventElapsedTime(&ms, t0, t1));
+  const double copy_gbs = 2.0 * most * 10 / (ms * 1e-3) / 1e9;
+  if (g_rank == 0)
+    std::printf(
+        "copy engine (alone on the GPU? shared with %d ranks' idle contexts): %.0f GB/s "
+        "traffic\n# size_B  time_us  algbw_GBs  busbw_GBs  efficiency\n",
+        g_size, copy_gbs);
+  for (size_t bytes :
+       {size_t(8), size_t(1) << 16, size_t(1) << 20, size_t(16) << 20, size_t(64) << 20, most}) {
+    const int iters = bytes >= (size_t(64) << 20) ? 10 : 50;
+    const size_t count = bytes / 4;
+    for (int i = 0; i < 3; ++i)
+      chorusAllReduce(a, b, count, chorusFloat32, chorusSum, comm, stream);
+    CK(cudaStreamSynchronize(stream));
+    auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < iters; ++i)
+      if (chorusAllReduce(a, b, count, chorusFloat32, chorusSum, comm, stream) != chorusSuccess) {
+        fail(std::string("bandwidth: ") + chorusGetLastError(comm));
+        return;
+      }
+    CK(cudaStreamSynchronize(stream));
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / iters;
+    const double algbw = bytes / s / 1e9, busbw = algbw * 2.0 * (g_size - 1) / g_size;
+    const double eff = 2.0 * g_size * bytes / s / 1e9 / copy_gbs;
+    if (g_rank == 0)
+      std::printf("%10zu %10.1f %10.2f %10.2f %10.3f\nRESULT dev_allreduce_p%d_%zuB_busbw=%.2f\n",
+                  bytes, s * 1e6, algbw, busbw, eff, g_size, bytes, busbw);
+  }
+  CK(cudaFree(a));
+  CK(cudaFree(b));
+}
+
+int worker() {
+  std::setvbuf(stdout, nullptr, _IONBF, 0);
+  CK(cudaSetDevice(0));
+  CK(cudaFree(nullptr));
+  chorusComm_t comm;
+  if (chorusCommInitFromEnv(&comm) != chorusSuccess) {
+    std::printf("init failed: %s\n", chorusGetLastError(nullptr));
+    return 2;
+  }
+  chorusCommUserRank(comm, &g_rank);
+  chorusCommCount(comm, &g_size);
+  cudaStream_t stream;
+  CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  auto t0 = std::chrono::steady_clock::now();
+  int cases = correctness(comm, stream);
+  double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (g_rank == 0) std::printf("%d ranks: %d cases in %.1f s\n", g_size, cases, took);
+  if (!g_failed) stream_order(comm, stream);
+  if (!g_failed) errors(comm, stream);
+  if (!g_failed && std::getenv("CHORUS_CUDA_TEST_QUICK") == nullptr) bandwidth(comm, stream);
+  chorusCommDestroy(comm);
+  std::printf("[%d] %s\n", g_rank, g_failed ? "FAILED" : "ok");
+  return g_failed ? 1 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc == 2 && std::strcmp(argv[1], "--worker") == 0) return worker();
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: device_allreduce_probe CHORUS_RUN [NRANKS...] | --worker\n");
+    return 2;
+  }
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    std::printf("skip: no CUDA device visible\n");
+    return 77;
+  }
+  std::vector<int> sizes;
+  for (int i = 2; i < argc; ++i) sizes.push_back(std::atoi(argv[i]));
+  if (sizes.empty()) sizes = {2, 3};
+  int failed = 0;
+  for (int n : sizes) {
+    std::string cmd = "CHORUS_ALLOW_SHARED_GPU=1 CHORUS_TIMEOUT=60 " + std::string(argv[1]) +
+                      " -n " + std::to_string(n) + " " + argv[0] + " --worker";
+    std::printf("== %s\n", cmd.c_str());
+    std::fflush(stdout);
+    if (std::system(cmd.c_str()) != 0) failed++;
+  }
+  std::printf("%s\n", failed ? "FAILED" : "ok");
+  return failed ? 1 : 0;
+}
