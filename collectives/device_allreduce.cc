@@ -88,9 +88,11 @@ void describe_self(DeviceIpc& st, const void* send, void* recv, Record& me) {
        {std::pair<const void*, const char*>{send, "sendbuff"}, {recv, "recvbuff"}}) {
     kc::PointerInfo i = kc::classify_pointer(p);
     if (i.space != kc::MemSpace::kDevice || i.device != dev) {
-      set_why(me, fmt::format("{} {} is {}, the current device is {}: both buffers must be "
-                              "memory of the current device",
-                              name, p, where(p), dev));
+      set_why(me, fmt::format("{} {} is {}, {}: both buffers must be memory of the current "
+                              "device",
+                              name, p, where(p),
+                              dev < 0 ? std::string("and this process uses no CUDA device")
+                                      : fmt::format("the current device is {}", dev)));
       return;
     }
   }

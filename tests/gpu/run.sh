@@ -3,47 +3,56 @@
 #   1. the platform measurements (bench/gpu-platform: copy rates, the reduction kernel against
 #      them, cross-process hand-off latency between two processes on device 0);
 #   2. the [cuda] tests (every type x op x length x alignment of the device kernels);
-#   3. compute-sanitizer memcheck, racecheck and synccheck on the [cuda] tests (quick cases);
+#   3. compute-sanitizer memcheck, racecheck and synccheck on the [cuda] tests (quick cases),
+#      and memcheck on every rank of a 3-rank device all-reduce;
 #   4. the library's view of the GPU: two ranks made to share device 0 are refused naming the
 #      GPU, and allowed with CHORUS_ALLOW_SHARED_GPU=1;
 #   5. chorusAllReduce on device buffers over CUDA IPC, 2 and 3 ranks sharing device 0: every
 #      type x op x count x in/out of place x offset, stream order, errors, bandwidth.
 # Each step has a limit that keeps the whole run inside a 15-minute device lease.
-# Logs go to $OUT (or ./gpu-logs); the last line is "gpu suite: N passed, N failed".
+# Every step's log goes into one file, $OUT/suite.log (or ./gpu-logs/suite.log: the device tool
+# brings back 8 files at most); the last line is "gpu suite: N passed, N failed".
 #   tests/gpu/run.sh [BUNDLE]      (default: build-gpu, made here by tests/gpu/pack.sh)
 set -u
 bundle=${1:-build-gpu}
 bin=$bundle/bin
 out=${OUT:-gpu-logs}
+logs=$(mktemp -d)
 mkdir -p "$out"
+: > "$out/suite.log"
 export LD_LIBRARY_PATH="$PWD/$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 passed=0 failed=0
 step() {  # name, timeout seconds, command...
   local name=$1 limit=$2
   shift 2
   local t0=$SECONDS
-  timeout "$limit" "$@" > "$out/$name.log" 2>&1
+  timeout "$limit" "$@" > "$logs/$name.log" 2>&1
   local rc=$?
   local took=$((SECONDS - t0))
+  { echo "=== $name (rc $rc, ${took} s): $*"; cat "$logs/$name.log"; } >> "$out/suite.log"
   if [ $rc = 0 ]; then passed=$((passed + 1)); echo "ok   $name (${took} s)"
-  elif [ $rc = 77 ]; then echo "skip $name: $(tail -1 "$out/$name.log")"
-  else failed=$((failed + 1)); echo "FAIL $name (rc $rc, ${took} s): tail of $out/$name.log"; tail -15 "$out/$name.log"; fi
+  elif [ $rc = 77 ]; then echo "skip $name: $(tail -1 "$logs/$name.log")"
+  else failed=$((failed + 1)); echo "FAIL $name (rc $rc, ${took} s): tail of its log"; tail -15 "$logs/$name.log"; fi
 }
 { nvidia-smi -L; nvidia-smi --query-gpu=name,driver_version,memory.total,compute_mode --format=csv; } \
-  > "$out/device.log" 2>&1 || true
-cat "$out/device.log"
+  > "$logs/device.log" 2>&1 || true
+cat "$logs/device.log" | tee -a "$out/suite.log"
 step platform 150 "$bin/gpu-platform"
-grep -h "^RESULT\|us per round trip\|MiB:" "$out/platform.log" 2>/dev/null
+grep -h "^RESULT\|us per round trip\|MiB:" "$logs/platform.log" 2>/dev/null
 step cuda_reduce 120 "$bin/test_cuda_reduce"
 step shared_gpu 60 "$bin/shared_gpu_probe" "$bin/chorus-run"
 step device_allreduce 180 "$bin/device_allreduce_probe" "$bin/chorus-run" 2 3
-grep -h "cases in\|^ *[0-9].* [0-9.]*$\|copy engine" "$out/device_allreduce.log" 2>/dev/null
+grep -h "cases in\|^\[0\] *[0-9].* [0-9.]*$\|copy engine" "$logs/device_allreduce.log" 2>/dev/null
 PATH=$PATH:/usr/local/cuda/bin:/usr/local/cuda/compute-sanitizer
 if command -v compute-sanitizer >/dev/null; then
   for tool in memcheck racecheck synccheck; do
     step "sanitizer_$tool" 100 env CHORUS_CUDA_TEST_QUICK=1 compute-sanitizer --tool "$tool" \
       --error-exitcode 1 "$bin/test_cuda_reduce"
   done
+  # The device all-reduce across processes: every rank under the sanitizer.
+  step sanitizer_ipc_memcheck 100 env CHORUS_ALLOW_SHARED_GPU=1 CHORUS_CUDA_TEST_QUICK=1 \
+    compute-sanitizer --target-processes all --tool memcheck --error-exitcode 1 \
+    "$bin/chorus-run" -n 3 "$bin/device_allreduce_probe" --worker
 else
   echo "skip compute-sanitizer: not on PATH"
 fi

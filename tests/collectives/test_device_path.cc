@@ -1,0 +1,138 @@
+// The device all-reduce's host side (collectives/device_allreduce.cc), on machines without a
+// GPU: buffers are made "device memory" by the pointer-classifier test hook, so chorusAllReduce
+// takes the CUDA IPC path, whose first step (exporting the buffers) fails here. Every rank must
+// then name the rank and the buffer, and the communicator go on; a rank alone on the device path
+// must be named as a mismatch, never hang. The GPU side: tests/gpu/device_allreduce_probe.cc.
+#include <catch2/catch.hpp>
+
+#include <string>
+#include <vector>
+
+#include "chorus/chorus.h"
+#include "harness.h"
+#include "kernels/cuda/memory.h"
+
+using chorus::test::contains;
+using chorus::test::run_ranks;
+using chorus::test::RunOptions;
+namespace kc = chorus::kernels::cuda;
+
+namespace {
+
+float g_dev[16];  // what the hook calls memory of CUDA device 0
+
+kc::PointerInfo fake_device(const void* p) {
+  if (p >= static_cast<const void*>(g_dev) && p < static_cast<const void*>(g_dev + 16))
+    return {kc::MemSpace::kDevice, 0};
+  return {};
+}
+
+RunOptions opts() {
+  RunOptions o;
+  o.env["CHORUS_TIMEOUT"] = "20";
+  o.limit_seconds = 40;
+  return o;
+}
+
+int fail_with(const char* what, const std::string& msg) {
+  std::fprintf(stderr, "%s: %s\n", what, msg.c_str());
+  return 1;
+}
+
+// A host all-reduce after the failure: the communicator still works.
+int still_works(chorusComm_t comm, int n) {
+  float x = 1;
+  if (chorusAllReduce(&x, &x, 1, chorusFloat32, chorusSum, comm, nullptr) != chorusSuccess ||
+      x != float(n))
+    return fail_with("host all-reduce after the failure", chorusGetLastError(comm));
+  chorusCommDestroy(comm);
+  return 0;
+}
+
+}  // namespace
+
+TEST_CASE("device buffers that cannot be shared: every rank names the rank and the buffer",
+          "[device]") {
+  auto res = run_ranks(
+      3,
+      [](int rank) {
+        kc::set_pointer_classifier_for_test(fake_device);
+        chorusComm_t comm;
+        if (chorusCommInitFromEnv(&comm) != chorusSuccess)
+          return fail_with("init", chorusGetLastError(nullptr));
+        // A stream goes with device buffers (the host-buffer check would refuse it).
+        chorusResult_t rc = chorusAllReduce(g_dev, g_dev, 16, chorusFloat32, chorusSum, comm,
+                                            reinterpret_cast<chorusStream_t>(0x10));
+        std::string why = chorusGetLastError(comm);
+        std::fprintf(stderr, "rank %d: %s\n", rank, why.c_str());
+        const std::string who = "chorusAllReduce on rank " + std::to_string(rank) + ": ";
+        const std::string named = rank == 0 ? who + "sendbuff 0x" : who + "rank 0: sendbuff 0x";
+        if (rc == chorusSuccess || !contains(why, named) ||
+            !contains(why, "is device memory of CUDA device 0"))
+          return fail_with("expected", named + "... is device memory of CUDA device 0");
+        if (rank == 0 && rc != chorusInvalidArgument) return fail_with("code", why);
+        if (rank != 0 && rc != chorusRemoteError) return fail_with("code", why);
+        return still_works(comm, 3);
+      },
+      opts());
+  for (size_t r = 0; r < res.size(); ++r) {
+    INFO("rank " << r << ":\n" << res[r].output);
+    CHECK(res[r].exit_code == 0);
+  }
+}
+
+TEST_CASE("one rank alone on the device path is a mismatch named on every rank, not a hang",
+          "[device]") {
+  auto res = run_ranks(
+      3,
+      [](int rank) {
+        if (rank == 1) kc::set_pointer_classifier_for_test(fake_device);
+        chorusComm_t comm;
+        if (chorusCommInitFromEnv(&comm) != chorusSuccess)
+          return fail_with("init", chorusGetLastError(nullptr));
+        float host[16] = {0};
+        float* buf = rank == 1 ? g_dev : host;
+        chorusResult_t rc = chorusAllReduce(buf, buf, 16, chorusFloat32, chorusSum, comm, nullptr);
+        std::string why = chorusGetLastError(comm);
+        std::fprintf(stderr, "rank %d: %s\n", rank, why.c_str());
+        if (rc == chorusSuccess || !contains(why, "rank 1"))
+          return fail_with("expected an error naming rank 1", why);
+        return 0;
+      },
+      opts());
+  for (size_t r = 0; r < res.size(); ++r) {
+    INFO("rank " << r << ":\n" << res[r].output);
+    CHECK(res[r].exit_code == 0);
+    CHECK(res[r].seconds < 15);
+  }
+}
+
+TEST_CASE("device buffers elsewhere than the blocking all-reduce are refused by name", "[device]") {
+  auto res = run_ranks(
+      2,
+      [](int rank) {
+        kc::set_pointer_classifier_for_test(fake_device);
+        chorusComm_t comm;
+        if (chorusCommInitFromEnv(&comm) != chorusSuccess)
+          return fail_with("init", chorusGetLastError(nullptr));
+        const std::string device_named =
+            "is memory of CUDA device 0; of this build's calls only "
+            "the blocking chorusAllReduce";
+        chorusRequest_t req = nullptr;
+        if (chorusIallReduce(g_dev, g_dev, 16, chorusFloat32, chorusSum, comm, &req) !=
+                chorusInvalidArgument ||
+            !contains(chorusGetLastError(comm), device_named))
+          return fail_with("chorusIallReduce", chorusGetLastError(comm));
+        if (chorusBroadcast(g_dev, g_dev, 16, chorusFloat32, 0, comm,
+                            reinterpret_cast<chorusStream_t>(0x10)) != chorusInvalidArgument ||
+            !contains(chorusGetLastError(comm),
+                      "chorusBroadcast on rank " + std::to_string(rank) + ": sendbuff 0x"))
+          return fail_with("chorusBroadcast", chorusGetLastError(comm));
+        return still_works(comm, 2);
+      },
+      opts());
+  for (size_t r = 0; r < res.size(); ++r) {
+    INFO("rank " << r << ":\n" << res[r].output);
+    CHECK(res[r].exit_code == 0);
+  }
+}
