@@ -19,6 +19,7 @@
 #include <cstring>
 #include <memory>
 #include <numeric>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -35,16 +36,27 @@ double now_s() {
 }
 
 struct FreeDeleter {
-  void operator()(void* p) const { std::free(p); }
+  bool shared = false;  // from chorusMemAlloc
+  void operator()(void* p) const {
+    if (shared)
+      chorusMemFree(p);
+    else
+      std::free(p);
+  }
 };
 using Buffer = std::unique_ptr<unsigned char, FreeDeleter>;
 
-Buffer alloc_buffer(size_t bytes) {
+Buffer alloc_buffer(size_t bytes, bool shared) {
   const size_t rounded = std::max<size_t>(4096, (bytes + 4095) / 4096 * 4096);
-  auto* p = static_cast<unsigned char*>(std::aligned_alloc(4096, rounded));
-  if (!p) throw std::bad_alloc();
+  void* p = nullptr;
+  if (shared) {
+    if (chorusMemAlloc(&p, rounded) != chorusSuccess)
+      throw std::runtime_error(chorusGetLastError(nullptr));
+  } else if (!(p = std::aligned_alloc(4096, rounded))) {
+    throw std::bad_alloc();
+  }
   std::memset(p, 0, rounded);  // fault every page in before timing
-  return Buffer(p);
+  return Buffer(static_cast<unsigned char*>(p), FreeDeleter{shared});
 }
 
 // One call's arguments: where the input and output lie for this variant.
@@ -255,7 +267,7 @@ int run(const Options& o) {
 
   const std::vector<size_t> sizes = sweep_sizes(o);
   const size_t max_bytes = sizes.empty() ? 0 : sizes.back();
-  Buffer send = alloc_buffer(max_bytes), recv = alloc_buffer(max_bytes);
+  Buffer send = alloc_buffer(max_bytes, o.mem_alloc), recv = alloc_buffer(max_bytes, o.mem_alloc);
   const std::vector<const OpInfo*> no_op = {nullptr};
 
   for (const TypeInfo* type : o.types) {

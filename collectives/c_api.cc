@@ -20,6 +20,7 @@
 #include "collectives/tuner.h"
 #include "common/env.h"
 #include "common/log.h"
+#include "transport/shm/shared_mem.h"
 
 using chorus::Code;
 using chorus::CommImpl;
@@ -187,6 +188,21 @@ CHORUS_API chorusResult_t chorusGetVersion(int* version) try {
   if (!version) return fail(Code::kInvalidArgument, "chorusGetVersion: version is NULL");
   *version = CHORUS_VERSION_CODE;
   return chorusSuccess;
+}
+CHORUS_CATCH_ALL
+
+CHORUS_API chorusResult_t chorusMemAlloc(void** ptr, size_t size) try {
+  if (!ptr) return fail(Code::kInvalidArgument, "chorusMemAlloc: ptr is NULL");
+  *ptr = nullptr;
+  auto p = chorus::transport::shared_alloc(size);
+  if (!p.is_ok()) return report(p.status());
+  *ptr = p.value();
+  return chorusSuccess;
+}
+CHORUS_CATCH_ALL
+
+CHORUS_API chorusResult_t chorusMemFree(void* ptr) try {
+  return report(chorus::transport::shared_free(ptr));
 }
 CHORUS_CATCH_ALL
 

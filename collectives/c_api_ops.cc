@@ -13,6 +13,7 @@
 #include "collectives/comm.h"
 #include "collectives/group.h"
 #include "collectives/prims.h"
+#include "collectives/shared_allreduce.h"
 #include "collectives/tuner.h"
 
 using chorus::Algo;
@@ -234,6 +235,11 @@ chorusResult_t run_op(const Call& call, chorusComm_t h, const Args& a) {
     return fail(Code::kInvalidUsage, "{} on rank {}: inside a group use {}", call.name, comm.rank(),
                 call.kind == OpKind::kSend ? "chorusSend" : "chorusRecv");
   try {
+    // chorusMemAlloc buffers on every rank: each byte moves once (shared_allreduce.cc).
+    chorusResult_t shared = chorusSuccess;
+    if (call.kind == OpKind::kAllReduce && !call.async &&
+        shared_all_reduce(h, comm, call, a, *k, &shared))
+      return shared;
     std::shared_ptr<const std::vector<size_t>> per_rank;
     if (rule_for(call.kind).per_rank) per_rank = copy_per_rank(a, comm.size());
     OpDesc d = describe_call(comm, call.kind, a, *k);

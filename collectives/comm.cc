@@ -73,6 +73,8 @@ Result<std::shared_ptr<CommImpl>> CommImpl::create(std::shared_ptr<Job> job, std
       return make_error(Code::kInvalidArgument,
                         "CHORUS_TEST_JITTER_US must be 0..1000000 microseconds, got {}", jitter);
     c->jitter_us_ = static_cast<int>(jitter);
+    CHORUS_ASSIGN_OR_RETURN(int64_t map_fail, env_int_in("CHORUS_TEST_SHARED_MAP_FAIL", 0, 0, 1));
+    c->shared_map_fail_ = map_fail == 1;
     c->send_seq_.assign(c->size(), 0);
     c->recv_seq_.assign(c->size(), 0);
     CHORUS_ASSIGN_OR_RETURN(auto transports, transport::Transports::from_env());

@@ -173,6 +173,11 @@ class CommImpl : public std::enable_shared_from_this<CommImpl> {
   static Result<std::shared_ptr<CommImpl>> join_grow(const GrowId& id, int nranks, int rank,
                                                      double timeout_s, int deterministic);
   void abort(const std::string& why);
+  // The all-reduce of chorusMemAlloc buffers (shared_allreduce.cc): on until a rank cannot map
+  // a peer's buffer (every rank learns it at once, and turns it off for this communicator).
+  bool shared_buffers() const { return shared_buffers_.load(std::memory_order_relaxed); }
+  void disable_shared_buffers() { shared_buffers_.store(false, std::memory_order_relaxed); }
+  bool shared_map_fail_for_test() const { return shared_map_fail_; }  // CHORUS_TEST_SHARED_MAP_FAIL
   // The state of device collectives (device_allreduce.h), made at the first device call.
   DeviceIpc& device_ipc() {
     if (!device_ipc_) device_ipc_ = std::make_unique<DeviceIpc>();
@@ -228,6 +233,8 @@ class CommImpl : public std::enable_shared_from_this<CommImpl> {
   transport::LinkModel link_model_{};
   HostLayout hosts_;
   std::unique_ptr<DeviceIpc> device_ipc_;
+  std::atomic<bool> shared_buffers_{true};
+  bool shared_map_fail_ = false;
   transport::LinkModel local_link_model_{};  // of the links inside the largest host
   int drain_waiters_ = 0;                    // threads waiting for the queue to empty (destroy)
   TunerConfig tuner_;

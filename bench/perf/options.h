@@ -1,5 +1,5 @@
 // chorus-perf command line: nccl-tests' flags (-b -e -f -i -o -d -n -w -c) plus --coll,
-// --algo, --transport, --deterministic, --root, --csv, --json, --time-budget, --result-label.
+// --algo, --transport, --deterministic, -R, --root, --csv, --json, --time-budget, --result-label.
 #pragma once
 
 #include <cstddef>
@@ -25,6 +25,7 @@ struct Options {
   std::string algo = "auto";       // CHORUS_ALGO, set before init unless auto
   std::string transport = "auto";  // CHORUS_TRANSPORT, set before init unless auto
   bool deterministic = false;      // CHORUS_DETERMINISTIC=1, set before init when given
+  bool mem_alloc = false;          // -R: buffers from chorusMemAlloc (as nccl-tests' -R registers)
   int root = 0;
   bool csv = false;
   std::string json_path;  // empty: no JSON

@@ -132,6 +132,15 @@ const char* chorusGetErrorString(chorusResult_t result);
 const char* chorusGetLastError(chorusComm_t comm);
 chorusResult_t chorusGetVersion(int* version);
 
+/* Host memory for collective buffers (as ncclMemAlloc): page-aligned, zero-filled, and mappable
+ * by the other ranks of the host. A blocking chorusAllReduce of 64 KiB or more whose sendbuff and
+ * recvbuff come from here on every rank of a one-host communicator reads and writes the peers'
+ * buffers directly, moving each byte once. Every rank of such a call must pass chorusMemAlloc
+ * buffers, or none (a mix fails on every rank as a mismatch). Any other use is ordinary memory. */
+chorusResult_t chorusMemAlloc(void** ptr, size_t size);
+/* Frees what chorusMemAlloc returned (NULL: nothing); anything else is refused by name. */
+chorusResult_t chorusMemFree(void* ptr);
+
 chorusResult_t chorusGetUniqueId(chorusUniqueId* unique_id);
 chorusResult_t chorusCommInitRank(chorusComm_t* comm, int nranks, chorusUniqueId comm_id, int rank);
 /* ndev communicators in this process, ranks 0..ndev-1 of one job (threads drive them).

@@ -91,12 +91,16 @@ TEST_CASE("one rank alone on the device path is a mismatch named on every rank, 
         if (chorusCommInitFromEnv(&comm) != chorusSuccess)
           return fail_with("init", chorusGetLastError(nullptr));
         float host[16] = {0};
+        if (chorusAllReduce(host, host, 1, chorusFloat32, chorusSum, comm, nullptr) !=
+            chorusSuccess)  // every rank past creation before the mismatch
+          return fail_with("first all-reduce", chorusGetLastError(comm));
         float* buf = rank == 1 ? g_dev : host;
         chorusResult_t rc = chorusAllReduce(buf, buf, 16, chorusFloat32, chorusSum, comm, nullptr);
         std::string why = chorusGetLastError(comm);
         std::fprintf(stderr, "rank %d: %s\n", rank, why.c_str());
         if (rc == chorusSuccess || !contains(why, "rank 1"))
           return fail_with("expected an error naming rank 1", why);
+        chorusCommDestroy(comm);
         return 0;
       },
       opts());

@@ -81,6 +81,7 @@ const BadValue kBad[] = {
     {"CHORUS_STORE_FAILOVER", "2"},
     {"CHORUS_TEST_FAILOVER_DIE", "-2"},
     {"CHORUS_TEST_FAILOVER_DIE", "rank1"},
+    {"CHORUS_TEST_SHARED_MAP_FAIL", "yes"},
 };
 
 // Variables whose every value means something, and why.

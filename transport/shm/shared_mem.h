@@ -1,0 +1,40 @@
+// Host memory that other processes of the same host can map: chorusMemAlloc's buffers. Each
+// allocation is its own memfd, mapped shared; a peer maps it by opening /proc/<pid>/fd/<fd> (the
+// same user, as every rank of a job is). Collectives whose buffers all come from here on every
+// rank read and write the peers' buffers directly (collectives/shared_allreduce.cc) instead of
+// staging every byte through the shm rings.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+
+#include "common/status.h"
+
+namespace chorus::transport {
+
+// Where a byte range lives, as a peer needs it to map it: the owner's pid and descriptor, an id
+// unique to the allocation (pid and descriptor numbers are reused; the id is not), and the
+// range's place in it. Exchanged as raw bytes between the ranks of a job.
+struct SharedRef {
+  int32_t pid = 0;
+  int32_t fd = -1;
+  uint64_t id = 0;
+  uint64_t size = 0;    // of the whole allocation
+  uint64_t offset = 0;  // of the range
+};
+
+// An allocation of `bytes` (> 0), page-aligned, zero-filled.
+Result<void*> shared_alloc(size_t bytes);
+// Frees what shared_alloc returned; anything else is refused by name.
+Status shared_free(void* p);
+// The allocation holding [p, p + bytes), if it is one of this process's shared allocations.
+std::optional<SharedRef> find_shared(const void* p, size_t bytes);
+
+// Maps a peer's range of `bytes` (which must lie inside its allocation): the allocation is mapped
+// once per (pid, id) and kept for the life of the process; returns the range's address here. Fails
+// naming the pid and the path when the kernel refuses (another user, a hardened /proc), or when
+// `fail_for_test` (CHORUS_TEST_SHARED_MAP_FAIL) and the allocation is not mapped yet.
+Result<char*> map_shared(const SharedRef& ref, size_t bytes, bool fail_for_test = false);
+
+}  // namespace chorus::transport
