@@ -102,8 +102,8 @@ int stream_write_u32(void* stream, void* word, uint32_t v) {
   if (!o.ok) return kNoCuda;
   // Flags 0: a memory barrier first, so the writes of the work before it are visible to whoever
   // sees the value.
-  return -int(o.write_value(static_cast<CUstream>(stream), reinterpret_cast<CUdeviceptr>(word),
-                            v, 0));
+  return -int(
+      o.write_value(static_cast<CUstream>(stream), reinterpret_cast<CUdeviceptr>(word), v, 0));
 }
 
 int stream_wait_u32_geq(void* stream, const void* word, uint32_t v) {
