@@ -13,9 +13,11 @@
 #   bench/compare.sh --contention       # beside one busy loop per core: 8 B latency, 1 MiB busbw
 #   bench/compare.sh --summarize bench/out/compare-....txt   # tables again from a raw file
 #   bench/compare.sh --deterministic --ranks 3   # also chorus with CHORUS_DETERMINISTIC=1
+#   bench/compare.sh --mem-alloc        # also chorus-shm-R: chorus-perf -R (chorusMemAlloc buffers)
 #
 # Options: --repeats N (default 3), --ranks N (default 2), --deterministic (adds chorus-shm-det and
-# chorus-tcp-det: the deterministic mode, with its ratios to chorus's default), --contention, --sizes LIST (bytes, comma-separated),
+# chorus-tcp-det: the deterministic mode, with its ratios to chorus's default), --mem-alloc (adds
+# chorus-shm-R: buffers from chorusMemAlloc, which peers map: one copy), --contention, --sizes LIST (bytes, comma-separated),
 # --budget S (seconds of timed ops per program and size, default 0.25), --build DIR (default
 # <repo>/build), --out DIR (default <repo>/bench/out), --peers DIR (the peers' sources),
 # --summarize FILE. Needs a built tree (meson setup build && ninja -C build). Installs missing
@@ -42,6 +44,7 @@ while (($#)); do
     --repeats) REPEATS=${2:?--repeats needs a number}; shift ;;
     --contention) CONTENTION=1 ;;
     --deterministic) DETERMINISTIC=1 ;;
+    --mem-alloc) MEM_ALLOC=1 ;;
     --ranks) NRANKS=${2:?--ranks needs a number}; shift ;;
     --sizes) SIZES=${2:?--sizes needs a list}; shift ;;
     --budget) BUDGET=${2:?--budget needs seconds}; shift ;;
@@ -123,6 +126,9 @@ summarize() {
         (best == "" ? "none" : best), (best == "" ? "n/a" : ratio("chorus-tcp" sfx, best))
       if (sfx != "") printf "   chorus-shm/mpi-shm-yield %s", ratio("chorus-shm" sfx, "mpi-shm-yield" sfx)
       printf "\n"
+      if (("chorus-shm-R" sfx) in bw)
+        printf "  chorusMemAlloc buffers: shm-R/shm %s   shm-R/mpi-shm %s\n", \
+          ratio("chorus-shm-R" sfx, "chorus-shm" sfx), ratio("chorus-shm-R" sfx, "mpi-shm" sfx)
       if (("chorus-shm-det" sfx) in bw || ("chorus-tcp-det" sfx) in bw)
         printf "  deterministic: shm-det/shm %s   tcp-det/tcp %s   shm-det/mpi-shm %s   tcp-det/mpi-tcp %s   tcp-det/best gloo %s\n", \
           ratio("chorus-shm-det" sfx, "chorus-shm" sfx), ratio("chorus-tcp-det" sfx, "chorus-tcp" sfx), \
@@ -296,6 +302,7 @@ step() {
 for pass in $(seq 1 "$REPEATS"); do
   step "$pass" chorus-shm run_chorus shm "chorus-shm$SFX"
   [ $DETERMINISTIC = 1 ] && step "$pass" chorus-shm-det run_chorus shm "chorus-shm-det$SFX" --deterministic
+  [ $MEM_ALLOC = 1 ] && step "$pass" chorus-shm-R run_chorus shm "chorus-shm-R$SFX" -R
   [ $HAVE_MPI = 1 ] && step "$pass" mpi-shm "${MPIRUN[@]}" -np "$NRANKS" "$PEER_BIN/mpi_allreduce" mpi-shm
   if [ $HAVE_MPI = 1 ] && [ "$CONTENTION" = 1 ]; then  # the spin-then-yield variant, fairer under load
     step "$pass" mpi-shm-yield "${MPIRUN[@]}" --mca mpi_yield_when_idle 1 -np "$NRANKS" "$PEER_BIN/mpi_allreduce" mpi-shm-yield

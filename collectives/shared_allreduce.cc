@@ -48,6 +48,7 @@ struct Mapped {
 };
 
 constexpr size_t kChunkBytes = 64 << 10;  // folded then copied out while still in cache
+constexpr size_t kStreamingBytes = 4 << 20;
 
 // Step 3 for rank r.
 void fold_slice(const Mapped& m, int r, int p, kernels::DType dt, kernels::RedOp op, size_t es,
@@ -57,6 +58,9 @@ void fold_slice(const Mapped& m, int r, int p, kernels::DType dt, kernels::RedOp
   const size_t lo = std::min(count, per * r), n = std::min(per, count - lo);
   const int avg_n = op == kernels::RedOp::kAvg ? p : 0;
   const size_t chunk = std::max<size_t>(1, kChunkBytes / es);
+  // A slice larger than a cache holds goes to the peers with streaming stores (no
+  // read-for-ownership of lines nobody reads before the call returns).
+  const bool stream = n * es >= kStreamingBytes;
   std::vector<const char*> in(p);
   for (size_t at = lo; at < lo + n; at += chunk) {
     const size_t c = std::min(chunk, lo + n - at);
@@ -64,7 +68,12 @@ void fold_slice(const Mapped& m, int r, int p, kernels::DType dt, kernels::RedOp
     char* mine = m.recv[r] + at * es;
     cpu_executor().reduce_fold(dt, op, in.data(), p, mine, c, avg_n);
     for (int q = 0; q < p; ++q)
-      if (q != r) std::memcpy(m.recv[q] + at * es, mine, c * es);
+      if (q == r)
+        continue;
+      else if (stream)
+        cpu_executor().copy_streaming(m.recv[q] + at * es, mine, c * es);
+      else
+        std::memcpy(m.recv[q] + at * es, mine, c * es);
   }
 }
 

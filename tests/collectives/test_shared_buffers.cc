@@ -109,6 +109,29 @@ TEST_CASE("chorusMemAlloc buffers: every type x op, in and out of place, bit for
   require_all_ok(res);
 }
 
+TEST_CASE("chorusMemAlloc buffers: slices large enough for streaming stores", "[shared]") {
+  auto res = run_ranks(
+      2,
+      [](int rank) {
+        chorusComm_t comm;
+        if (chorusCommInitFromEnv(&comm) != chorusSuccess)
+          return fail_with(chorusGetLastError(nullptr));
+        const size_t count = (size_t(10) << 20) / 4 + 3;  // a 5 MiB slice per rank
+        void *send = nullptr, *recv = nullptr;
+        if (chorusMemAlloc(&send, count * 4) != chorusSuccess ||
+            chorusMemAlloc(&recv, count * 4) != chorusSuccess)
+          return fail_with(chorusGetLastError(nullptr));
+        for (chorusRedOp_t op : {chorusSum, chorusMax})
+          if (one(comm, rank, 2, chorusFloat32, op, count, 0, static_cast<char*>(send),
+                  static_cast<char*>(recv)))
+            return 1;
+        chorusCommDestroy(comm);
+        return 0;
+      },
+      opts());
+  require_all_ok(res);
+}
+
 TEST_CASE("chorusMemAlloc buffers freed and allocated again: no stale mapping", "[shared]") {
   auto res = run_ranks(
       3,
