@@ -29,6 +29,16 @@ double input(int rank, size_t i) {
   return double(int((rank * 7919 + i * 31) % 1000) - 500) / 8.0;
 }
 
+// Element i of rank `rank`'s input into buf: floats take the eighths, integers their integer
+// part, wrapped to the type (a negative double into an unsigned type would be undefined).
+void put_input(chorusDataType_t t, void* buf, size_t i, int rank) {
+  const double v = input(rank, i);
+  if (t == chorusFloat32 || t == chorusFloat64 || t == chorusFloat16 || t == chorusBfloat16)
+    ct::put(t, buf, i, v);
+  else
+    ct::put(t, buf, i, static_cast<int64_t>(v));
+}
+
 int fail_with(const std::string& what) {
   std::fprintf(stderr, "FAIL %s\n", what.c_str());
   return 1;
@@ -41,13 +51,13 @@ int one(chorusComm_t comm, int rank, int p, chorusDataType_t t, chorusRedOp_t op
   const size_t es = ct::esize(t);
   char* s = send + off * es;
   char* r = recv + off * es;
-  for (size_t i = 0; i < count; ++i) ct::put(t, s, i, input(rank, i));
+  for (size_t i = 0; i < count; ++i) put_input(t, s, i, rank);
   if (chorusAllReduce(s, r, count, t, op, comm, nullptr) != chorusSuccess)
     return fail_with(std::string("all-reduce: ") + chorusGetLastError(comm));
   std::vector<std::vector<char>> all(p, std::vector<char>(count * es));
   std::vector<const void*> in(p);
   for (int q = 0; q < p; ++q) {
-    for (size_t i = 0; i < count; ++i) ct::put(t, all[q].data(), i, input(q, i));
+    for (size_t i = 0; i < count; ++i) put_input(t, all[q].data(), i, q);
     in[q] = all[q].data();
   }
   std::vector<char> want(count * es);
