@@ -1,7 +1,8 @@
 // The C API's argument table and check, and the exception boundary (see c_api_check.h).
 #include "collectives/c_api_check.h"
 
-#include "collectives/device_allreduce.h"
+#include "collectives/device_ops.h"
+#include "kernels/cuda/ipc.h"
 
 #include <algorithm>
 #include <cmath>
@@ -136,17 +137,17 @@ Status check_buffers(const OpRule& rule, const Args& a, int rank, At at) {
   return Status::ok();
 }
 
-// Where the buffers live: the collectives move host memory (and managed memory, which the CPU
-// reads); a device buffer is refused here, by name, before any rank touches it. (The blocking
-// chorusAllReduce takes device buffers before this check: device_allreduce.cc.)
+// Where the buffers live: the calls without a device path (device_ops.h) move host memory (and
+// managed memory, which the CPU reads); a device buffer is refused here, by name, before any
+// rank touches it.
 Status check_space(const void* buf, const char* name, At at) {
   if (buf == nullptr) return Status::ok();
   kernels::cuda::PointerInfo info = kernels::cuda::classify_pointer(buf);
   if (info.space != kernels::cuda::MemSpace::kDevice) return Status::ok();
   return make_error(Code::kInvalidArgument,
-                    "{}: {} {} is memory of CUDA device {}; of this build's calls only the "
-                    "blocking chorusAllReduce (outside a group) takes device memory (copy it to "
-                    "host memory, or use managed memory)",
+                    "{}: {} {} is memory of CUDA device {}; device memory goes to all-reduce, "
+                    "reduce, broadcast, all-gather, reduce-scatter and the blocking send/recv, "
+                    "not to this call (copy it to host memory, or use managed memory)",
                     at, name, buf, info.device);
 }
 
@@ -217,15 +218,33 @@ Status check_form(const Call& call, const Args& a) {
   if (call.async && a.request == nullptr)
     return make_error(Code::kInvalidArgument, "{}: request is NULL", call.name);
   // With device buffers the buffers speak first (check_spaces names them).
-  if (!call.async && a.stream != nullptr && !device_buffers(a.sendbuff, a.recvbuff))
+  if (!call.async && a.stream != nullptr && !takes_device_path(call, a) &&
+      !device_buffers(a.sendbuff, a.recvbuff))
     return make_error(Code::kInvalidArgument,
                       "{}: stream {} is not NULL with host buffers (a stream goes with device "
-                      "buffers, which only the blocking chorusAllReduce takes in this build)",
+                      "buffers, and with chorusBarrier in a process that uses a CUDA device)",
                       call.name, a.stream);
   return Status::ok();
 }
 
-Result<Checked> check_args(const Call& call, const Args& a, int rank, int nranks) {
+bool takes_device_path(const Call& call, const Args& a) {
+  switch (call.kind) {
+    case OpKind::kBarrier:  // in a process without a CUDA device, a stream is refused
+      return !call.async && a.stream != nullptr && kernels::cuda::ipc().current_device() >= 0;
+    case OpKind::kSend:
+    case OpKind::kRecv:
+    case OpKind::kAllReduce:
+    case OpKind::kReduce:
+    case OpKind::kBroadcast:
+    case OpKind::kAllGather:
+    case OpKind::kReduceScatter:
+      return device_buffers(a.sendbuff, a.recvbuff);
+    default:
+      return false;
+  }
+}
+
+Result<Checked> check_args(const Call& call, const Args& a, int rank, int nranks, bool device) {
   const OpRule& rule = rule_for(call.kind);
   const At at{call.name, rank};
   CHORUS_TRY(check_types(rule, a, at));
@@ -236,7 +255,7 @@ Result<Checked> check_args(const Call& call, const Args& a, int rank, int nranks
   CHORUS_ASSIGN_OR_RETURN(Checked c, check_sizes(rule, a, nranks, at));
   CHORUS_TRY(check_ranks(rule, a, rank, nranks, at));
   CHORUS_TRY(check_buffers(rule, a, rank, at));
-  CHORUS_TRY(check_spaces(rule, a, at));
+  if (!device) CHORUS_TRY(check_spaces(rule, a, at));
   return c;
 }
 

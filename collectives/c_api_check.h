@@ -75,8 +75,13 @@ constexpr size_t kMaxBufferBytes = static_cast<size_t>(PTRDIFF_MAX);
 // Arguments that need no communicator: the stream of a blocking call, the request of an
 // asynchronous one.
 Status check_form(const Call& call, const Args& args);
-// The rest, for the communicator's rank and size.
-Result<Checked> check_args(const Call& call, const Args& args, int rank, int nranks);
+// The rest, for the communicator's rank and size. `device`: the call takes the device path
+// (device_ops.h), so its buffers are device memory, not refused.
+Result<Checked> check_args(const Call& call, const Args& args, int rank, int nranks,
+                           bool device = false);
+// Whether the call takes the device path: device buffers in a call that takes them, or a
+// blocking barrier with a stream in a process that uses a CUDA device.
+bool takes_device_path(const Call& call, const Args& args);
 // The size of a new communicator (`what`: "nranks", "ndev"), 1..CHORUS_MAX_RANKS, and the
 // rank, when given, 0..n-1.
 Status check_world(const char* call, const char* what, int n, std::optional<int> rank);

@@ -11,6 +11,7 @@
 #include "collectives/c_api_check.h"
 #include "collectives/c_api_internal.h"
 #include "collectives/comm.h"
+#include "collectives/device_ops.h"
 #include "collectives/group.h"
 #include "collectives/prims.h"
 #include "collectives/shared_allreduce.h"
@@ -39,6 +40,12 @@ struct PendingGroupItem {
   chorus::GroupItem item;
 };
 thread_local std::vector<PendingGroupItem> t_group;
+// The group's send/recv calls on device buffers (device_ops.h), run after its host calls.
+struct PendingDeviceItem {
+  chorusComm_t comm;
+  chorus::capi::DeviceP2p item;
+};
+thread_local std::vector<PendingDeviceItem> t_device_group;
 }  // namespace
 
 struct chorusRequest {
@@ -208,20 +215,49 @@ std::shared_ptr<const std::vector<size_t>> copy_per_rank(const Args& a, int n) {
   return v;
 }
 
+// Device buffers (or a barrier with a stream): over CUDA IPC (device_ops.cc). chorusI*
+// collectives run as the blocking ones on the legacy default stream and hand back a request that
+// is already complete: what completes on the host is the enqueueing, as in NCCL (synchronize
+// the stream to wait for the GPU). The point-to-point chorusI* calls are refused: two ranks
+// that both Isend first would meet as a mismatch; device sends and receives go in a group.
+chorusResult_t run_device_op(const Call& call, chorusComm_t h, const Args& a) {
+  if (Status s = chorus::capi::check_form(call, a); !s.is_ok()) return report(s);
+  auto c = live(h, call.name);
+  if (!c.is_ok()) return report(c.status());
+  CommImpl& comm = **c;
+  if (is_p2p(call.kind)) {
+    if (call.async)
+      return fail(Code::kInvalidArgument,
+                  "{} on rank {}: device buffers are sent by {} (between chorusGroupStart/End to "
+                  "exchange both ways), as in NCCL; {} takes host memory",
+                  call.name, comm.rank(), call.kind == OpKind::kSend ? "chorusSend" : "chorusRecv",
+                  call.name);
+    if (t_group_depth > 0) {
+      auto k = chorus::capi::check_args(call, a, comm.rank(), comm.size(), true);
+      if (!k.is_ok()) return report(k.status());
+      t_device_group.push_back({h, {call, a}});
+      return chorusSuccess;
+    }
+    return chorus::capi::device_p2p(h, comm, {{call, a}});
+  }
+  if (t_group_depth > 0)
+    return fail(Code::kInvalidUsage, "{} on rank {}: only chorusSend and chorusRecv may be grouped",
+                call.name, comm.rank());
+  auto req = call.async ? std::make_unique<chorusRequest>() : nullptr;
+  chorusResult_t rc = chorus::capi::device_collective(h, comm, call, a);
+  if (rc != chorusSuccess || !call.async) return rc;
+  req->work = std::make_shared<chorus::Request>(OpDesc{.kind = call.kind});
+  req->work->finish(Status::ok());
+  *a.request = req.release();
+  return chorusSuccess;
+}
+
 }  // namespace
 
 namespace chorus::capi {
 
 chorusResult_t run_op(const Call& call, chorusComm_t h, const Args& a) {
-  // Device buffers: the blocking all-reduce over CUDA IPC (device_allreduce.cc); the other
-  // calls refuse them by name (check_args).
-  if (call.kind == OpKind::kAllReduce && !call.async && t_group_depth == 0 &&
-      chorus::device_buffers(a.sendbuff, a.recvbuff)) {
-    auto c = live(h, call.name);
-    if (!c.is_ok()) return report(c.status());
-    return device_all_reduce(h, **c, call.name, a.sendbuff, a.recvbuff, a.count, a.datatype, a.op,
-                             a.stream);
-  }
+  if (chorus::capi::takes_device_path(call, a)) return run_device_op(call, h, a);
   if (Status s = chorus::capi::check_form(call, a); !s.is_ok()) return report(s);
   auto c = live(h, call.name);
   if (!c.is_ok()) return report(c.status());
@@ -538,6 +574,23 @@ chorusResult_t run_grouped(const std::vector<PendingGroupItem>& items) {
   return first;
 }
 
+// The group's device sends and receives, one device_p2p per communicator.
+chorusResult_t run_device_grouped(const std::vector<PendingDeviceItem>& items) {
+  std::vector<chorusComm_t> comms;
+  for (const auto& p : items)
+    if (std::find(comms.begin(), comms.end(), p.comm) == comms.end()) comms.push_back(p.comm);
+  chorusResult_t first = chorusSuccess;
+  for (chorusComm_t h : comms) {
+    std::vector<chorus::capi::DeviceP2p> mine;
+    for (const auto& p : items)
+      if (p.comm == h) mine.push_back(p.item);
+    auto c = live(h, "chorusGroupEnd");
+    chorusResult_t rc = c.is_ok() ? chorus::capi::device_p2p(h, **c, mine) : report(c.status());
+    if (first == chorusSuccess) first = rc;
+  }
+  return first;
+}
+
 }  // namespace
 
 CHORUS_API chorusResult_t chorusGroupEnd(void) try {
@@ -546,8 +599,12 @@ CHORUS_API chorusResult_t chorusGroupEnd(void) try {
   if (--t_group_depth > 0) return chorusSuccess;
   std::vector<PendingGroupItem> items;
   items.swap(t_group);
+  std::vector<PendingDeviceItem> device_items;
+  device_items.swap(t_device_group);
   try {
-    return run_grouped(items);
+    chorusResult_t first = items.empty() ? chorusSuccess : run_grouped(items);
+    if (first != chorusSuccess || device_items.empty()) return first;
+    return run_device_grouped(device_items);
   } catch (...) {
     // Some calls may be queued and some not: every communicator of the group is aborted, so
     // its peers fail at once instead of waiting for the missing calls.

@@ -75,6 +75,9 @@ Result<std::shared_ptr<CommImpl>> CommImpl::create(std::shared_ptr<Job> job, std
     c->jitter_us_ = static_cast<int>(jitter);
     CHORUS_ASSIGN_OR_RETURN(int64_t map_fail, env_int_in("CHORUS_TEST_SHARED_MAP_FAIL", 0, 0, 1));
     c->shared_map_fail_ = map_fail == 1;
+    CHORUS_ASSIGN_OR_RETURN(int64_t device_die,
+                            env_int_in("CHORUS_TEST_DEVICE_DIE", -1, -1, CHORUS_MAX_RANKS - 1));
+    c->device_die_ = static_cast<int>(device_die);
     c->send_seq_.assign(c->size(), 0);
     c->recv_seq_.assign(c->size(), 0);
     CHORUS_ASSIGN_OR_RETURN(auto transports, transport::Transports::from_env());
@@ -450,6 +453,7 @@ void CommImpl::fail(const Status& s) {
   }
   if (first) {
     log_error("{}", s.message());
+    release_device_waits(device_ipc_);
     if (s.code() != Code::kRemoteError && job && job->watch())
       job->broadcast_error(uid_, fmt::format("{}|{}", static_cast<int>(s.code()), s.message()));
   }
@@ -478,11 +482,14 @@ void CommImpl::on_remote_error(const std::string& text) {
     msg = text.substr(bar + 1);
   }
   if (code != Code::kMismatch && code != Code::kRevoked) code = Code::kRemoteError;
-  std::lock_guard<std::mutex> lock(mu_);
-  if (failed_.load()) return;
-  error_ = Status(code, msg);
-  failed_ = true;
-  wake_locked();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (failed_.load()) return;
+    error_ = Status(code, msg);
+    failed_ = true;
+    wake_locked();
+  }
+  release_device_waits(device_ipc_);
 }
 
 std::string CommImpl::state_text() const {

@@ -27,7 +27,7 @@
 #include <thread>
 #include <vector>
 
-#include "collectives/device_allreduce.h"
+#include "collectives/device_ops.h"
 #include "collectives/hosts.h"
 #include "collectives/op.h"
 #include "collectives/tuner.h"
@@ -178,11 +178,12 @@ class CommImpl : public std::enable_shared_from_this<CommImpl> {
   bool shared_buffers() const { return shared_buffers_.load(std::memory_order_relaxed); }
   void disable_shared_buffers() { shared_buffers_.store(false, std::memory_order_relaxed); }
   bool shared_map_fail_for_test() const { return shared_map_fail_; }  // CHORUS_TEST_SHARED_MAP_FAIL
-  // The state of device collectives (device_allreduce.h), made at the first device call.
-  DeviceIpc& device_ipc() {
-    if (!device_ipc_) device_ipc_ = std::make_unique<DeviceIpc>();
-    return *device_ipc_;
-  }
+  // The state of device collectives (device_ops.h), filled at the first device call.
+  DeviceIpc& device_ipc() { return device_ipc_; }
+  // CHORUS_TEST_DEVICE_DIE: the rank of this communicator that kills itself (SIGKILL) right
+  // after the host exchange of its second device collective, before it signals (the first has
+  // mapped the peers' memory, as in a running job); -1: none.
+  int device_die_for_test() const { return device_die_; }
   // chorusCommRevoke: every pending and later operation fails with kRevoked, here and on every
   // peer; the communicator stays valid for destroy (and, later, shrink). Any thread.
   void revoke();
@@ -232,7 +233,8 @@ class CommImpl : public std::enable_shared_from_this<CommImpl> {
   std::string timeout_origin_ = "CHORUS_TIMEOUT";
   transport::LinkModel link_model_{};
   HostLayout hosts_;
-  std::unique_ptr<DeviceIpc> device_ipc_;
+  DeviceIpc device_ipc_;
+  int device_die_ = -1;
   std::atomic<bool> shared_buffers_{true};
   bool shared_map_fail_ = false;
   transport::LinkModel local_link_model_{};  // of the links inside the largest host

@@ -6,11 +6,18 @@
 #include <cstdlib>
 
 #include "kernels/cuda/device.h"
+#include "kernels/cuda/ipc.h"
+#include "kernels/cuda/reduce.h"
 
 namespace chorus::kernels::cuda {
 namespace {
 
 std::atomic<PointerClassifier> g_test_classifier{nullptr};
+
+const IpcBackend kDriverIpc{ipc_export,     ipc_open,         flags_alloc,
+                            flags_release,  stream_write_u32, stream_wait_u32_geq,
+                            reduce_fold_to, current_device,   ipc_error_string};
+std::atomic<const IpcBackend*> g_test_ipc{nullptr};
 
 }  // namespace
 
@@ -21,6 +28,15 @@ PointerInfo classify_pointer(const void* p) {
 
 void set_pointer_classifier_for_test(PointerClassifier fn) {
   g_test_classifier.store(fn);
+}
+
+const IpcBackend& ipc() {
+  const IpcBackend* t = g_test_ipc.load();
+  return t ? *t : kDriverIpc;
+}
+
+void set_ipc_backend_for_test(const IpcBackend* backend) {
+  g_test_ipc.store(backend);
 }
 
 const char* compute_mode_name(int mode) {

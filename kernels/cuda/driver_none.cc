@@ -45,6 +45,9 @@ int flags_alloc(size_t, void** out) {
   *out = nullptr;
   return kNoCuda;
 }
+int flags_release(int, void*, size_t) {
+  return kNoCuda;
+}
 int stream_write_u32(void*, void*, uint32_t) {
   return kNoCuda;
 }
@@ -58,6 +61,9 @@ int current_device() {
   return -1;
 }
 int reduce_fold(DType, RedOp, const void* const*, int, void*, size_t, int, void*) {
+  return kNoCuda;
+}
+int reduce_fold_to(DType, RedOp, const void* const*, int, void* const*, int, size_t, int, void*) {
   return kNoCuda;
 }
 std::string ipc_error_string(int rc) {

@@ -3,7 +3,9 @@
 // (tests/cuda/test_fold_host.cu) and on the GPU in the kernels of reduce.cu.
 //
 // out[i] = in[0][i] op in[1][i] op ... op in[w-1][i], accumulated in the compute type of
-// reduce_elem.h (float for f16/bf16) and rounded once; divided by avg_n when avg_n > 0 (avg).
+// reduce_elem.h (float for f16/bf16) and rounded once; divided by avg_n when avg_n > 0 (avg);
+// written to every one of the nout outputs (a device all-reduce writes each rank's output in one
+// pass: each input byte read once, each output byte written once).
 // Semantics are those of kernels::ref::reduce_fold, bit for bit (the tests compare).
 //
 // Access pattern: when every pointer has the same offset within 16 bytes, a scalar head up to
@@ -20,15 +22,16 @@
 
 namespace chorus::kernels::cuda {
 
-// Inputs per kernel launch: the pointers travel in the launch's parameter block.
+// Inputs and outputs per kernel launch: the pointers travel in the launch's parameter block.
 inline constexpr int kMaxFoldInputs = 32;
+inline constexpr int kMaxFoldOutputs = 32;
 inline constexpr int kUnroll = 4;
 
 struct FoldArgs {
   const void* in[kMaxFoldInputs] = {};
   int w = 0;
-  void* out = nullptr;
-  void* out2 = nullptr;  // optional second copy of the result (reduce_copy)
+  void* out[kMaxFoldOutputs] = {};  // each gets the whole result
+  int nout = 0;
   size_t count = 0;
   int avg_n = 0;
 };
@@ -79,16 +82,16 @@ CHORUS_HD inline void fold_scalar(const FoldArgs& a, size_t begin, size_t end, s
                                   size_t nthreads) {
   for (size_t i = begin + tid; i < end; i += nthreads) {
     S r = fold_one<S, Op>(a, i);
-    static_cast<S*>(a.out)[i] = r;
-    if (a.out2) static_cast<S*>(a.out2)[i] = r;
+    for (int o = 0; o < a.nout; o++) static_cast<S*>(a.out[o])[i] = r;
   }
 }
 
 // Elements before the first 16-byte boundary when every pointer shares one offset within 16
 // bytes; -1 when they do not (then the whole range goes element by element).
 CHORUS_HD inline long common_head(const FoldArgs& a, size_t elem_size) {
-  uintptr_t off = reinterpret_cast<uintptr_t>(a.out) % 16;
-  if (a.out2 && reinterpret_cast<uintptr_t>(a.out2) % 16 != off) return -1;
+  uintptr_t off = reinterpret_cast<uintptr_t>(a.out[0]) % 16;
+  for (int o = 1; o < a.nout; o++)
+    if (reinterpret_cast<uintptr_t>(a.out[o]) % 16 != off) return -1;
   for (int k = 0; k < a.w; k++)
     if (reinterpret_cast<uintptr_t>(a.in[k]) % 16 != off) return -1;
   if (off % elem_size) return -1;  // not element-aligned: no vectors
@@ -139,8 +142,8 @@ CHORUS_HD inline void fold_thread(const FoldArgs& a, size_t tid, size_t nthreads
         if (a.avg_n > 0) x = elem::div(x, a.avg_n);
         p.e[e] = elem::narrow<S>(x);
       }
-      store16<S>(static_cast<unsigned char*>(a.out) + head * sizeof(S), j, p);
-      if (a.out2) store16<S>(static_cast<unsigned char*>(a.out2) + head * sizeof(S), j, p);
+      for (int o = 0; o < a.nout; o++)
+        store16<S>(static_cast<unsigned char*>(a.out[o]) + head * sizeof(S), j, p);
     }
   }
   fold_scalar<S, Op>(a, head + nvec * V, a.count, tid, nthreads);

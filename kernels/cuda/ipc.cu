@@ -97,6 +97,20 @@ int flags_alloc(size_t bytes, void** out) {
   return int(cudaMemset(*out, 0, bytes));
 }
 
+int flags_release(int device, void* flags, size_t bytes) {
+  if (!ops().ok) return kNoCuda;
+  // The calling thread (the watch thread, usually) may have used no device yet, or another one.
+  if (cudaError_t e = cudaSetDevice(device); e) return int(e);
+  // A stream of its own that does not wait for the legacy default stream, which waits for every
+  // blocking stream: one of them is stuck on these very flags.
+  static cudaStream_t side = nullptr;
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lock(mu);
+  if (side == nullptr)
+    if (cudaError_t e = cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking); e) return int(e);
+  return int(cudaMemsetAsync(flags, 0xff, bytes, side));
+}
+
 int stream_write_u32(void* stream, void* word, uint32_t v) {
   const Ops& o = ops();
   if (!o.ok) return kNoCuda;

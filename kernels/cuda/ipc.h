@@ -38,6 +38,11 @@ void ipc_close_all();
 // `bytes` of zeroed device memory on the current device, for flag words peers write into.
 int flags_alloc(size_t bytes, void** out);
 
+// Sets every 32-bit word of `bytes` of flag words (flags_alloc's, on `device`) to 0xffffffff, on
+// a stream of its own: every stream wait on them ends. For a communicator that failed (a peer
+// died mid-call): its streams must not wait for ever. Any thread.
+int flags_release(int device, void* flags, size_t bytes);
+
 // On `stream` (nullptr: the legacy default stream): write v into the 32-bit word at `word`
 // (this process's memory or a peer's, mapped by ipc_open) once the work before it is done and
 // visible; wait until the word at `word` is >= v. A wait holds no SM: another process sharing
@@ -50,5 +55,26 @@ int copy_async(void* dst, const void* src, size_t bytes, void* stream);
 int current_device();
 
 std::string ipc_error_string(int rc);
+
+// The calls above that the device collectives make, as one table: the driver's (the functions
+// above), or a test's, which emulates device memory, IPC and in-order streams in host shared
+// memory so that the collectives' host logic and GPU-side protocol run on machines without a GPU
+// (tests/collectives/fake_gpu.h). The table's functions follow the contracts above.
+struct IpcBackend {
+  int (*export_buffer)(const void* p, IpcHandle* out);
+  int (*open)(const IpcHandle& h, void** out);
+  int (*flags_alloc)(size_t bytes, void** out);
+  int (*flags_release)(int device, void* flags, size_t bytes);
+  int (*write_u32)(void* stream, void* word, uint32_t v);
+  int (*wait_u32_geq)(void* stream, const void* word, uint32_t v);
+  // reduce_fold_to's contract (reduce.h); a copy is a fold of one input.
+  int (*fold)(DType t, RedOp op, const void* const* in, int w, void* const* out, int nout,
+              size_t count, int avg_n, void* stream);
+  int (*current_device)();
+  std::string (*error_string)(int rc);
+};
+const IpcBackend& ipc();
+// Tests: replace the table (nullptr: back to the driver's). Set before the first device call.
+void set_ipc_backend_for_test(const IpcBackend* backend);
 
 }  // namespace chorus::kernels::cuda

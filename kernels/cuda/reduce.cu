@@ -46,7 +46,7 @@ int launch(RedOp op, const FoldArgs& a, cudaStream_t stream) {
 
 int run(DType t, RedOp op, const FoldArgs& a, void* stream) {
   if (unsigned(op) >= unsigned(kNumRedOps) || unsigned(t) >= unsigned(kNumDTypes) || a.w < 1 ||
-      a.w > kMaxFoldInputs || a.avg_n < 0)
+      a.w > kMaxFoldInputs || a.nout < 1 || a.nout > kMaxFoldOutputs || a.avg_n < 0)
     return int(cudaErrorInvalidValue);
   if (a.count == 0) return 0;
   int rc = 0;
@@ -59,11 +59,18 @@ int run(DType t, RedOp op, const FoldArgs& a, void* stream) {
 
 int reduce_fold(DType t, RedOp op, const void* const* in, int w, void* out, size_t count, int avg_n,
                 void* stream) {
+  return reduce_fold_to(t, op, in, w, &out, 1, count, avg_n, stream);
+}
+
+int reduce_fold_to(DType t, RedOp op, const void* const* in, int w, void* const* out, int nout,
+                   size_t count, int avg_n, void* stream) {
   FoldArgs a;
-  if (w < 1 || w > kMaxFoldInputs) return int(cudaErrorInvalidValue);
+  if (w < 1 || w > kMaxFoldInputs || nout < 1 || nout > kMaxFoldOutputs)
+    return int(cudaErrorInvalidValue);
   for (int k = 0; k < w; k++) a.in[k] = in[k];
+  for (int o = 0; o < nout; o++) a.out[o] = out[o];
   a.w = w;
-  a.out = out;
+  a.nout = nout;
   a.count = count;
   a.avg_n = avg_n;
   return run(t, op, a, stream);
@@ -75,8 +82,9 @@ int reduce_copy(DType t, RedOp op, const void* a, const void* b, void* out, void
   f.in[0] = a;
   f.in[1] = b;
   f.w = 2;
-  f.out = out;
-  f.out2 = out2;
+  f.out[0] = out;
+  f.out[1] = out2;
+  f.nout = out2 ? 2 : 1;
   f.count = count;
   return run(t, op, f, stream);
 }
@@ -87,7 +95,8 @@ int scale_avg(DType t, void* buf, size_t count, int nranks, void* stream) {
   FoldArgs f;
   f.in[0] = buf;
   f.w = 1;
-  f.out = buf;
+  f.out[0] = buf;
+  f.nout = 1;
   f.count = count;
   f.avg_n = nranks;
   return run(t, RedOp::kSum, f, stream);

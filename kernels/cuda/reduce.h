@@ -21,6 +21,11 @@ namespace chorus::kernels::cuda {
 int reduce_fold(DType t, RedOp op, const void* const* in, int w, void* out, size_t count, int avg_n,
                 void* stream);
 
+// The same result written to each of out[0..nout-1] in one pass, 1 <= nout <= kMaxFoldOutputs
+// (32): a device all-reduce writes every rank's output at once. Outputs may be inputs.
+int reduce_fold_to(DType t, RedOp op, const void* const* in, int w, void* const* out, int nout,
+                   size_t count, int avg_n, void* stream);
+
 // out[i] = a[i] op b[i] (and out2[i] too unless out2 is null); kAvg adds, as on the CPU.
 int reduce_copy(DType t, RedOp op, const void* a, const void* b, void* out, void* out2,
                 size_t count, void* stream);

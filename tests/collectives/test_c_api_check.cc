@@ -13,6 +13,7 @@
 
 #include "collectives/c_api_check.h"
 #include "collectives/comm.h"
+#include "kernels/cuda/ipc.h"
 #include "kernels/cuda/memory.h"
 
 using namespace chorus;
@@ -252,8 +253,12 @@ TEST_CASE("c api table: device buffers are refused by name, host and managed one
       continue;
     }
     CHECK_THAT(why, Catch::StartsWith("chorusTest on rank 0: recvbuff 0x") &&
-                        Catch::Contains("is memory of CUDA device 1; of this build's calls only "
-                                        "the blocking chorusAllReduce"));
+                        Catch::Contains("is memory of CUDA device 1; device memory goes to "
+                                        "all-reduce, reduce, broadcast"));
+    // On the device path (device_ops.h) the same buffers pass the table.
+    if (k == OpKind::kAllReduce || k == OpKind::kReduce || k == OpKind::kBroadcast ||
+        k == OpKind::kAllGather || k == OpKind::kReduceScatter || k == OpKind::kRecv)
+      CHECK(check_args({"chorusTest", k, false}, good(), 0, 2, /*device=*/true).is_ok());
   }
   Args send_dev = good();
   send_dev.sendbuff = g_b;
@@ -276,6 +281,10 @@ TEST_CASE("c api table: stream of blocking calls, request of asynchronous ones",
   a.stream = reinterpret_cast<chorusStream_t>(0x10);
   CHECK_THAT(check_form({"chorusAllReduce", OpKind::kAllReduce, false}, a).message(),
              Catch::StartsWith("chorusAllReduce: stream 0x10 is not NULL"));
+  // A barrier with a stream is the device barrier (device_ops.h) where the process uses a CUDA
+  // device; elsewhere the stream is refused.
+  CHECK(check_form({"chorusBarrier", OpKind::kBarrier, false}, a).is_ok() ==
+        (chorus::kernels::cuda::ipc().current_device() >= 0));
 }
 
 TEST_CASE("c api table: world sizes and wait timeouts", "[c_api]") {

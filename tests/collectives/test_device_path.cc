@@ -1,8 +1,9 @@
-// The device all-reduce's host side (collectives/device_allreduce.cc), on machines without a
-// GPU: buffers are made "device memory" by the pointer-classifier test hook, so chorusAllReduce
-// takes the CUDA IPC path, whose first step (exporting the buffers) fails here. Every rank must
-// then name the rank and the buffer, and the communicator go on; a rank alone on the device path
-// must be named as a mismatch, never hang. The GPU side: tests/gpu/device_allreduce_probe.cc.
+// The device path's failures on machines without a GPU (collectives/device_ops.cc): buffers are
+// made "device memory" by the pointer-classifier test hook but the driver is the real one (none
+// here), so chorusAllReduce takes the CUDA IPC path and its first step (exporting the buffers)
+// fails. Every rank must then name the rank and the buffer, and the communicator go on; a rank
+// alone on the device path must be named as a mismatch, never hang. The protocol itself, on an
+// emulated GPU: test_device_ops.cc; on a real one: tests/gpu/device_allreduce_probe.cc.
 #include <catch2/catch.hpp>
 
 #include <string>
@@ -111,7 +112,7 @@ TEST_CASE("one rank alone on the device path is a mismatch named on every rank, 
   }
 }
 
-TEST_CASE("device buffers elsewhere than the blocking all-reduce are refused by name", "[device]") {
+TEST_CASE("device buffers where no device path exists are refused by name", "[device]") {
   auto res = run_ranks(
       2,
       [](int rank) {
@@ -119,19 +120,18 @@ TEST_CASE("device buffers elsewhere than the blocking all-reduce are refused by 
         chorusComm_t comm;
         if (chorusCommInitFromEnv(&comm) != chorusSuccess)
           return fail_with("init", chorusGetLastError(nullptr));
-        const std::string device_named =
-            "is memory of CUDA device 0; of this build's calls only "
-            "the blocking chorusAllReduce";
+        const std::string at = " on rank " + std::to_string(rank) + ": ";
         chorusRequest_t req = nullptr;
-        if (chorusIallReduce(g_dev, g_dev, 16, chorusFloat32, chorusSum, comm, &req) !=
+        if (chorusIsend(g_dev, 16, chorusFloat32, 1 - rank, 0, comm, &req) !=
                 chorusInvalidArgument ||
-            !contains(chorusGetLastError(comm), device_named))
-          return fail_with("chorusIallReduce", chorusGetLastError(comm));
-        if (chorusBroadcast(g_dev, g_dev, 16, chorusFloat32, 0, comm,
-                            reinterpret_cast<chorusStream_t>(0x10)) != chorusInvalidArgument ||
             !contains(chorusGetLastError(comm),
-                      "chorusBroadcast on rank " + std::to_string(rank) + ": sendbuff 0x"))
-          return fail_with("chorusBroadcast", chorusGetLastError(comm));
+                      "chorusIsend" + at + "device buffers are sent by chorusSend"))
+          return fail_with("chorusIsend", chorusGetLastError(comm));
+        if (chorusAllToAll(g_dev, g_dev, 8, chorusFloat32, comm, nullptr) !=
+                chorusInvalidArgument ||
+            !contains(chorusGetLastError(comm), "chorusAllToAll" + at + "sendbuff 0x") ||
+            !contains(chorusGetLastError(comm), "is memory of CUDA device 0; device memory goes"))
+          return fail_with("chorusAllToAll", chorusGetLastError(comm));
         return still_works(comm, 2);
       },
       opts());

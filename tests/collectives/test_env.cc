@@ -82,6 +82,8 @@ const BadValue kBad[] = {
     {"CHORUS_TEST_FAILOVER_DIE", "-2"},
     {"CHORUS_TEST_FAILOVER_DIE", "rank1"},
     {"CHORUS_TEST_SHARED_MAP_FAIL", "yes"},
+    {"CHORUS_TEST_DEVICE_DIE", "rank1"},
+    {"CHORUS_TEST_DEVICE_DIE", "-2"},
 };
 
 // Variables whose every value means something, and why.

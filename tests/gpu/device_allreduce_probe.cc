@@ -1,4 +1,5 @@
-// [cuda] chorusAllReduce on device buffers between processes sharing device 0 (CUDA IPC; run by
+// [cuda] chorusAllReduce (and the other device collectives, send/recv in groups and the barrier
+// with a stream) on device buffers between processes sharing device 0 (CUDA IPC; run by
 // tests/gpu/run.sh where a GPU is lent):
 //   device_allreduce_probe CHORUS_RUN [NRANKS...]   runs the workers on 2 and 3 ranks (or the
 //                                                   counts given) with CHORUS_ALLOW_SHARED_GPU=1
@@ -212,6 +213,84 @@ int correctness(chorusComm_t comm, cudaStream_t stream) {
   return cases;
 }
 
+// The other device collectives (f32 sum of small integers: exact), send/recv in a group both
+// ways around the ring, the barrier with a stream; in and out of place; against the host.
+int other_collectives(chorusComm_t comm, cudaStream_t stream) {
+  const int p = g_size, r = g_rank;
+  const size_t counts[] = {1, 1031, (size_t(1) << 20) + 3};
+  const size_t most = ((size_t(1) << 20) + 3) * p;
+  float *send, *recv;
+  CK(cudaMalloc(&send, most * 4));
+  CK(cudaMalloc(&recv, most * 4));
+  std::vector<float> host(most), back(most), want(most);
+  int cases = 0;
+  auto in = [](int q, size_t i) { return float(value(q, i)); };
+  for (size_t n : counts)
+    for (int in_place = 0; in_place < 2; ++in_place)
+      for (int which = 0; which < 5; ++which) {
+        const int root = int(n % p);
+        const size_t send_n = which == 3 ? n * p : n, recv_n = which == 2 ? n * p : n;
+        float* s = send;
+        float* d = in_place ? send : recv;
+        if (in_place && which == 2) s = recv + r * n, d = recv;
+        if (in_place && which == 3) d = send + r * n;
+        for (size_t i = 0; i < send_n; ++i) host[i] = in(r, i);
+        CK(cudaMemcpyAsync(s, host.data(), send_n * 4, cudaMemcpyHostToDevice, stream));
+        chorusResult_t rc = chorusSuccess;
+        const char* names[] = {"reduce", "broadcast", "all-gather", "reduce-scatter", "send/recv"};
+        const int right = (r + 1) % p, left = (r + p - 1) % p;
+        switch (which) {
+          case 0:
+            rc = chorusReduce(s, d, n, chorusFloat32, chorusSum, root, comm, stream);
+            break;
+          case 1:
+            rc = chorusBroadcast(s, d, n, chorusFloat32, root, comm, stream);
+            break;
+          case 2:
+            rc = chorusAllGather(s, d, n, chorusFloat32, comm, stream);
+            break;
+          case 3:
+            rc = chorusReduceScatter(s, d, n, chorusFloat32, chorusSum, comm, stream);
+            break;
+          default:
+            if (in_place) d = recv;  // send/recv: never one buffer
+            chorusGroupStart();
+            chorusSend(s, n, chorusFloat32, right, comm, stream);
+            chorusRecv(d, n, chorusFloat32, left, comm, stream);
+            rc = chorusGroupEnd();
+            if (rc == chorusSuccess) rc = chorusBarrier(comm, stream);
+            break;
+        }
+        const std::string name = std::string(names[which]) + " count " + std::to_string(n) +
+                                 (in_place ? " in place" : "");
+        if (rc != chorusSuccess) {
+          fail(name + ": " + chorusGetLastError(comm));
+          break;
+        }
+        if (which == 0 && r != root) continue;
+        for (size_t i = 0; i < recv_n; ++i) {
+          float w = 0;
+          if (which == 0)
+            for (int q = 0; q < p; ++q) w += in(q, i);
+          if (which == 1) w = in(root, i);
+          if (which == 2) w = in(int(i / n), i % n);
+          if (which == 3)
+            for (int q = 0; q < p; ++q) w += in(q, r * n + i);
+          if (which == 4) w = in(left, i);
+          want[i] = w;
+        }
+        CK(cudaMemcpyAsync(back.data(), d, recv_n * 4, cudaMemcpyDeviceToHost, stream));
+        CK(cudaStreamSynchronize(stream));
+        size_t wrong = 0;
+        for (size_t i = 0; i < recv_n; ++i) wrong += back[i] != want[i];
+        if (wrong) fail(name + ": " + std::to_string(wrong) + " wrong");
+        cases++;
+      }
+  CK(cudaFree(send));
+  CK(cudaFree(recv));
+  return cases;
+}
+
 // Stream order with no host synchronisation: a fill on the stream, the all-reduce, a read-back,
 // one synchronisation at the end. On a stream of its own and on the legacy default stream.
 void stream_order(chorusComm_t comm, cudaStream_t stream) {
@@ -261,11 +340,11 @@ void errors(chorusComm_t comm, cudaStream_t stream) {
   why = chorusGetLastError(comm);
   if (rc == chorusSuccess || why.find("ranks disagree") == std::string::npos)
     fail("different counts not named: " + why);
-  // Other calls refuse device buffers by name.
-  rc = chorusBroadcast(dev, dev, 64, chorusFloat32, 0, comm, stream);
+  // Calls without a device path refuse device buffers by name.
+  rc = chorusAllToAll(dev, dev, 64 / g_size, chorusFloat32, comm, nullptr);
   why = chorusGetLastError(comm);
   if (rc == chorusSuccess || why.find("is memory of CUDA device") == std::string::npos)
-    fail("device broadcast not refused by name: " + why);
+    fail("device all-to-all not refused by name: " + why);
   // Still usable.
   if (chorusAllReduce(dev, dev, 64, chorusFloat32, chorusSum, comm, stream) != chorusSuccess)
     fail(std::string("all-reduce after the errors: ") + chorusGetLastError(comm));
@@ -339,6 +418,8 @@ int worker() {
   int cases = correctness(comm, stream);
   double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (g_rank == 0) std::printf("%d ranks: %d cases in %.1f s\n", g_size, cases, took);
+  if (!g_failed) cases = other_collectives(comm, stream);
+  if (g_rank == 0) std::printf("%d ranks: %d cases of the other calls\n", g_size, cases);
   if (!g_failed) stream_order(comm, stream);
   if (!g_failed) errors(comm, stream);
   if (!g_failed && std::getenv("CHORUS_CUDA_TEST_QUICK") == nullptr) bandwidth(comm, stream);

@@ -3,8 +3,8 @@
 //                                   side by side) both must fail naming the GPU's UUID; with
 //                                   CHORUS_ALLOW_SHARED_GPU=1 (through chorus-run) both create
 //                                   the communicator, all-reduces of host and of device memory
-//                                   work, and a broadcast of device memory is refused naming the
-//                                   device.
+//                                   work, and an all-to-all of device memory (a call without a
+//                                   device path) is refused naming the device.
 //   shared_gpu_probe --worker       one worker (uses CUDA first, as GPU programs do).
 // Exits 77 with the reason where no GPU is visible.
 #include <cuda_runtime.h>
@@ -38,7 +38,8 @@ int worker() {
   if (cudaMalloc(&dev, 64) != cudaSuccess) return 11;
   const float one[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
   float back[16] = {0};
-  // A device all-reduce runs (CUDA IPC); a device broadcast is refused naming the device.
+  // A device all-reduce runs (CUDA IPC); a device all-to-all (no device path) is refused naming
+  // the device.
   int rc = 0;
   if (cudaMemcpy(dev, one, sizeof one, cudaMemcpyHostToDevice) != cudaSuccess ||
       chorusAllReduce(dev, dev, 16, chorusFloat32, chorusSum, comm, nullptr) != chorusSuccess ||
@@ -47,8 +48,9 @@ int worker() {
     std::printf("device all-reduce failed: %s (got %g)\n", chorusGetLastError(comm), back[15]);
     rc = 4;
   }
-  chorusResult_t b = chorusBroadcast(dev, dev, 16, chorusFloat32, 0, comm, nullptr);
-  std::printf("device broadcast: %s\n", b == chorusSuccess ? "accepted" : chorusGetLastError(comm));
+  chorusResult_t b = chorusAllToAll(dev, dev, 8, chorusFloat32, comm, nullptr);
+  std::printf("device all-to-all: %s\n",
+              b == chorusSuccess ? "accepted" : chorusGetLastError(comm));
   if (b != chorusInvalidArgument) rc = 5;
   cudaFree(dev);
   chorusCommDestroy(comm);
@@ -107,7 +109,7 @@ int main(int argc, char** argv) {
   }
   if (count(allowed, "is memory of CUDA device 0") != 2) {
     std::printf(
-        "FAIL: with the override, the device broadcast was not refused by name on both ranks\n");
+        "FAIL: with the override, the device all-to-all was not refused by name on both ranks\n");
     failed++;
   }
   std::printf("%s\n", failed ? "FAILED" : "ok");

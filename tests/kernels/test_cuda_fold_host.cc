@@ -44,15 +44,24 @@ int main() {
           cuda::FoldArgs a;
           for (int k = 0; k < c.w; k++) a.in[k] = in[size_t(k)];
           a.w = c.w;
-          a.out = out;
+          a.out[0] = out;
+          a.nout = 1;
           a.count = c.count;
           a.avg_n = c.avg_n;
-          // Two inputs: also the second output of reduce_copy, which must equal the first.
-          std::vector<uint8_t> out2(c.count * dtype_size(c.t) + 1);
-          if (c.w == 2) a.out2 = out2.data();
+          // w - 1 more outputs (reduce_copy's second, a device all-reduce's peers'): each must
+          // equal the first. Aligned as the first (vectors) when w is even, one byte off (every
+          // element alone) when it is odd.
+          const size_t bytes = c.count * dtype_size(c.t);
+          std::vector<std::vector<uint8_t>> more(size_t(c.w - 1), std::vector<uint8_t>(bytes + 32));
+          const size_t off = reinterpret_cast<uintptr_t>(out) % 16;
+          for (auto& m : more) {
+            uint8_t* base = m.data() + (16 - reinterpret_cast<uintptr_t>(m.data()) % 16) % 16;
+            a.out[a.nout++] = base + (c.w % 2 == 0 ? off : (off + 1) % 16);
+          }
           elem::with_storage_type(c.t,
                                   [&](auto tag) { emulate<decltype(tag)>(c.op, a, nthreads); });
-          if (c.w == 2 && std::memcmp(out2.data(), out, c.count * dtype_size(c.t)) != 0) return 1;
+          for (int o = 1; o < a.nout; o++)
+            if (std::memcmp(a.out[o], out, bytes) != 0) return 1;
           return 0;
         },
         {0, 1, 2, 7, 8, 15, 16, 17, 31, 33, 64, 100, 257, 1031}, {1, 2, 3, 5});

@@ -1,0 +1,62 @@
+// Collectives and send/recv on device buffers between ranks of one host, over CUDA IPC (issue
+// 19): design and ordering rules at the top of device_ops.cc; who does what in device_plan.h.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "chorus/chorus.h"
+#include "collectives/c_api_check.h"
+
+namespace chorus {
+
+class CommImpl;
+
+// A communicator's state for device operations, made at its first device call.
+struct DeviceIpc {
+  int device = -1;
+  std::string gpu;                    // its UUID, when the driver says
+  void* flags = nullptr;              // this rank's flag words (device_ops.cc, "Flag words")
+  std::vector<uint32_t*> peer_flags;  // every rank's, mapped here when first needed
+  uint32_t seq = 0;                   // device collectives so far
+  std::vector<uint32_t> tx_seq;       // device sends to each rank so far
+  std::vector<uint32_t> rx_seq;       // device receives from each rank so far
+  // The flag words again, for release_device_waits on another thread: set once they exist.
+  std::atomic<void*> live_flags{nullptr};
+  std::atomic<int> live_device{-1};
+};
+
+// When the communicator fails (a peer died or failed, a revoke, a timeout): every flag word of
+// this rank is set to its largest value on a stream of its own, so that no stream of this rank
+// waits for ever on a peer that will not signal (the work after the wait then runs on whatever
+// the buffers hold; the communicator's error says the results are void). Any thread.
+void release_device_waits(DeviceIpc& st);
+
+// Whether a call's buffers are (at least partly) device memory and take the device path.
+bool device_buffers(const void* sendbuff, const void* recvbuff);
+
+}  // namespace chorus
+
+namespace chorus::capi {
+
+// All-reduce, reduce, broadcast, all-gather, reduce-scatter on device buffers, or a barrier with
+// a stream: enqueued on `a.stream` (NULL: the legacy default stream) after the work already
+// there; the host returns once the ranks have exchanged their buffers' handles, without waiting
+// for the GPU. `h` is the handle the call came with (the exchange runs through it). The
+// arguments are checked here. Reports its error as every C API call does.
+chorusResult_t device_collective(chorusComm_t h, CommImpl& comm, const Call& call, const Args& a);
+
+// One chorusSend or chorusRecv on device buffers, alone or one of a group's.
+struct DeviceP2p {
+  Call call;
+  Args args;
+};
+
+// Send/recv on device buffers, one call or a group's (all on `h`, one stream): every item
+// signals its peer before any waits, so a group that sends and receives both ways cannot
+// deadlock (ungrouped, two ranks that both send first are named as a mismatch).
+chorusResult_t device_p2p(chorusComm_t h, CommImpl& comm, const std::vector<DeviceP2p>& items);
+
+}  // namespace chorus::capi

@@ -1,0 +1,86 @@
+#include "collectives/device_plan.h"
+
+#include <algorithm>
+
+namespace chorus {
+namespace {
+
+// Slice s of `count` elements cut into `parts`: [lo, lo + n), starting at multiples of align.
+struct Slice {
+  size_t lo, n;
+};
+Slice slice_of(size_t count, int parts, int s, size_t align) {
+  const size_t per = ((count + parts - 1) / parts + align - 1) / align * align;
+  const size_t lo = std::min(count, per * s);
+  return {lo, std::min(per, count - lo)};
+}
+
+std::vector<BufRef> every_send(int p, size_t elem) {
+  std::vector<BufRef> in;
+  for (int q = 0; q < p; ++q) in.push_back({q, false, elem});
+  return in;
+}
+
+}  // namespace
+
+bool device_uses_send(OpKind kind, int rank, int root) {
+  return kind != OpKind::kBroadcast || rank == root;
+}
+
+bool device_uses_recv(OpKind kind, int rank, int root) {
+  return kind != OpKind::kReduce || rank == root;
+}
+
+size_t device_send_count(OpKind kind, size_t count, int nranks) {
+  return kind == OpKind::kReduceScatter ? count * nranks : count;
+}
+
+size_t device_recv_count(OpKind kind, size_t count, int nranks) {
+  return kind == OpKind::kAllGather ? count * nranks : count;
+}
+
+std::vector<DeviceTask> plan_device_op(const DevicePlanArgs& a) {
+  const int p = a.nranks, r = a.rank;
+  const size_t n = a.count;
+  const bool rooted = a.kind == OpKind::kReduce || a.kind == OpKind::kBroadcast;
+  const int leader = rooted ? a.root : 0;
+  std::vector<DeviceTask> tasks;
+  if (n == 0 || (a.one_gpu && r != leader)) return tasks;
+  // The ranks whose outputs this rank writes: all of them for the one-GPU leader, else its own.
+  std::vector<int> outs;
+  for (int d = 0; d < p; ++d)
+    if (a.one_gpu || d == r) outs.push_back(d);
+  switch (a.kind) {
+    case OpKind::kAllReduce:
+    case OpKind::kReduce: {
+      const Slice s = a.one_gpu ? Slice{0, n} : slice_of(n, p, r, a.align);
+      if (s.n == 0) break;
+      std::vector<BufRef> to;  // reduce: the root's output; all-reduce: every rank's
+      for (int d = 0; d < p; ++d)
+        if (a.kind == OpKind::kAllReduce || d == a.root) to.push_back({d, true, s.lo});
+      tasks.push_back({every_send(p, s.lo), to, s.n, true});
+      break;
+    }
+    case OpKind::kBroadcast: {
+      std::vector<BufRef> to;
+      for (int d : outs) to.push_back({d, true, 0});
+      tasks.push_back({{{a.root, false, 0}}, to, n, false});
+      break;
+    }
+    case OpKind::kAllGather:
+      for (int q = 0; q < p; ++q) {
+        std::vector<BufRef> to;
+        for (int d : outs) to.push_back({d, true, q * n});
+        tasks.push_back({{{q, false, 0}}, to, n, false});
+      }
+      break;
+    case OpKind::kReduceScatter:
+      for (int d : outs) tasks.push_back({every_send(p, d * n), {{d, true, 0}}, n, true});
+      break;
+    default:
+      break;
+  }
+  return tasks;
+}
+
+}  // namespace chorus

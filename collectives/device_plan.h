@@ -1,0 +1,58 @@
+// What each rank's GPU does in a collective on device buffers (device_ops.cc): a list of tasks,
+// each a fold of some ranks' buffers into one buffer (or a copy of one), planned from the call
+// alone -- no memory, no CUDA -- so that the plan is checked on every machine
+// (tests/collectives/test_device_plan.cc). The order of the ready/done signals around the tasks
+// is device_ops.cc's.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "collectives/op.h"
+
+namespace chorus {
+
+// Rank `rank`'s sendbuff (or recvbuff), from element `elem` on.
+struct BufRef {
+  int rank = 0;
+  bool recv = false;
+  size_t elem = 0;
+};
+
+struct DeviceTask {
+  std::vector<BufRef> in;   // folded left to right, in rank order (the deterministic bits)
+  std::vector<BufRef> out;  // each gets the result (one kernel writes them all)
+  size_t count = 0;         // elements
+  bool reduce = false;      // false: each out is a copy of in[0] (none onto itself)
+};
+
+struct DevicePlanArgs {
+  OpKind kind = OpKind::kAllReduce;  // all-reduce, reduce, broadcast, all-gather, reduce-scatter
+  int nranks = 1;
+  int rank = 0;
+  int root = 0;      // reduce and broadcast
+  size_t count = 0;  // the call's count: all-gather's sendcount, reduce-scatter's recvcount
+  size_t align = 1;  // slices start at multiples of this many elements (16-byte loads)
+  bool one_gpu = false;
+};
+
+// This rank's tasks. Ranks on GPUs of their own each take a slice (all-reduce, reduce) or their
+// own output (broadcast, all-gather, reduce-scatter), reading the peers' buffers directly; ranks
+// that share one GPU leave every task to one rank (the root, else rank 0): their contexts take
+// turns on the GPU, so several workers buy nothing there and each turn costs about 300 us
+// (bench/RESULTS.md, "First GPU run"). An all-reduce slice is one task writing every rank's
+// output: each input byte read once, each output byte written once (2pN bytes for p ranks' N,
+// the bound of ../shared/notes/gpu-collectives.md), where a copy per peer after the fold moved
+// (3p-1)N.
+std::vector<DeviceTask> plan_device_op(const DevicePlanArgs& a);
+
+// Whether a rank's call reads its sendbuff / writes its recvbuff (the other may be anything, as
+// in NCCL: a broadcast's sendbuff off the root, a reduce's recvbuff off the root).
+bool device_uses_send(OpKind kind, int rank, int root);
+bool device_uses_recv(OpKind kind, int rank, int root);
+
+// Elements of rank's sendbuff / recvbuff the call touches.
+size_t device_send_count(OpKind kind, size_t count, int nranks);
+size_t device_recv_count(OpKind kind, size_t count, int nranks);
+
+}  // namespace chorus

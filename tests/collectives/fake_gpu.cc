@@ -1,0 +1,111 @@
+#include "fake_gpu.h"
+
+#include <sched.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "kernels/cpu/reduce.h"
+#include "kernels/cuda/ipc.h"
+#include "kernels/cuda/memory.h"
+#include "transport/shm/shared_mem.h"
+
+namespace chorus::test {
+namespace {
+
+namespace kc = kernels::cuda;
+constexpr int kTimedOut = 702;  // cudaErrorLaunchTimeout
+static_assert(sizeof(transport::SharedRef) <= sizeof(kc::IpcHandle::bytes));
+
+kc::PointerInfo classify(const void* p) {
+  if (p != nullptr && transport::find_shared(p, 1)) return {kc::MemSpace::kDevice, 0};
+  return {};
+}
+
+int export_buffer(const void* p, kc::IpcHandle* out) {
+  std::optional<transport::SharedRef> ref = transport::find_shared(p, 1);
+  if (!ref) return 1;  // cudaErrorInvalidValue
+  *out = {};
+  out->offset = ref->offset;
+  ref->offset = 0;
+  std::memcpy(out->bytes, &*ref, sizeof *ref);
+  return 0;
+}
+
+int open(const kc::IpcHandle& h, void** out) {
+  transport::SharedRef ref;
+  std::memcpy(&ref, h.bytes, sizeof ref);
+  Result<char*> base = transport::map_shared(ref, 1);
+  if (!base.is_ok()) return 1;
+  *out = *base + h.offset;
+  return 0;
+}
+
+int flags_alloc(size_t bytes, void** out) {
+  *out = fake_device_alloc(bytes);
+  return *out ? 0 : 2;  // cudaErrorMemoryAllocation
+}
+
+int flags_release(int, void* flags, size_t bytes) {
+  for (size_t i = 0; i < bytes / 4; ++i)
+    __atomic_store_n(static_cast<uint32_t*>(flags) + i, ~0u, __ATOMIC_RELEASE);
+  return 0;
+}
+
+int write_u32(void*, void* word, uint32_t v) {
+  __atomic_store_n(static_cast<uint32_t*>(word), v, __ATOMIC_RELEASE);
+  return 0;
+}
+
+int wait_u32_geq(void*, const void* word, uint32_t v) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (__atomic_load_n(static_cast<const uint32_t*>(word), __ATOMIC_ACQUIRE) < v) {
+    if (std::chrono::steady_clock::now() > end) return kTimedOut;
+    sched_yield();
+  }
+  return 0;
+}
+
+int fold(kernels::DType t, kernels::RedOp op, const void* const* in, int w, void* const* out,
+         int nout, size_t n, int avg_n, void*) {
+  if (w < 1 || nout < 1) return 1;
+  kernels::reduce_fold(t, op, in, w, out[0], n, avg_n);
+  for (int o = 1; o < nout; ++o) std::memmove(out[o], out[0], n * kernels::dtype_size(t));
+  return 0;
+}
+
+int current_device() {
+  return 0;
+}
+
+std::string error_string(int rc) {
+  if (rc == kTimedOut) return "the emulated stream's wait timed out (30 s)";
+  return "emulated CUDA error " + std::to_string(rc);
+}
+
+const kc::IpcBackend kFake{export_buffer, open, flags_alloc,    flags_release, write_u32,
+                           wait_u32_geq,  fold, current_device, error_string};
+
+}  // namespace
+
+void install_fake_gpu() {
+  kc::set_ipc_backend_for_test(&kFake);
+  kc::set_pointer_classifier_for_test(classify);
+}
+
+void* fake_device_alloc(size_t bytes) {
+  Result<void*> p = transport::shared_alloc(bytes == 0 ? 1 : bytes);
+  if (!p.is_ok()) {
+    std::fprintf(stderr, "fake_device_alloc: %s\n", p.status().message().c_str());
+    return nullptr;
+  }
+  return *p;
+}
+
+void fake_device_free(void* p) {
+  (void)transport::shared_free(p);
+}
+
+}  // namespace chorus::test

@@ -1,0 +1,425 @@
+// The device operations (collectives/device_ops.cc) end to end on an emulated GPU
+// (fake_gpu.h): every collective that takes device buffers x types x ops x counts x in/out of
+// place on 2 and 3 ranks, with ranks on GPUs of their own (slices) and sharing one (one rank
+// works), checked bit for bit against the rank-order fold; send/recv alone and in groups both
+// ways; the barrier with a stream; chorusI* collectives; and the mismatches named on every
+// rank. What it cannot check is the GPU itself: tests/gpu/ does, where one is lent.
+#include <fmt/format.h>
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "chorus/chorus.h"
+#include "fake_gpu.h"
+#include "harness.h"
+#include "kernels/cpu/reduce.h"
+
+using chorus::test::contains;
+using chorus::test::run_ranks;
+using chorus::test::RunOptions;
+namespace kn = chorus::kernels;
+
+namespace {
+
+const auto kStream = reinterpret_cast<chorusStream_t>(0x10);
+
+int fail_with(int rank, const std::string& what, const std::string& msg) {
+  std::fprintf(stderr, "rank %d: %s: %s\n", rank, what.c_str(), msg.c_str());
+  return 1;
+}
+
+struct TypeCase {
+  chorusDataType_t c;
+  kn::DType k;
+};
+constexpr TypeCase kTypes[] = {{chorusFloat32, kn::DType::kF32},
+                               {chorusFloat64, kn::DType::kF64},
+                               {chorusInt32, kn::DType::kI32},
+                               {chorusUint8, kn::DType::kU8}};
+struct OpCase {
+  chorusRedOp_t c;
+  kn::RedOp k;
+};
+constexpr OpCase kOps[] = {
+    {chorusSum, kn::RedOp::kSum}, {chorusMax, kn::RedOp::kMax}, {chorusAvg, kn::RedOp::kAvg}};
+
+// Element j of rank q's input, written as type t into dst.
+void put(kn::DType t, void* dst, size_t j, int q, int salt) {
+  const int v = int((q * 131 + j * 7 + salt * 13) % 61) - 20;
+  switch (t) {
+    case kn::DType::kF32:
+      static_cast<float*>(dst)[j] = float(v) * 0.375f;
+      break;
+    case kn::DType::kF64:
+      static_cast<double*>(dst)[j] = double(v) * 0.125;
+      break;
+    case kn::DType::kI32:
+      static_cast<int32_t*>(dst)[j] = v * 1000003;
+      break;
+    default:
+      static_cast<uint8_t*>(dst)[j] = uint8_t(v);
+      break;
+  }
+}
+
+std::vector<char> input(kn::DType t, size_t n, int q, int salt) {
+  std::vector<char> v(n * kn::dtype_size(t));
+  for (size_t j = 0; j < n; ++j) put(t, v.data(), j, q, salt);
+  return v;
+}
+
+// The rank-order fold of the ranks' inputs, elements [lo, lo + n).
+std::vector<char> folded(kn::DType t, kn::RedOp op, const std::vector<std::vector<char>>& in,
+                         size_t lo, size_t n) {
+  const size_t es = kn::dtype_size(t);
+  std::vector<const void*> ptrs;
+  for (const auto& v : in) ptrs.push_back(v.data() + lo * es);
+  std::vector<char> out(n * es);
+  kn::reduce_fold(t, op, ptrs.data(), int(ptrs.size()), out.data(), n,
+                  op == kn::RedOp::kAvg ? int(in.size()) : 0);
+  return out;
+}
+
+enum class Coll { kAllReduce, kReduce, kBroadcast, kAllGather, kReduceScatter };
+constexpr Coll kColls[] = {Coll::kAllReduce, Coll::kReduce, Coll::kBroadcast, Coll::kAllGather,
+                           Coll::kReduceScatter};
+const char* coll_name(Coll c) {
+  switch (c) {
+    case Coll::kAllReduce:
+      return "all-reduce";
+    case Coll::kReduce:
+      return "reduce";
+    case Coll::kBroadcast:
+      return "broadcast";
+    case Coll::kAllGather:
+      return "all-gather";
+    default:
+      return "reduce-scatter";
+  }
+}
+
+std::string fmt_case(Coll coll, const TypeCase& ty, const OpCase& op, size_t n, bool in_place,
+                     int root) {
+  return fmt::format("{} {} {} count {}{} root {}", coll_name(coll), kn::dtype_name(ty.k),
+                     kn::red_op_name(op.k), n, in_place ? " in place" : "", root);
+}
+
+// One case on this rank: fills its input, runs the call, checks its output. 0 or 1.
+int one_case(chorusComm_t comm, int r, int p, Coll coll, const TypeCase& ty, const OpCase& op,
+             size_t n, bool in_place, int root, char* dev_send, char* dev_recv, int salt) {
+  const size_t es = kn::dtype_size(ty.k);
+  const size_t send_n = coll == Coll::kReduceScatter ? n * p : n;
+  const size_t recv_n = coll == Coll::kAllGather ? n * p : n;
+  std::vector<std::vector<char>> ins;
+  for (int q = 0; q < p; ++q) ins.push_back(input(ty.k, send_n, q, salt));
+  char* send = dev_send;
+  char* recv = dev_recv;
+  if (in_place) {
+    if (coll == Coll::kAllGather) {
+      send = dev_recv + r * n * es;
+    } else if (coll == Coll::kReduceScatter) {
+      recv = dev_send + r * n * es;
+    } else {
+      recv = send;
+    }
+  }
+  std::memcpy(send, ins[r].data(), send_n * es);
+  if (!in_place) std::memset(recv, 0x5a, recv_n * es);
+  chorusResult_t rc = chorusSuccess;
+  switch (coll) {
+    case Coll::kAllReduce:
+      rc = chorusAllReduce(send, recv, n, ty.c, op.c, comm, kStream);
+      break;
+    case Coll::kReduce:
+      rc = chorusReduce(send, recv, n, ty.c, op.c, root, comm, kStream);
+      break;
+    case Coll::kBroadcast:
+      rc = chorusBroadcast(send, recv, n, ty.c, root, comm, kStream);
+      break;
+    case Coll::kAllGather:
+      rc = chorusAllGather(send, recv, n, ty.c, comm, kStream);
+      break;
+    case Coll::kReduceScatter:
+      rc = chorusReduceScatter(send, recv, n, ty.c, op.c, comm, kStream);
+      break;
+  }
+  const std::string what = fmt_case(coll, ty, op, n, in_place, root);
+  if (rc != chorusSuccess) return fail_with(r, what, chorusGetLastError(comm));
+  std::vector<char> want;
+  switch (coll) {
+    case Coll::kAllReduce:
+      want = folded(ty.k, op.k, ins, 0, n);
+      break;
+    case Coll::kReduce:
+      if (r != root) return 0;
+      want = folded(ty.k, op.k, ins, 0, n);
+      break;
+    case Coll::kBroadcast:
+      want = ins[root];
+      break;
+    case Coll::kAllGather:
+      for (int q = 0; q < p; ++q) want.insert(want.end(), ins[q].begin(), ins[q].end());
+      break;
+    case Coll::kReduceScatter:
+      want = folded(ty.k, op.k, ins, r * n, n);
+      break;
+  }
+  if (std::memcmp(recv, want.data(), want.size()) != 0) {
+    size_t at = 0;
+    while (at < want.size() && recv[at] == want[at]) ++at;
+    return fail_with(r, what, fmt::format("wrong byte {} of {}", at, want.size()));
+  }
+  return 0;
+}
+
+RunOptions opts(bool one_gpu, const char* die = nullptr) {
+  RunOptions o;
+  o.env = {{"CHORUS_TIMEOUT", "30"}};
+  if (one_gpu)
+    o.env.insert({{"CHORUS_TEST_GPU_UUID", "GPU-fake-0"}, {"CHORUS_ALLOW_SHARED_GPU", "1"}});
+  if (die) o.env.insert({"CHORUS_TEST_DEVICE_DIE", die});
+  o.limit_seconds = 240;
+  return o;
+}
+
+chorusComm_t init(int rank) {
+  chorus::test::install_fake_gpu();
+  chorusComm_t comm = nullptr;
+  if (chorusCommInitFromEnv(&comm) != chorusSuccess)
+    std::fprintf(stderr, "rank %d: init: %s\n", rank, chorusGetLastError(nullptr));
+  return comm;
+}
+
+void check_all(const std::vector<chorus::test::RankResult>& res) {
+  for (size_t r = 0; r < res.size(); ++r) {
+    INFO("rank " << r << ":\n" << res[r].output);
+    CHECK(res[r].exit_code == 0);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("device collectives: every call x type x op x count x in place, bit for bit",
+          "[device]") {
+  for (int p : {2, 3})
+    for (bool one_gpu : {false, true}) {
+      INFO(p << " ranks, " << (one_gpu ? "one GPU" : "a GPU each"));
+      auto res = run_ranks(
+          p,
+          [p](int r) {
+            chorusComm_t comm = init(r);
+            if (!comm) return 1;
+            constexpr size_t kMaxCount = 4099;
+            char* send = static_cast<char*>(chorus::test::fake_device_alloc(kMaxCount * 8 * 3));
+            char* recv = static_cast<char*>(chorus::test::fake_device_alloc(kMaxCount * 8 * 3));
+            int salt = 0, failures = 0, cases = 0;
+            for (Coll coll : kColls)
+              for (const TypeCase& ty : kTypes)
+                for (const OpCase& op : kOps)
+                  for (size_t n : {size_t(1), size_t(5), size_t(1000), kMaxCount})
+                    for (bool in_place : {false, true}) {
+                      const int root = int((n + salt) % p);
+                      ++cases;
+                      failures +=
+                          one_case(comm, r, p, coll, ty, op, n, in_place, root, send, recv, ++salt);
+                      if (failures > 5) return 1;
+                    }
+            std::fprintf(stderr, "rank %d: %d cases, %d failed\n", r, cases, failures);
+            chorus::test::fake_device_free(send);
+            chorus::test::fake_device_free(recv);
+            chorusCommDestroy(comm);
+            return failures == 0 ? 0 : 1;
+          },
+          opts(one_gpu));
+      check_all(res);
+    }
+}
+
+TEST_CASE("device send/recv: alone, a ring in a group, both ways in a group", "[device]") {
+  auto res = run_ranks(
+      3,
+      [](int r) {
+        chorusComm_t comm = init(r);
+        if (!comm) return 1;
+        const int p = 3, right = (r + 1) % p, left = (r + p - 1) % p;
+        const size_t n = 1001;
+        auto* a = static_cast<float*>(chorus::test::fake_device_alloc(n * 4));
+        auto* b = static_cast<float*>(chorus::test::fake_device_alloc(n * 4));
+        auto* c = static_cast<float*>(chorus::test::fake_device_alloc(n * 4));
+        auto* d = static_cast<float*>(chorus::test::fake_device_alloc(n * 4));
+        auto* e = static_cast<float*>(chorus::test::fake_device_alloc(n * 4));
+        auto fill = [&](float* x, int q, int salt) {
+          for (size_t j = 0; j < n; ++j) x[j] = float(q * 1000 + salt * 100) + float(j);
+        };
+        auto check = [&](const float* x, int q, int salt, const char* what) {
+          for (size_t j = 0; j < n; ++j)
+            if (x[j] != float(q * 1000 + salt * 100) + float(j))
+              return fail_with(r, what, fmt::format("element {} wrong", j));
+          return 0;
+        };
+        // Alone: rank 0 to rank 2.
+        fill(a, r, 1);
+        chorusResult_t rc = chorusSuccess;
+        if (r == 0) rc = chorusSend(a, n, chorusFloat32, 2, comm, kStream);
+        if (r == 2) rc = chorusRecv(b, n, chorusFloat32, 0, comm, kStream);
+        if (rc != chorusSuccess) return fail_with(r, "send alone", chorusGetLastError(comm));
+        if (r == 2 && check(b, 0, 1, "send alone") != 0) return 1;
+        // A ring, receive posted first on odd ranks.
+        fill(a, r, 2);
+        chorusGroupStart();
+        if (r % 2) chorusRecv(b, n, chorusFloat32, left, comm, kStream);
+        chorusSend(a, n, chorusFloat32, right, comm, kStream);
+        if (!(r % 2)) chorusRecv(b, n, chorusFloat32, left, comm, kStream);
+        if (chorusGroupEnd() != chorusSuccess)
+          return fail_with(r, "ring", chorusGetLastError(comm));
+        if (check(b, left, 2, "ring") != 0) return 1;
+        // Both ways with both neighbours, two messages to the right.
+        fill(a, r, 3);
+        fill(c, r, 4);
+        chorusGroupStart();
+        chorusSend(a, n, chorusFloat32, right, comm, kStream);
+        chorusSend(c, n, chorusFloat32, right, comm, kStream);
+        chorusSend(a, n, chorusFloat32, left, comm, kStream);
+        chorusRecv(b, n, chorusFloat32, left, comm, kStream);
+        chorusRecv(e, n, chorusFloat32, right, comm, kStream);
+        chorusRecv(d, n, chorusFloat32, left, comm, kStream);
+        if (chorusGroupEnd() != chorusSuccess)
+          return fail_with(r, "both ways", chorusGetLastError(comm));
+        // b, d: left's two messages in order; e: right's message to its left.
+        if (check(b, left, 3, "both ways, first from the left") != 0 ||
+            check(d, left, 4, "both ways, second from the left") != 0 ||
+            check(e, right, 3, "both ways, from the right") != 0)
+          return 1;
+        chorusCommDestroy(comm);
+        return 0;
+      },
+      opts(false));
+  check_all(res);
+}
+
+TEST_CASE("device send met by a send: named on both ranks, the communicator goes on", "[device]") {
+  auto res = run_ranks(
+      2,
+      [](int r) {
+        chorusComm_t comm = init(r);
+        if (!comm) return 1;
+        auto* a = static_cast<float*>(chorus::test::fake_device_alloc(64 * 4));
+        chorusResult_t rc = chorusSend(a, 64, chorusFloat32, 1 - r, comm, kStream);
+        const std::string why = chorusGetLastError(comm);
+        std::fprintf(stderr, "rank %d: %s\n", r, why.c_str());
+        if (rc != chorusInvalidUsage || !contains(why, "has no matching receive") ||
+            !contains(why, fmt::format("rank {} sends count 64 of f32", 1 - r)) ||
+            !contains(why, "chorusGroupStart/End"))
+          return fail_with(r, "expected the mismatch named", why);
+        // A count that differs.
+        rc = r == 0 ? chorusSend(a, 64, chorusFloat32, 1, comm, kStream)
+                    : chorusRecv(a, 32, chorusFloat32, 0, comm, kStream);
+        if (rc != chorusInvalidUsage || !contains(chorusGetLastError(comm), "count 32"))
+          return fail_with(r, "count mismatch", chorusGetLastError(comm));
+        float x = 1;
+        if (chorusAllReduce(&x, &x, 1, chorusFloat32, chorusSum, comm, nullptr) != chorusSuccess ||
+            x != 2)
+          return fail_with(r, "host all-reduce after", chorusGetLastError(comm));
+        chorusCommDestroy(comm);
+        return 0;
+      },
+      opts(false));
+  check_all(res);
+}
+
+TEST_CASE("device collectives: disagreements named on every rank; I-calls, barrier, refusals",
+          "[device]") {
+  auto res = run_ranks(
+      3,
+      [](int r) {
+        chorusComm_t comm = init(r);
+        if (!comm) return 1;
+        auto* a = static_cast<float*>(chorus::test::fake_device_alloc(300 * 4));
+        auto* b = static_cast<float*>(chorus::test::fake_device_alloc(300 * 4));
+        // Roots that differ.
+        chorusResult_t rc =
+            chorusBroadcast(a, a, 100, chorusFloat32, r == 2 ? 1 : 0, comm, kStream);
+        std::string why = chorusGetLastError(comm);
+        if (rc != chorusInvalidUsage || !contains(why, "ranks disagree") ||
+            !contains(why, "with root 1") || !contains(why, "with root 0"))
+          return fail_with(r, "roots", why);
+        // A non-blocking all-reduce: complete when it returns (enqueued), right.
+        for (int j = 0; j < 100; ++j) a[j] = float(r + j);
+        chorusRequest_t req = nullptr;
+        if (chorusIallReduce(a, b, 100, chorusFloat32, chorusSum, comm, &req) != chorusSuccess)
+          return fail_with(r, "chorusIallReduce", chorusGetLastError(comm));
+        int done = 0;
+        if (chorusTest(req, &done) != chorusSuccess || !done ||
+            chorusWait(req, 1.0) != chorusSuccess)
+          return fail_with(r, "request", chorusGetLastError(comm));
+        chorusRequestFree(req);
+        for (int j = 0; j < 100; ++j)
+          if (b[j] != float(3 + 3 * j)) return fail_with(r, "chorusIallReduce", "wrong sum");
+        if (chorusBarrier(comm, kStream) != chorusSuccess)
+          return fail_with(r, "barrier with a stream", chorusGetLastError(comm));
+        // Refused by name, before any exchange.
+        if (chorusIsend(a, 10, chorusFloat32, (r + 1) % 3, 0, comm, &req) !=
+                chorusInvalidArgument ||
+            !contains(chorusGetLastError(comm), "device buffers are sent by chorusSend"))
+          return fail_with(r, "chorusIsend", chorusGetLastError(comm));
+        if (chorusGather(a, b, 10, chorusFloat32, 0, comm, nullptr) != chorusInvalidArgument ||
+            !contains(chorusGetLastError(comm), "is memory of CUDA device 0; device memory goes"))
+          return fail_with(r, "chorusGather", chorusGetLastError(comm));
+        chorusGroupStart();
+        rc = chorusAllReduce(a, a, 10, chorusFloat32, chorusSum, comm, kStream);
+        chorusGroupEnd();
+        if (rc != chorusInvalidUsage || !contains(chorusGetLastError(comm), "may be grouped"))
+          return fail_with(r, "grouped all-reduce", chorusGetLastError(comm));
+        // Host buffers with a stream: refused.
+        float x = 1;
+        if (chorusAllReduce(&x, &x, 1, chorusFloat32, chorusSum, comm, kStream) !=
+            chorusInvalidArgument)
+          return fail_with(r, "host buffers with a stream", chorusGetLastError(comm));
+        // Still working.
+        if (chorusAllReduce(&x, &x, 1, chorusFloat32, chorusSum, comm, nullptr) != chorusSuccess ||
+            x != 3)
+          return fail_with(r, "host all-reduce after", chorusGetLastError(comm));
+        chorusCommDestroy(comm);
+        return 0;
+      },
+      opts(true));
+  check_all(res);
+}
+
+TEST_CASE("a rank killed during a device all-reduce: the survivors' waits end, named in 5 s",
+          "[device]") {
+  // Rank 1 dies in the second call, after the exchange, before it signals.
+  RunOptions o = opts(false, "1");
+  o.limit_seconds = 60;
+  auto res = run_ranks(
+      3,
+      [](int r) {
+        chorusComm_t comm = init(r);
+        if (!comm) return 1;
+        auto* a = static_cast<float*>(chorus::test::fake_device_alloc(1000 * 4));
+        if (chorusAllReduce(a, a, 1000, chorusFloat32, chorusSum, comm, kStream) != chorusSuccess)
+          return fail_with(r, "the first all-reduce", chorusGetLastError(comm));
+        const auto t0 = std::chrono::steady_clock::now();
+        chorusResult_t rc = chorusAllReduce(a, a, 1000, chorusFloat32, chorusSum, comm, kStream);
+        const double took =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        const std::string why = chorusGetLastError(comm);
+        std::fprintf(stderr, "rank %d after %.2f s: %s\n", r, took, why.c_str());
+        if (rc == chorusSuccess || !contains(why, "results are void") || !contains(why, "rank 1"))
+          return fail_with(r, "expected the death named", why);
+        if (took > 5) return fail_with(r, "too slow", std::to_string(took) + " s");
+        return 0;
+      },
+      o);
+  for (size_t r = 0; r < res.size(); ++r) {
+    INFO("rank " << r << ":\n" << res[r].output);
+    if (r == 1) {
+      CHECK(res[r].exit_code != 0);
+    } else {
+      CHECK(res[r].exit_code == 0);
+    }
+  }
+}

@@ -1,0 +1,140 @@
+// The device operations' plans (collectives/device_plan.h) alone, for 1..6 ranks: run on host
+// memory they give every collective's result, in and out of place; and no task of one rank
+// writes memory that another rank's task reads or writes (the ranks' tasks run at the same
+// time, between the ready and done signals, with nothing ordering them).
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <vector>
+
+#include "collectives/device_plan.h"
+#include "kernels/cpu/reduce.h"
+
+using chorus::BufRef;
+using chorus::DeviceTask;
+using chorus::OpKind;
+
+namespace {
+
+struct Layout {
+  size_t send_at, recv_at;  // element offsets in the rank's memory
+};
+
+Layout layout(OpKind k, int r, size_t n, size_t send_n, bool in_place) {
+  if (!in_place) return {0, send_n};
+  if (k == OpKind::kAllGather) return {r * n, 0};
+  if (k == OpKind::kReduceScatter) return {0, r * n};
+  return {0, 0};
+}
+
+struct Range {
+  int rank;
+  size_t lo, hi;  // elements of that rank's memory
+  bool overlaps(const Range& o) const { return rank == o.rank && lo < o.hi && o.lo < hi; }
+};
+
+}  // namespace
+
+TEST_CASE("device plans: results right and no rank races another", "[device]") {
+  const OpKind kinds[] = {OpKind::kAllReduce, OpKind::kReduce, OpKind::kBroadcast,
+                          OpKind::kAllGather, OpKind::kReduceScatter};
+  int checked = 0;
+  for (OpKind kind : kinds)
+    for (int p = 1; p <= 6; ++p)
+      for (bool one_gpu : {false, true})
+        for (size_t n : {0, 1, 3, 17, 1000})
+          for (bool in_place : {false, true}) {
+            const int root = int(n % p);
+            const size_t send_n = chorus::device_send_count(kind, n, p);
+            const size_t recv_n = chorus::device_recv_count(kind, n, p);
+            std::vector<Layout> lay;
+            std::vector<std::vector<uint32_t>> mem(p);
+            for (int q = 0; q < p; ++q) {
+              lay.push_back(layout(kind, q, n, send_n, in_place));
+              mem[q].assign(send_n + recv_n, 0xdeadbeef);
+              for (size_t j = 0; j < send_n; ++j) mem[q][lay[q].send_at + j] = q * 1000003u + j;
+            }
+            const std::vector<std::vector<uint32_t>> before = mem;
+            auto at = [&](const BufRef& b) {
+              return b.elem + (b.recv ? lay[b.rank].recv_at : lay[b.rank].send_at);
+            };
+            // Every rank's tasks, with the ranges they read and write.
+            struct Planned {
+              int rank;
+              DeviceTask t;
+            };
+            std::vector<Planned> all;
+            for (int r = 0; r < p; ++r)
+              for (DeviceTask& t : chorus::plan_device_op({.kind = kind,
+                                   .nranks = p,
+                                   .rank = r,
+                                   .root = root,
+                                   .count = n,
+                                   .align = 4,
+                                   .one_gpu = one_gpu}))
+                all.push_back({r, t});
+            // A copy's output that is its input (in place) is dropped by the executor
+            // (device_ops.cc).
+            auto self = [&](const DeviceTask& t, const BufRef& o) {
+              return !t.reduce && t.in[0].rank == o.rank && at(t.in[0]) == at(o);
+            };
+            INFO("kind " << int(kind) << ", " << p << " ranks, one GPU " << one_gpu << ", count "
+                         << n << ", in place " << in_place << ", root " << root);
+            for (const Planned& a : all)
+              for (const Planned& b : all) {
+                if (a.rank == b.rank) continue;
+                std::vector<Range> touched;
+                for (const BufRef& o : b.t.out)
+                  if (!self(b.t, o)) touched.push_back({o.rank, at(o), at(o) + b.t.count});
+                for (const BufRef& in : b.t.in)
+                  touched.push_back({in.rank, at(in), at(in) + b.t.count});
+                for (const BufRef& o : a.t.out) {
+                  if (self(a.t, o)) continue;
+                  const Range w{o.rank, at(o), at(o) + a.t.count};
+                  for (const Range& t : touched) REQUIRE_FALSE(w.overlaps(t));
+                }
+              }
+            if (one_gpu)
+              for (const Planned& a : all)
+                REQUIRE(a.rank ==
+                        (kind == OpKind::kReduce || kind == OpKind::kBroadcast ? root : 0));
+            for (const Planned& a : all) {
+              std::vector<const void*> in;
+              for (const BufRef& b : a.t.in) in.push_back(mem[b.rank].data() + at(b));
+              // As the kernel: every element read from every input, then written to every output.
+              std::vector<uint32_t> result(a.t.count);
+              chorus::kernels::reduce_fold(chorus::kernels::DType::kU32,
+                                           chorus::kernels::RedOp::kSum, in.data(), int(in.size()),
+                                           result.data(), a.t.count, 0);
+              REQUIRE(!a.t.out.empty());
+              for (const BufRef& o : a.t.out)
+                std::copy(result.begin(), result.end(), mem[o.rank].begin() + long(at(o)));
+            }
+            for (int r = 0; r < p; ++r) {
+              const uint32_t* got = mem[r].data() + lay[r].recv_at;
+              for (size_t j = 0; j < recv_n; ++j) {
+                uint32_t want = 0;
+                auto input = [&](int q, size_t e) { return before[q][lay[q].send_at + e]; };
+                switch (kind) {
+                  case OpKind::kAllReduce:
+                  case OpKind::kReduce:
+                    for (int q = 0; q < p; ++q) want += input(q, j);
+                    if (kind == OpKind::kReduce && r != root) want = before[r][lay[r].recv_at + j];
+                    break;
+                  case OpKind::kBroadcast:
+                    want = input(root, j);
+                    break;
+                  case OpKind::kAllGather:
+                    want = input(int(j / n), j % n);
+                    break;
+                  default:
+                    for (int q = 0; q < p; ++q) want += input(q, r * n + j);
+                    break;
+                }
+                REQUIRE(got[j] == want);
+                ++checked;
+              }
+            }
+          }
+  CHECK(checked > 100000);
+}
