@@ -7,8 +7,10 @@
 //
 // Time per op: each iteration is timed on every rank (steady_clock), the per-iteration times
 // are all-reduced with MAX (the slowest rank), and the table shows their mean over -n
-// iterations; the JSON file has the median, quantiles, min and max as well. Flags and columns:
-// bench/README.md.
+// iterations; the JSON file has the median, quantiles, min and max as well. With --device cuda
+// the buffers are on LOCAL_RANK's GPU and the calls go on a stream: the -n calls are timed
+// together up to a stream synchronisation (as nccl-tests does), the inputs are written and the
+// outputs checked through host copies. Flags and columns: bench/README.md.
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -25,6 +27,7 @@
 
 #include "chorus/chorus.hpp"
 #include "perf/data.h"
+#include "perf/device.h"
 #include "perf/options.h"
 #include "perf/report.h"
 
@@ -59,6 +62,38 @@ Buffer alloc_buffer(size_t bytes, bool shared) {
   return Buffer(static_cast<unsigned char*>(p), FreeDeleter{shared});
 }
 
+// The buffers of a run: host memory, or (--device cuda) device memory with host twins in which
+// the pattern is written and the outputs checked.
+struct Buffers {
+  Buffer send, recv;         // host: the buffers themselves, or the device ones' twins
+  void* dev_send = nullptr;  // --device cuda
+  void* dev_recv = nullptr;
+  size_t bytes = 0;
+
+  Buffers(size_t max_bytes, const Options& o)
+      : send(alloc_buffer(max_bytes, o.mem_alloc)), recv(alloc_buffer(max_bytes, o.mem_alloc)) {
+    bytes = std::max<size_t>(4096, (max_bytes + 4095) / 4096 * 4096);
+    if (o.device == "cuda") {
+      dev_send = device::alloc(bytes);
+      dev_recv = device::alloc(bytes);
+    }
+  }
+  ~Buffers() {
+    if (dev_send) device::release(dev_send);
+    if (dev_recv) device::release(dev_recv);
+  }
+  Buffers(const Buffers&) = delete;
+  Buffers& operator=(const Buffers&) = delete;
+  bool on_device() const { return dev_send != nullptr; }
+  // The device address of a host-twin address.
+  void* device_of(const void* host) const {
+    const auto* h = static_cast<const unsigned char*>(host);
+    if (h >= send.get() && h < send.get() + bytes)
+      return static_cast<unsigned char*>(dev_send) + (h - send.get());
+    return static_cast<unsigned char*>(dev_recv) + (h - recv.get());
+  }
+};
+
 // One call's arguments: where the input and output lie for this variant.
 struct Call {
   Coll coll;
@@ -68,30 +103,38 @@ struct Call {
   chorusDataType_t dtype;
   chorusRedOp_t op;
   int root;
+  chorusStream_t stream = nullptr;  // --device cuda
 };
+
+// The call on the device twins of its buffers.
+Call on_device(const Call& c, const Buffers& b) {
+  Call d = c;
+  d.send = b.device_of(c.send);
+  d.recv = b.device_of(c.recv);
+  d.stream = static_cast<chorusStream_t>(device::stream());
+  return d;
+}
 
 void run_call(chorus::Communicator& comm, const Call& c) {
   chorusComm_t h = comm.handle();
+  chorusStream_t st = c.stream;
   switch (c.coll) {
     case Coll::kAllReduce:
-      return chorus::check(chorusAllReduce(c.send, c.recv, c.count, c.dtype, c.op, h, nullptr));
+      return chorus::check(chorusAllReduce(c.send, c.recv, c.count, c.dtype, c.op, h, st));
     case Coll::kBroadcast:
-      return chorus::check(chorusBroadcast(c.send, c.recv, c.count, c.dtype, c.root, h, nullptr));
+      return chorus::check(chorusBroadcast(c.send, c.recv, c.count, c.dtype, c.root, h, st));
     case Coll::kReduce:
-      return chorus::check(
-          chorusReduce(c.send, c.recv, c.count, c.dtype, c.op, c.root, h, nullptr));
+      return chorus::check(chorusReduce(c.send, c.recv, c.count, c.dtype, c.op, c.root, h, st));
     case Coll::kAllGather:
-      return chorus::check(chorusAllGather(c.send, c.recv, c.count, c.dtype, h, nullptr));
+      return chorus::check(chorusAllGather(c.send, c.recv, c.count, c.dtype, h, st));
     case Coll::kReduceScatter:
-      return chorus::check(chorusReduceScatter(c.send, c.recv, c.count, c.dtype, c.op, h, nullptr));
+      return chorus::check(chorusReduceScatter(c.send, c.recv, c.count, c.dtype, c.op, h, st));
     case Coll::kSendRecv: {  // a ring shift: send to the next rank, receive from the previous
       // Grouped, as nccl-tests does: both are posted together, so the ring cannot deadlock.
       const int n = comm.size(), r = comm.rank();
       chorus::check(chorusGroupStart());
-      chorusResult_t rc = chorusSend(c.send, c.count, c.dtype, (r + 1) % n, h, nullptr);
-      if (rc == chorusSuccess) {
-        rc = chorusRecv(c.recv, c.count, c.dtype, (r - 1 + n) % n, h, nullptr);
-      }
+      chorusResult_t rc = chorusSend(c.send, c.count, c.dtype, (r + 1) % n, h, st);
+      if (rc == chorusSuccess) rc = chorusRecv(c.recv, c.count, c.dtype, (r - 1 + n) % n, h, st);
       const chorusResult_t end = chorusGroupEnd();  // always close the group
       chorus::check(rc);
       return chorus::check(end);
@@ -139,9 +182,23 @@ Call prepare(const CheckSpec& s, bool in_place, unsigned char* send, unsigned ch
   return c;
 }
 
+// Elements of the host twins that a variant's inputs and outputs span.
+size_t span_bytes(const CheckSpec& s) {
+  return std::max(s.shape.send_count, s.shape.recv_count) * s.type->size;
+}
+
 // Runs the call once with fresh inputs and returns the wrong elements summed over ranks.
-long long check_once(chorus::Communicator& comm, const CheckSpec& s, const Call& c) {
-  run_call(comm, c);
+long long check_once(chorus::Communicator& comm, const CheckSpec& s, const Call& c,
+                     const Buffers& b) {
+  if (b.on_device()) {
+    const size_t span = span_bytes(s);
+    device::to_device(b.dev_send, b.send.get(), span);
+    device::to_device(b.dev_recv, b.recv.get(), span);
+    run_call(comm, on_device(c, b));
+    device::to_host(b.recv.get(), b.dev_recv, span);
+  } else {
+    run_call(comm, c);
+  }
   long long wrong = static_cast<long long>(count_wrong(s, c.recv));
   comm.all_reduce(&wrong, &wrong, 1, chorusInt64, chorusSum);
   return wrong;
@@ -168,17 +225,25 @@ int pick_iters(chorus::Communicator& comm, const Options& o, double warmup_s, in
 }
 
 Measure time_call(chorus::Communicator& comm, const Options& o, const Call& c, size_t bytes,
-                  double factor) {
+                  double factor, bool on_device) {
   const int warmups = o.time_budget_s > 0 ? std::max(o.warmup, 1) : o.warmup;
   const double w0 = now_s();
   for (int i = 0; i < warmups; ++i) run_call(comm, c);
+  if (on_device) device::sync();
   const int iters = pick_iters(comm, o, now_s() - w0, warmups);
   std::vector<double> t(static_cast<size_t>(iters));
   comm.barrier();
-  for (double& ti : t) {
+  if (on_device) {  // enqueued back to back, timed up to the stream's end
     const double a = now_s();
-    run_call(comm, c);
-    ti = now_s() - a;
+    for (int i = 0; i < iters; ++i) run_call(comm, c);
+    device::sync();
+    std::fill(t.begin(), t.end(), (now_s() - a) / iters);
+  } else {
+    for (double& ti : t) {
+      const double a = now_s();
+      run_call(comm, c);
+      ti = now_s() - a;
+    }
   }
   comm.all_reduce(t.data(), t.data(), t.size(), chorusFloat64, chorusMax);  // slowest rank
   Measure m;
@@ -192,6 +257,8 @@ Measure time_call(chorus::Communicator& comm, const Options& o, const Call& c, s
   m.max_us = t.back() * 1e6;
   m.algbw = m.avg_us > 0 ? static_cast<double>(bytes) / (m.avg_us * 1e3) : 0;  // GB/s
   m.busbw = m.algbw * factor;
+  if (on_device && o.copy_gbs > 0)
+    m.eff = m.algbw * traffic_factor(o.coll, comm.size()) / o.copy_gbs;
   return m;
 }
 
@@ -218,7 +285,7 @@ std::vector<std::string> rank_lines(chorus::Communicator& comm) {
 
 // Out-of-place then in-place at one size: check once each (with -c 1), then time.
 Row run_size(chorus::Communicator& comm, const Options& o, const TypeInfo& type, const OpInfo* op,
-             size_t bytes, unsigned char* send, unsigned char* recv) {
+             size_t bytes, const Buffers& b) {
   const int nranks = comm.size();
   const CheckSpec spec{o.coll,
                        &type,
@@ -234,19 +301,20 @@ Row run_size(chorus::Communicator& comm, const Options& o, const TypeInfo& type,
   row.redop = op ? op->name : "none";
   row.root = spec.root;
   for (bool in_place : {false, true}) {
-    const Call call = prepare(spec, in_place, send, recv);
+    const Call call = prepare(spec, in_place, b.send.get(), b.recv.get());
     // send_recv in place would send and receive through one buffer at once: the data that
     // arrives overwrites what is still to be sent, so it is timed, not checked.
     const bool checkable = o.check && !(in_place && o.coll == Coll::kSendRecv);
-    const long long wrong = checkable ? check_once(comm, spec, call) : -1;
-    Measure m = time_call(comm, o, call, row.bytes, bus_factor(o.coll, nranks));
+    const long long wrong = checkable ? check_once(comm, spec, call, b) : -1;
+    Measure m = time_call(comm, o, b.on_device() ? on_device(call, b) : call, row.bytes,
+                          bus_factor(o.coll, nranks), b.on_device());
     m.wrong = wrong;
     (in_place ? row.in_place : row.out_of_place) = m;
   }
   return row;
 }
 
-int run(const Options& o) {
+int run(Options o) {
   if (o.algo != "auto") setenv("CHORUS_ALGO", o.algo.c_str(), 1);
   if (o.transport != "auto") setenv("CHORUS_TRANSPORT", o.transport.c_str(), 1);
   if (o.deterministic) setenv("CHORUS_DETERMINISTIC", "1", 1);
@@ -261,19 +329,29 @@ int run(const Options& o) {
     if (rank == 0) std::fprintf(stderr, "chorus-perf: send_recv needs at least 2 ranks\n");
     return 2;
   }
+  const std::vector<size_t> sizes = sweep_sizes(o);
+  const size_t max_bytes = sizes.empty() ? 0 : sizes.back();
+  if (o.device == "cuda") {
+    if (const std::string why = device::unavailable(); !why.empty()) {
+      if (rank == 0) std::fprintf(stderr, "chorus-perf: --device cuda: %s\n", why.c_str());
+      return 77;  // skipped, as the test suites count it
+    }
+    const char* local = std::getenv("LOCAL_RANK");
+    device::init(local ? std::atoi(local) : rank);
+    o.copy_gbs = device::copy_traffic_gbs(std::clamp<size_t>(max_bytes, 1 << 20, 256 << 20));
+    comm.all_reduce(&o.copy_gbs, &o.copy_gbs, 1, chorusFloat64, chorusMin);
+  }
   const std::vector<std::string> lines = rank_lines(comm);
   Reporter report(o, nranks, rank == 0);
   report.header(lines);
 
-  const std::vector<size_t> sizes = sweep_sizes(o);
-  const size_t max_bytes = sizes.empty() ? 0 : sizes.back();
-  Buffer send = alloc_buffer(max_bytes, o.mem_alloc), recv = alloc_buffer(max_bytes, o.mem_alloc);
+  const Buffers buffers(max_bytes, o);
   const std::vector<const OpInfo*> no_op = {nullptr};
 
   for (const TypeInfo* type : o.types) {
     for (const OpInfo* op : coll_reduces(o.coll) ? o.ops : no_op) {
       for (size_t bytes : sizes) {
-        report.row(run_size(comm, o, *type, op, bytes, send.get(), recv.get()));
+        report.row(run_size(comm, o, *type, op, bytes, buffers));
       }
     }
   }

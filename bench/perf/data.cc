@@ -48,6 +48,11 @@ double bus_factor(Coll c, int nranks) {
   }
 }
 
+double traffic_factor(Coll c, int nranks) {
+  const double n = nranks;
+  return c == Coll::kAllReduce || c == Coll::kSendRecv ? 2.0 * n : n + 1.0;
+}
+
 const std::vector<TypeInfo>& all_types() {
   static const std::vector<TypeInfo> types = {
       {chorusFloat32, "float", 4},     {chorusFloat64, "double", 8}, {chorusFloat16, "half", 2},

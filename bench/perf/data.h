@@ -22,6 +22,11 @@ bool coll_reduces(Coll c);   // takes a reduce op
 bool coll_has_root(Coll c);  // broadcast and reduce
 // nccl-tests' bus bandwidth factor: busbw = algbw * factor.
 double bus_factor(Coll c, int nranks);
+// --device cuda: bytes of memory traffic per byte of the row's size for every rank's GPU
+// together, at the least -- each input read once, each output written once: all_reduce and
+// send_recv 2p, the others p + 1 (../shared/notes/gpu-collectives.md). The efficiency column is
+// that traffic per second over the local copy traffic rate: for ranks that share one GPU.
+double traffic_factor(Coll c, int nranks);
 
 struct TypeInfo {
   chorusDataType_t dtype;

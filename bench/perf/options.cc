@@ -87,6 +87,11 @@ std::optional<int> parse_options(int argc, char** argv, Options& o) {
   app.add_flag("-R,--mem-alloc", o.mem_alloc,
                "buffers from chorusMemAlloc: an all-reduce on one host from 64 KiB maps the "
                "peers' buffers and moves each byte once");
+  app.add_option("--device", o.device,
+                 "where the buffers live: cpu, or cuda (LOCAL_RANK's GPU; the calls get a stream "
+                 "and the table an efficiency column)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
   app.add_option("-r,--root", o.root, "root rank of broadcast and reduce")->capture_default_str();
   app.add_flag("--csv", o.csv,
                "print CSV (a header row, then one row per size) instead of the table");
@@ -120,6 +125,8 @@ std::optional<int> parse_options(int argc, char** argv, Options& o) {
   o.step_bytes = *step_b;
   o.check = check != 0;
   o.coll = coll_from_name(coll_s);
+  if (o.mem_alloc && o.device == "cuda")
+    return bad("-R (chorusMemAlloc: host memory) and --device cuda exclude each other");
 
   if (op_s == "all") {
     for (const auto& op : all_ops()) o.ops.push_back(&op);

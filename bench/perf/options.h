@@ -1,5 +1,6 @@
 // chorus-perf command line: nccl-tests' flags (-b -e -f -i -o -d -n -w -c) plus --coll,
-// --algo, --transport, --deterministic, -R, --root, --csv, --json, --time-budget, --result-label.
+// --algo, --transport, --deterministic, -R, --device, --root, --csv, --json, --time-budget,
+// --result-label.
 #pragma once
 
 #include <cstddef>
@@ -26,6 +27,8 @@ struct Options {
   std::string transport = "auto";  // CHORUS_TRANSPORT, set before init unless auto
   bool deterministic = false;      // CHORUS_DETERMINISTIC=1, set before init when given
   bool mem_alloc = false;          // -R: buffers from chorusMemAlloc (as nccl-tests' -R registers)
+  std::string device = "cpu";      // --device cuda: buffers on LOCAL_RANK's GPU (perf/device.h)
+  double copy_gbs = 0;             // --device cuda: the local copy traffic rate, measured at start
   int root = 0;
   bool csv = false;
   std::string json_path;  // empty: no JSON

@@ -33,6 +33,7 @@ nlohmann::json measure_json(const Measure& m) {
                       {"p90_us", m.p90_us},  {"min_us", m.min_us},       {"max_us", m.max_us},
                       {"iters", m.iters},    {"algbw_GBps", m.algbw},    {"busbw_GBps", m.busbw}};
   j["wrong"] = m.wrong < 0 ? nlohmann::json(nullptr) : nlohmann::json(m.wrong);
+  if (m.eff >= 0) j["efficiency"] = m.eff;
   return j;
 }
 
@@ -56,6 +57,12 @@ void Reporter::header(const std::vector<std::string>& rank_lines) {
   std::printf("# CHORUS_TRANSPORT=%s CHORUS_ALGO=%s CHORUS_DETERMINISTIC=%s\n",
               env_or("CHORUS_TRANSPORT", "auto").c_str(), env_or("CHORUS_ALGO", "auto").c_str(),
               env_or("CHORUS_DETERMINISTIC", "0").c_str());
+  const bool dev = opt_.device == "cuda";
+  if (dev)
+    std::printf(
+        "# buffers on the GPU; local copy traffic %.0f GB/s; eff = least traffic / time / that "
+        "rate\n",
+        opt_.copy_gbs);
   std::printf("#\n# Using ranks\n");
   for (const auto& line : rank_lines) std::printf("#  %s\n", line.c_str());
   std::printf("#\n");
@@ -64,11 +71,16 @@ void Reporter::header(const std::vector<std::string>& rank_lines) {
       "\n",
       "", "", "", "", "");
   std::printf("# %10s  %12s  %8s  %6s  %6s", "size", "count", "type", "redop", "root");
-  std::printf("  %7s  %6s  %6s  %6s", "time", "algbw", "busbw", "#wrong");
-  std::printf("  %7s  %6s  %6s  %6s\n", "time", "algbw", "busbw", "#wrong");
-  std::printf("# %10s  %12s  %8s  %6s  %6s", "(B)", "(elements)", "", "", "");
-  std::printf("  %7s  %6s  %6s  %5s", "(us)", "(GB/s)", "(GB/s)", "");
-  std::printf("  %7s  %6s  %6s  %5s\n", "(us)", "(GB/s)", "(GB/s)", "");
+  for (int v = 0; v < 2; ++v) {
+    std::printf("  %7s  %6s  %6s  %6s", "time", "algbw", "busbw", "#wrong");
+    if (dev) std::printf("  %5s", "eff");
+  }
+  std::printf("\n# %10s  %12s  %8s  %6s  %6s", "(B)", "(elements)", "", "", "");
+  for (int v = 0; v < 2; ++v) {
+    std::printf("  %7s  %6s  %6s  %5s", "(us)", "(GB/s)", "(GB/s)", "");
+    if (dev) std::printf("  %5s", "");
+  }
+  std::printf("\n");
   std::fflush(stdout);
 }
 
@@ -101,6 +113,7 @@ void Reporter::row(const Row& r) {
     for (const Measure* m : {&r.out_of_place, &r.in_place}) {
       std::printf("  %7s  %6.2f  %6.2f  %5s", time_str(m->avg_us).c_str(), m->algbw, m->busbw,
                   wrong_str(m->wrong).c_str());
+      if (m->eff >= 0) std::printf("  %5.3f", m->eff);
     }
     std::printf("\n");
   }
@@ -136,6 +149,7 @@ bool Reporter::write_json(const std::vector<std::string>& rank_lines) const {
       {"iters", opt_.iters},
       {"warmup_iters", opt_.warmup},
       {"check", opt_.check},
+      {"device", opt_.device},
       {"ranks", rank_lines},
       {"avg_busbw_GBps", busbw_count_ ? busbw_sum_ / busbw_count_ : 0.0},
       {"wrong", wrong_},

@@ -23,6 +23,7 @@ struct Measure {
   double algbw = 0;  // GB/s, 1e9 bytes
   double busbw = 0;
   long long wrong = -1;  // elements wrong, summed over ranks; -1: not checked (N/A)
+  double eff = -1;       // --device cuda: traffic_factor x size / time / copy rate; -1: none
 };
 
 struct Row {

@@ -8,7 +8,10 @@
 #   4. the library's view of the GPU: two ranks made to share device 0 are refused naming the
 #      GPU, and allowed with CHORUS_ALLOW_SHARED_GPU=1;
 #   5. chorusAllReduce on device buffers over CUDA IPC, 2 and 3 ranks sharing device 0: every
-#      type x op x count x in/out of place x offset, stream order, errors, bandwidth.
+#      type x op x count x in/out of place x offset, stream order, errors, bandwidth; the other
+#      collectives, send/recv in a group and the barrier with a stream;
+#   6. chorus-perf --device cuda, 2 ranks on device 0: every collective from 8 B to 256 MiB,
+#      checked, with the efficiency column (all-reduce also on 3 ranks).
 # Each step has a limit that keeps the whole run inside a 15-minute device lease.
 # Every step's log goes into one file, $OUT/suite.log (or ./gpu-logs/suite.log: the device tool
 # brings back 8 files at most); the last line is "gpu suite: N passed, N failed".
@@ -43,6 +46,14 @@ step cuda_reduce 120 "$bin/test_cuda_reduce"
 step shared_gpu 60 "$bin/shared_gpu_probe" "$bin/chorus-run"
 step device_allreduce 180 "$bin/device_allreduce_probe" "$bin/chorus-run" 2 3
 grep -h "cases in\|^\[0\] *[0-9].* [0-9.]*$\|copy engine" "$logs/device_allreduce.log" 2>/dev/null
+perf() {  # name, ranks, collective
+  step "perf_$1" 90 env CHORUS_ALLOW_SHARED_GPU=1 "$bin/chorus-run" -n "$2" "$bin/chorus-perf" \
+    --device cuda --coll "$3" -b 8 -e 256M -f 8 -n 10 -w 3
+  grep -h "^\[0\] *[0-9]\|copy traffic" "$logs/perf_$1.log" 2>/dev/null
+}
+perf allreduce_p2 2 all_reduce
+perf allreduce_p3 3 all_reduce
+for coll in broadcast reduce all_gather reduce_scatter send_recv; do perf "${coll}_p2" 2 "$coll"; done
 PATH=$PATH:/usr/local/cuda/bin:/usr/local/cuda/compute-sanitizer
 if command -v compute-sanitizer >/dev/null; then
   for tool in memcheck racecheck synccheck; do
