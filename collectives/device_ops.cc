@@ -34,8 +34,9 @@
 // when the communicator fails -- the watch channel names the dead rank within its deadline --
 // every flag word of each survivor is set to its largest value on a stream of its own
 // (release_device_waits), so that their streams go on (on void results) instead of waiting for
-// ever, and their calls fail naming the dead rank. Not built yet: VMM (cuMem) and stream-ordered
-// memory (no legacy handle: refused by name), ranks on several hosts.
+// ever, and their calls fail naming the dead rank. Ranks on several hosts (or more than 32) go
+// through host memory instead (device_staged.cc). Not built yet: VMM (cuMem) and stream-ordered
+// memory (no legacy handle: refused by name).
 #include "collectives/device_ops.h"
 
 #include <signal.h>
@@ -251,19 +252,21 @@ class Enqueuer {
   void* const stream_;
 };
 
-// The collective's checks before any exchange, the same answer on every rank.
-Status check_device_call(const CommImpl& comm, const char* call) {
-  if (comm.hosts().nhosts() != 1)
-    return make_error(Code::kInvalidUsage,
-                      "{} on rank {}: device buffers across hosts are not supported yet ({} "
-                      "hosts; CUDA IPC maps memory of one host)",
-                      call, comm.rank(), comm.hosts().nhosts());
-  if (comm.size() > kMaxDeviceRanks)
-    return make_error(Code::kInvalidUsage,
-                      "{} on rank {}: device buffers with more than {} ranks are not supported "
-                      "yet ({} ranks)",
-                      call, comm.rank(), kMaxDeviceRanks, comm.size());
-  return Status::ok();
+// Whether CUDA IPC cannot join the communicator's ranks -- several hosts, or more ranks than the
+// flag words have room for -- and the call goes through host memory (device_staged.cc). The
+// same answer on every rank; said once per communicator at CHORUS_DEBUG=INFO.
+bool staged(CommImpl& comm, const char* call) {
+  const int hosts = comm.hosts().nhosts();
+  if (hosts == 1 && comm.size() <= kMaxDeviceRanks) return false;
+  DeviceIpc& st = comm.device_ipc();
+  if (!st.staged_said) {
+    st.staged_said = true;
+    log_info("rank {}: {} on device buffers: staged through host memory ({})", comm.rank(), call,
+             hosts != 1 ? fmt::format("{} hosts; CUDA IPC maps memory of one host", hosts)
+                        : fmt::format("{} ranks; CUDA IPC here takes at most {}", comm.size(),
+                                      kMaxDeviceRanks));
+  }
+  return true;
 }
 
 std::string describe(const Record& x) {
@@ -288,7 +291,7 @@ chorusResult_t device_collective(chorusComm_t h, CommImpl& comm, const Call& cal
   const int r = comm.rank(), p = comm.size();
   auto k = check_args(call, a, r, p, /*device=*/true);
   if (!k.is_ok()) return report(k.status());
-  if (Status s = check_device_call(comm, call.name); !s.is_ok()) return report(s);
+  if (staged(comm, call.name)) return staged_collective(h, comm, call, a, k->elem_size);
   const OpRule& rule = rule_for(call.kind);
   Record me{};
   me.count = a.count;
@@ -451,7 +454,7 @@ chorusResult_t device_p2p(chorusComm_t h, CommImpl& comm, const std::vector<Devi
                   name, r, static_cast<void*>(items[0].args.stream),
                   static_cast<void*>(it.args.stream));
   }
-  if (Status s = check_device_call(comm, name); !s.is_ok()) return report(s);
+  if (staged(comm, name)) return staged_p2p(h, comm, items);
   DeviceIpc& st = comm.device_ipc();
   const size_t n = items.size();
   std::vector<Record> mine(n), theirs(n);

@@ -26,6 +26,7 @@ struct DeviceIpc {
   // The flag words again, for release_device_waits on another thread: set once they exist.
   std::atomic<void*> live_flags{nullptr};
   std::atomic<int> live_device{-1};
+  bool staged_said = false;  // the INFO line of the staged path, once
 };
 
 // When the communicator fails (a peer died or failed, a revoke, a timeout): every flag word of
@@ -58,5 +59,12 @@ struct DeviceP2p {
 // signals its peer before any waits, so a group that sends and receives both ways cannot
 // deadlock (ungrouped, two ranks that both send first are named as a mismatch).
 chorusResult_t device_p2p(chorusComm_t h, CommImpl& comm, const std::vector<DeviceP2p>& items);
+
+// The same calls where CUDA IPC cannot join the ranks (several hosts, more than 32 ranks):
+// through host memory (device_staged.cc). The host call returns when the result is enqueued
+// into the device buffers: it waits for the stream's earlier work and for the peers.
+chorusResult_t staged_collective(chorusComm_t h, CommImpl& comm, const Call& call, const Args& a,
+                                 size_t elem_size);
+chorusResult_t staged_p2p(chorusComm_t h, CommImpl& comm, const std::vector<DeviceP2p>& items);
 
 }  // namespace chorus::capi

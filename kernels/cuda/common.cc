@@ -14,9 +14,17 @@ namespace {
 
 std::atomic<PointerClassifier> g_test_classifier{nullptr};
 
-const IpcBackend kDriverIpc{ipc_export,     ipc_open,         flags_alloc,
-                            flags_release,  stream_write_u32, stream_wait_u32_geq,
-                            reduce_fold_to, current_device,   ipc_error_string};
+const IpcBackend kDriverIpc{.export_buffer = ipc_export,
+                            .open = ipc_open,
+                            .flags_alloc = flags_alloc,
+                            .flags_release = flags_release,
+                            .write_u32 = stream_write_u32,
+                            .wait_u32_geq = stream_wait_u32_geq,
+                            .fold = reduce_fold_to,
+                            .to_host = copy_to_host,
+                            .to_device = copy_to_device,
+                            .current_device = current_device,
+                            .error_string = ipc_error_string};
 std::atomic<const IpcBackend*> g_test_ipc{nullptr};
 
 }  // namespace

@@ -1,11 +1,12 @@
 // Device memory shared between processes on one host (CUDA IPC, legacy handles) and stream
-// memory operations, for the device all-reduce (collectives/device_allreduce.cc). Plain C++
+// memory operations, for the device collectives (collectives/device_ops.cc). Plain C++
 // interface, in every build: ipc.cu with CUDA (the driver reached through
 // cudaGetDriverEntryPointByVersion, never linked), driver_none.cc without (every call fails with
 // kNoCuda).
 //
 // Every int result is 0 on success, a cudaError_t (> 0) or -CUresult (< 0); ipc_error_string
-// names it. Nothing here waits for the GPU: the stream functions enqueue and return.
+// names it. Nothing here waits for the GPU but copy_to_host: the stream functions enqueue and
+// return.
 #pragma once
 
 #include <cstddef>
@@ -49,8 +50,12 @@ int flags_release(int device, void* flags, size_t bytes);
 // the GPU runs meanwhile.
 int stream_write_u32(void* stream, void* word, uint32_t v);
 int stream_wait_u32_geq(void* stream, const void* word, uint32_t v);
-// A device-to-device copy on `stream` (copy engine).
-int copy_async(void* dst, const void* src, size_t bytes, void* stream);
+// Host staging, for ranks that CUDA IPC cannot join (several hosts): `bytes` of device memory
+// into host memory after the work on `stream`, returning once they are there (bytes 0: waits for
+// the stream); and host memory into device memory on `stream`, returning once `src` may be
+// reused.
+int copy_to_host(void* dst, const void* src, size_t bytes, void* stream);
+int copy_to_device(void* dst, const void* src, size_t bytes, void* stream);
 // The calling thread's current device (0 when it has used none), or -1 without CUDA.
 int current_device();
 
@@ -70,6 +75,8 @@ struct IpcBackend {
   // reduce_fold_to's contract (reduce.h); a copy is a fold of one input.
   int (*fold)(DType t, RedOp op, const void* const* in, int w, void* const* out, int nout,
               size_t count, int avg_n, void* stream);
+  int (*to_host)(void* dst, const void* src, size_t bytes, void* stream);
+  int (*to_device)(void* dst, const void* src, size_t bytes, void* stream);
   int (*current_device)();
   std::string (*error_string)(int rc);
 };

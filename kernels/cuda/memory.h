@@ -2,7 +2,7 @@
 // CUDA (driver.cu, the driver reached through cudaGetDriverEntryPointByVersion, never
 // linked) and without it (driver_none.cc: everything is host memory). The C API uses it to refuse
 // device buffers clearly where a call moves host memory only, and to send device all-reduces
-// down their own path (collectives/device_allreduce.cc).
+// down their own path (collectives/device_ops.cc).
 #pragma once
 
 #include <cstddef>

@@ -204,44 +204,54 @@ void check_all(const std::vector<chorus::test::RankResult>& res) {
 
 TEST_CASE("device collectives: every call x type x op x count x in place, bit for bit",
           "[device]") {
-  for (int p : {2, 3})
-    for (bool one_gpu : {false, true}) {
-      INFO(p << " ranks, " << (one_gpu ? "one GPU" : "a GPU each"));
-      auto res = run_ranks(
-          p,
-          [p](int r) {
-            chorusComm_t comm = init(r);
-            if (!comm) return 1;
-            constexpr size_t kMaxCount = 4099;
-            char* send = static_cast<char*>(chorus::test::fake_device_alloc(kMaxCount * 8 * 3));
-            char* recv = static_cast<char*>(chorus::test::fake_device_alloc(kMaxCount * 8 * 3));
-            int salt = 0, failures = 0, cases = 0;
-            for (Coll coll : kColls)
-              for (const TypeCase& ty : kTypes)
-                for (const OpCase& op : kOps)
-                  for (size_t n : {size_t(1), size_t(5), size_t(1000), kMaxCount})
-                    for (bool in_place : {false, true}) {
-                      const int root = int((n + salt) % p);
-                      ++cases;
-                      failures +=
-                          one_case(comm, r, p, coll, ty, op, n, in_place, root, send, recv, ++salt);
-                      if (failures > 5) return 1;
-                    }
-            std::fprintf(stderr, "rank %d: %d cases, %d failed\n", r, cases, failures);
-            chorus::test::fake_device_free(send);
-            chorus::test::fake_device_free(recv);
-            chorusCommDestroy(comm);
-            return failures == 0 ? 0 : 1;
-          },
-          opts(one_gpu));
-      check_all(res);
-    }
+  struct Config {
+    int p;
+    bool one_gpu;
+    bool two_hosts;  // ranks 0..p-2 on one host, the last on another: staged through the host
+  };
+  for (Config c : {Config{2, false, false}, Config{2, true, false}, Config{3, false, false},
+                   Config{3, true, false}, Config{3, false, true}}) {
+    INFO(c.p << " ranks, " << (c.one_gpu ? "one GPU" : "a GPU each")
+             << (c.two_hosts ? ", two hosts" : ""));
+    auto res = run_ranks(
+        c.p,
+        [c](int r) {
+          if (c.two_hosts) setenv("CHORUS_HOSTID", r == c.p - 1 ? "host-b" : "host-a", 1);
+          chorusComm_t comm = init(r);
+          if (!comm) return 1;
+          constexpr size_t kMaxCount = 4099;
+          char* send = static_cast<char*>(chorus::test::fake_device_alloc(kMaxCount * 8 * 3));
+          char* recv = static_cast<char*>(chorus::test::fake_device_alloc(kMaxCount * 8 * 3));
+          int salt = 0, failures = 0, cases = 0;
+          for (Coll coll : kColls)
+            for (const TypeCase& ty : kTypes)
+              for (const OpCase& op : kOps)
+                for (size_t n : {size_t(1), size_t(5), size_t(1000), kMaxCount})
+                  for (bool in_place : {false, true}) {
+                    const int root = int((n + salt) % c.p);
+                    ++cases;
+                    failures +=
+                        one_case(comm, r, c.p, coll, ty, op, n, in_place, root, send, recv, ++salt);
+                    if (failures > 5) return 1;
+                  }
+          std::fprintf(stderr, "rank %d: %d cases, %d failed\n", r, cases, failures);
+          chorus::test::fake_device_free(send);
+          chorus::test::fake_device_free(recv);
+          chorusCommDestroy(comm);
+          return failures == 0 ? 0 : 1;
+        },
+        opts(c.one_gpu));
+    check_all(res);
+  }
 }
 
 TEST_CASE("device send/recv: alone, a ring in a group, both ways in a group", "[device]") {
+  const bool two_hosts = GENERATE(false, true);  // rank 2 on a host of its own: staged
+  INFO((two_hosts ? "two hosts" : "one host"));
   auto res = run_ranks(
       3,
-      [](int r) {
+      [two_hosts](int r) {
+        if (two_hosts) setenv("CHORUS_HOSTID", r == 2 ? "host-b" : "host-a", 1);
         chorusComm_t comm = init(r);
         if (!comm) return 1;
         const int p = 3, right = (r + 1) % p, left = (r + p - 1) % p;

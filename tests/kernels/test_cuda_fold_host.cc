@@ -49,14 +49,14 @@ int main() {
           a.count = c.count;
           a.avg_n = c.avg_n;
           // w - 1 more outputs (reduce_copy's second, a device all-reduce's peers'): each must
-          // equal the first. Aligned as the first (vectors) when w is even, one byte off (every
-          // element alone) when it is odd.
+          // equal the first. Aligned as the first (vectors) when w is even, one element off
+          // (every element alone) when it is odd.
           const size_t bytes = c.count * dtype_size(c.t);
           std::vector<std::vector<uint8_t>> more(size_t(c.w - 1), std::vector<uint8_t>(bytes + 32));
           const size_t off = reinterpret_cast<uintptr_t>(out) % 16;
           for (auto& m : more) {
             uint8_t* base = m.data() + (16 - reinterpret_cast<uintptr_t>(m.data()) % 16) % 16;
-            a.out[a.nout++] = base + (c.w % 2 == 0 ? off : (off + 1) % 16);
+            a.out[a.nout++] = base + (c.w % 2 == 0 ? off : (off + dtype_size(c.t)) % 16);
           }
           elem::with_storage_type(c.t,
                                   [&](auto tag) { emulate<decltype(tag)>(c.op, a, nthreads); });
