@@ -220,13 +220,14 @@ int main(int argc, char** argv) {
     // cpu, cuda[:N] or auto (cuda:LOCAL_RANK where a GPU is visible, else cpu).
     // (DDP first checks, on every rank, that no two ranks of a host were given one device.)
     const chorus::Device dev = chorus::Device::parse(device, chorus::env_local_rank());
-    if (!comm && !dev.is_cpu())
+    if (comm) chorus::check_devices(*comm, dev);  // two ranks on one device: named first
+    if (const std::string why = chorus::kernels_unavailable(dev); !why.empty())
       throw std::invalid_argument(fmt::format(
-          "train_cnn: --device {} ({}): the training kernels run on the cpu only in this build "
-          "({} CUDA device(s) visible); use --device cpu or auto",
-          device, dev.str(), chorus::cuda_backend().count()));
+          "train_cnn: --device {} ({}): {} ({} CUDA device(s) visible); use --device cpu or auto",
+          device, dev.str(), why, chorus::cuda_backend().count()));
     chorus::Net model(static_cast<int>(s[0]), static_cast<int>(s[1]), seed);
-    std::vector<int64_t> members;  // job ranks of the current communicator, by rank
+    if (!dev.is_cpu()) model.to(dev);  // initialised on the cpu (the same values), then moved
+    std::vector<int64_t> members;      // job ranks of the current communicator, by rank
     // Gathers who is in the communicator now; those not in `members` before, as "rank 1,3".
     auto newcomers = [&]() {
       std::vector<int64_t> now(static_cast<size_t>(comm->size()));
@@ -289,6 +290,7 @@ int main(int argc, char** argv) {
       return sampler.indices();
     });
     chorus::TrainOptions to;
+    to.device = dev;
     to.epochs = epochs;
     to.max_steps_per_epoch = max_steps;
     to.progress = !no_progress;

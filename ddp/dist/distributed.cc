@@ -1,6 +1,8 @@
 // DistributedDataParallel and its Reducer (buckets, gradient-ready hooks, ordered async launch).
 #include "ddp/dist/distributed.h"
 
+#include "ddp/ops/kernel_table.h"
+
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -33,6 +35,17 @@ std::vector<std::string> all_gather_strings(Communicator& comm, const std::strin
   return out;
 }
 
+namespace {
+
+// CHORUS_ALLOW_SHARED_GPU=1, the communicator's override (collectives/comm.cc), lets ranks of a
+// host share one GPU here too.
+bool shared_gpu_allowed() {
+  const char* v = std::getenv("CHORUS_ALLOW_SHARED_GPU");
+  return v != nullptr && std::string(v) == "1";
+}
+
+}  // namespace
+
 void check_devices(Communicator& comm, const Device& device) {
   char host[256] = {};
   gethostname(host, sizeof host - 1);
@@ -42,11 +55,12 @@ void check_devices(Communicator& comm, const Device& device) {
         std::pair(all[a].substr(0, all[a].find('\n')), all[a].substr(all[a].find('\n') + 1));
     if (da == "cpu") continue;
     for (size_t b = a + 1; b < all.size(); ++b) {
-      if (all[b] != all[a]) continue;
+      if (all[b] != all[a] || shared_gpu_allowed()) continue;
       throw std::invalid_argument(fmt::format(
           "ddp: ranks {} and {} on host {} were both given device {}; each process needs its own "
           "device: "
-          "pass --device cuda (maps rank to cuda:$LOCAL_RANK) or --device cuda:$LOCAL_RANK",
+          "pass --device cuda (maps rank to cuda:$LOCAL_RANK) or --device cuda:$LOCAL_RANK "
+          "(or set CHORUS_ALLOW_SHARED_GPU=1 to share it, slower)",
           a, b, ha, da));
     }
   }
@@ -90,19 +104,33 @@ void verify_parameters_across_ranks(Communicator& comm, const std::vector<NamedT
   }
 }
 
+// The device every tensor of `params` is on; throws naming two that differ.
+Device common_device(const std::vector<NamedTensor>& params, const char* what) {
+  if (params.empty()) return Device::cpu();
+  const Device d = params.front().second.device();
+  for (const auto& [name, t] : params)
+    if (t.device() != d)
+      throw std::invalid_argument(fmt::format(
+          "ddp: {}: {} is on {} but {} is on {}: one device per process (move the module with "
+          ".to())",
+          what, params.front().first, d.str(), name, t.device().str()));
+  return d;
+}
+
 void broadcast_parameters(Communicator& comm, const std::vector<NamedTensor>& params, int root) {
   int64_t total = 0;
   for (const auto& [name, t] : params) total += t.numel();
-  std::vector<float> flat(static_cast<size_t>(total));
+  // One flat buffer on the parameters' device (a device broadcast there: CUDA IPC or staged).
+  Tensor flat = Tensor::empty(Shape{total}, common_device(params, "broadcast of parameters"));
   int64_t off = 0;
   for (const auto& [name, t] : params) {
-    std::memcpy(flat.data() + off, t.data(), sizeof(float) * static_cast<size_t>(t.numel()));
+    Tensor::alias(flat, off, t.shape()).copy_from(t);
     off += t.numel();
   }
-  comm.broadcast(flat.data(), flat.size(), chorusFloat32, root);
+  comm.broadcast(flat.data(), static_cast<size_t>(total), chorusFloat32, root);
   off = 0;
   for (const auto& [name, t] : params) {
-    std::memcpy(t.data(), flat.data() + off, sizeof(float) * static_cast<size_t>(t.numel()));
+    t.copy_from(Tensor::alias(flat, off, t.shape()));
     off += t.numel();
   }
 }
@@ -138,7 +166,8 @@ Reducer::Reducer(Communicator& comm, std::vector<NamedTensor> params, ReducerOpt
       info_[b].params.push_back(slots_[static_cast<size_t>(s)].name);
     }
     info_[b].numel = n;
-    buckets_[b].flat = Tensor::zeros(Shape{n});
+    buckets_[b].flat =
+        Tensor::zeros(Shape{n}, slots_[static_cast<size_t>(groups[b][0])].param.device());
     buckets_[b].slots = groups[b];
   }
   // Gradients become views into the buckets (keeping any values already there).
@@ -186,12 +215,13 @@ void Reducer::on_grad_ready(int s) {
   const Tensor& g = slot.param.grad();
   float* dst = view.data();
   const int64_t n = view.numel();
+  check_same_device("ddp gradient", {{"the bucket", &view}, {slot.name.c_str(), &g}});
+  const KernelTable& kt = kernel_table_for(view.device());
   if (g.data() != dst) {  // the gradient was replaced (e.g. zero_grad(set_to_none)): copy it in
-    const float* src = g.data();
-    for (int64_t i = 0; i < n; ++i) dst[i] = src[i] / world_;
+    kt.div_scalar(n, g.data(), world_, dst);
     slot.param.set_grad(view);
   } else {
-    for (int64_t i = 0; i < n; ++i) dst[i] = dst[i] / world_;
+    kt.div_scalar(n, dst, world_, dst);
   }
   if (--bucket.pending == 0) launch_ready_buckets();
 }
@@ -260,10 +290,12 @@ namespace {
 std::vector<NamedTensor> checked_parameters(Module& module, Communicator& comm,
                                             const DdpOptions& options, const Device& device) {
   check_devices(comm, device);
-  if (!device.is_cpu())
-    throw std::invalid_argument(fmt::format(
-        "ddp: device {} requested, but this build's tensor core runs on cpu only", device.str()));
   auto params = module.named_parameters();
+  if (const Device on = common_device(params, "parameters"); on != device)
+    throw std::invalid_argument(fmt::format(
+        "ddp: the module's parameters are on {} but the device given is {} (move the module "
+        "with .to({}) first, as in PyTorch)",
+        on.str(), device.str(), device.str()));
   verify_parameters_across_ranks(comm, params);
   if (options.broadcast_parameters) broadcast_parameters(comm, params, 0);
   return params;

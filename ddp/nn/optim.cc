@@ -1,6 +1,8 @@
 // SGD step, written in the order of PyTorch's _single_tensor_sgd so the f32 rounding matches.
 #include "ddp/nn/optim.h"
 
+#include "ddp/ops/kernel_table.h"
+
 #include <fmt/format.h>
 
 #include <stdexcept>
@@ -17,31 +19,6 @@ Sgd::Sgd(std::vector<Tensor> params, SgdOptions options)
         options_.momentum, options_.dampening));
 }
 
-namespace {
-
-// One parameter's update; the branches are loop-invariant, so the compiler unswitches them and
-// vectorises each variant (restrict: param, grad and buffer never overlap).
-void sgd_update(const SgdOptions& options, long n, float* __restrict w,
-                const float* __restrict grad, float* __restrict buf, bool first) {
-  const SgdOptions o =
-      options;  // a local copy: stores to w cannot alias it, so the loop vectorises
-  for (long j = 0; j < n; ++j) {
-    float d = grad[j];
-    if (o.weight_decay != 0.0f) d = d + o.weight_decay * w[j];  // d_p = d_p.add(param, alpha=wd)
-    if (buf) {
-      if (first)
-        buf[j] = d;  // buf = clone(d_p)
-      else
-        buf[j] =
-            buf[j] * o.momentum + (1.0f - o.dampening) * d;  // buf.mul_(m).add_(d_p, alpha=1-damp)
-      d = o.nesterov ? d + o.momentum * buf[j] : buf[j];     // d_p = d_p.add(buf, alpha=m) | buf
-    }
-    w[j] = w[j] + (-o.lr) * d;  // param.add_(d_p, alpha=-lr)
-  }
-}
-
-}  // namespace
-
 void Sgd::step() {
   for (size_t i = 0; i < params_.size(); ++i) {
     Tensor& p = params_[i];
@@ -49,7 +26,10 @@ void Sgd::step() {
     const bool first = options_.momentum != 0.0f && !buffers_[i].defined();
     if (first) buffers_[i] = Tensor::empty(p.shape(), p.device());
     float* buf = options_.momentum != 0.0f ? buffers_[i].data() : nullptr;
-    sgd_update(options_, static_cast<long>(p.numel()), p.data(), p.grad().data(), buf, first);
+    const kernels::cpu::SgdStep o{options_.lr, options_.momentum, options_.dampening,
+                                  options_.weight_decay, options_.nesterov};
+    kernel_table_for(p.device())
+        .sgd_update(o, static_cast<long>(p.numel()), p.data(), p.grad().data(), buf, first);
   }
 }
 

@@ -13,10 +13,11 @@ namespace chorus {
 namespace {
 
 // Batch split for intra-op threads: part p of `parts` covers images [first(p), first(p + 1)).
+// On a GPU one part: its kernels take the whole batch.
 struct BatchSplit {
   int n, parts;
-  explicit BatchSplit(int batch)
-      : n(batch), parts(std::max(1, std::min(intra_op_threads(), batch))) {}
+  BatchSplit(int batch, Device d)
+      : n(batch), parts(d.is_cpu() ? std::max(1, std::min(intra_op_threads(), batch)) : 1) {}
   int first(int p) const { return static_cast<int>(static_cast<long>(n) * p / parts); }
   Conv2dShape sub(const Conv2dShape& s, int p) const {
     Conv2dShape c = s;
@@ -43,7 +44,7 @@ class Conv2dNode final : public Node {
     Tensor dw = Tensor::empty(w_.shape(), dy.device());
     Tensor db = edge(2).defined() ? Tensor::empty(Shape{s_.oc}, dy.device()) : Tensor();
     const KernelTable& kt = kernel_table_for(dy.device());
-    const BatchSplit split(s_.n);
+    const BatchSplit split(s_.n, dy.device());
     const size_t ws_each = split.workspace(s_);
     const long wn = w_.numel();
     // part 0 writes dw/db directly; the others into their own slices, summed after in part order
@@ -124,7 +125,7 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, int stride, int
                     x.shape().str()));
   const KernelTable& kt = kernel_table_for(x.device());
   Tensor y = Tensor::empty(Shape{s.n, s.oc, s.oh(), s.ow()}, x.device());
-  const BatchSplit split(s.n);
+  const BatchSplit split(s.n, x.device());
   const size_t ws_each = split.workspace(s);
   Tensor ws = Tensor::empty(Shape{static_cast<int64_t>(ws_each * split.parts)}, x.device());
   const long in_image = static_cast<long>(s.c) * s.h * s.w,

@@ -116,7 +116,8 @@ class SumNode final : public Node {
 
 Tensor reduce_all(const Tensor& x, float scale) {
   Tensor y = Tensor::empty(Shape{1}, x.device());
-  y.data()[0] = kernel_table_for(x.device()).sum(x.numel(), x.data()) * scale;
+  const KernelTable& kt = kernel_table_for(x.device());
+  kt.fill(1, kt.sum(x.numel(), x.data()) * scale, y.data());  // y may be device memory
   if (any_requires_grad({&x})) {
     auto node = std::make_shared<SumNode>(x.shape(), scale);
     node->set_inputs({&x});

@@ -13,32 +13,65 @@
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/softmax.h"
+#include "kernels/cuda/nn.h"
 
 namespace chorus {
 namespace {
 
 namespace k = kernels::cpu;
 
+// The DDP reducer's division of each gradient by the world size (as PyTorch's: a true division).
+void div_scalar_cpu(long n, const float* x, float d, float* y) {
+  for (long i = 0; i < n; ++i) y[i] = x[i] / d;
+}
+
 const KernelTable kCpuKernels = {
-    k::gemm,
-    k::conv2d_forward,
-    k::conv2d_backward,
-    k::max_pool2d_forward,
-    k::max_pool2d_backward,
-    k::relu_forward,
-    k::relu_backward,
-    k::add,
-    k::mul,
-    k::scale,
-    k::fill,
-    k::sum,
-    k::add_row_bias,
-    k::sum_rows,
-    k::log_softmax_forward,
-    k::log_softmax_backward,
-    k::nll_forward,
-    k::nll_backward,
-    k::argmax_rows,
+    .gemm = k::gemm,
+    .conv2d_forward = k::conv2d_forward,
+    .conv2d_backward = k::conv2d_backward,
+    .max_pool2d_forward = k::max_pool2d_forward,
+    .max_pool2d_backward = k::max_pool2d_backward,
+    .relu_forward = k::relu_forward,
+    .relu_backward = k::relu_backward,
+    .add = k::add,
+    .mul = k::mul,
+    .scale = k::scale,
+    .div_scalar = div_scalar_cpu,
+    .fill = k::fill,
+    .sum = k::sum,
+    .add_row_bias = k::add_row_bias,
+    .sum_rows = k::sum_rows,
+    .log_softmax_forward = k::log_softmax_forward,
+    .log_softmax_backward = k::log_softmax_backward,
+    .nll_forward = k::nll_forward,
+    .nll_backward = k::nll_backward,
+    .argmax_rows = k::argmax_rows,
+    .sgd_update = k::sgd_update,
+};
+
+namespace cu = kernels::cuda::nn;
+const KernelTable kCudaKernels = {
+    .gemm = cu::gemm,
+    .conv2d_forward = cu::conv2d_forward,
+    .conv2d_backward = cu::conv2d_backward,
+    .max_pool2d_forward = cu::max_pool2d_forward,
+    .max_pool2d_backward = cu::max_pool2d_backward,
+    .relu_forward = cu::relu_forward,
+    .relu_backward = cu::relu_backward,
+    .add = cu::add,
+    .mul = cu::mul,
+    .scale = cu::scale,
+    .div_scalar = cu::div_scalar,
+    .fill = cu::fill,
+    .sum = cu::sum,
+    .add_row_bias = cu::add_row_bias,
+    .sum_rows = cu::sum_rows,
+    .log_softmax_forward = cu::log_softmax_forward,
+    .log_softmax_backward = cu::log_softmax_backward,
+    .nll_forward = cu::nll_forward,
+    .nll_backward = cu::nll_backward,
+    .argmax_rows = cu::argmax_rows,
+    .sgd_update = cu::sgd_update,
 };
 
 }  // namespace
@@ -53,10 +86,18 @@ const KernelTable& kernel_table_for(Device device) {
     (void)isa_ok;
     return kCpuKernels;
   }
-  throw std::invalid_argument(
-      fmt::format("dispatch: expected device cpu, got {} (no kernels for it are built yet; "
-                  "move the tensors with .to(Device::cpu()))",
-                  device.str()));
+  if (const std::string why = kernels_unavailable(device); !why.empty())
+    throw std::invalid_argument(
+        fmt::format("dispatch: no kernels for {}: {} (move the tensors with .to(Device::cpu()))",
+                    device.str(), why));
+  cu::set_device(device.index);
+  return kCudaKernels;
+}
+
+std::string kernels_unavailable(Device device) {
+  if (device.is_cpu()) return {};
+  static const std::string why = cu::unavailable();  // probed once
+  return why;
 }
 
 void check_same_device(const char* op,

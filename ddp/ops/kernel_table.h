@@ -1,15 +1,18 @@
-// The one dispatch point from tensor ops to kernels: a table of kernel entry points per Device.
-// CPU fills it from kernels/cpu today; a CUDA table slots in here later without touching ops.
+// The one dispatch point from tensor ops to kernels: a table of kernel entry points per Device,
+// filled from kernels/cpu and, for cuda:N, from kernels/cuda/nn.h (on device pointers; host
+// values -- labels, argmax's output, sum's result -- stay on the host).
 #pragma once
 
 #include <cstdint>
 #include <initializer_list>
+#include <string>
 #include <utility>
 
 #include "ddp/tensor/tensor.h"
 #include "kernels/cpu/conv2d.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/pool.h"
+#include "kernels/cpu/sgd.h"
 
 namespace chorus {
 
@@ -32,6 +35,7 @@ struct KernelTable {
   void (*add)(long n, const float* a, const float* b, float* y);
   void (*mul)(long n, const float* a, const float* b, float* y);
   void (*scale)(long n, float alpha, const float* x, float* y);
+  void (*div_scalar)(long n, const float* x, float d, float* y);  // y = x / d (not x * (1/d))
   void (*fill)(long n, float value, float* y);
   float (*sum)(long n, const float* x);
   void (*add_row_bias)(int rows, int cols, const float* bias, float* y);
@@ -40,12 +44,17 @@ struct KernelTable {
   void (*log_softmax_backward)(int rows, int cols, const float* y, const float* dy, float* dx);
   float (*nll_forward)(int rows, int cols, const float* logp, const int32_t* labels);
   void (*nll_backward)(int rows, int cols, const int32_t* labels, float scale, float* dlogp);
-  void (*argmax_rows)(int rows, int cols, const float* x, int32_t* out);
+  void (*argmax_rows)(int rows, int cols, const float* x, int32_t* out);  // out: host memory
+  void (*sgd_update)(const kernels::cpu::SgdStep&, long n, float* w, const float* grad, float* buf,
+                     bool first);
 };
 
-// Throws std::invalid_argument naming the device when no kernels exist for it, or repeating the
-// message of a bad CHORUS_CPU_ISA.
+// Throws std::invalid_argument naming the device when no kernels exist for it (a build without
+// CUDA, no such device), or repeating the message of a bad CHORUS_CPU_ISA. For cuda:N, makes N
+// the calling thread's current device.
 const KernelTable& kernel_table_for(Device device);
+// Empty where kernels for `device` can run; otherwise why not (no CUDA build, no device).
+std::string kernels_unavailable(Device device);
 
 // Ops with several tensor inputs call this first: throws std::invalid_argument when the defined
 // ones are not all on one device, naming the op, two of the tensors and their devices.

@@ -81,8 +81,10 @@ Tensor nll_loss(const Tensor& logp, std::span<const int32_t> labels, Reduction r
           fmt::format("nll_loss: expected labels in [0, {}), got {} at {}", k, labels[i], i));
   const float scale = reduction == Reduction::kMean ? 1.0f / static_cast<float>(n) : 1.0f;
   Tensor y = Tensor::empty(Shape{1}, logp.device());
-  const float total = kernel_table_for(logp.device()).nll_forward(n, k, logp.data(), labels.data());
-  y.data()[0] = reduction == Reduction::kMean ? total / static_cast<float>(n) : total;
+  const KernelTable& kt = kernel_table_for(logp.device());
+  const float total = kt.nll_forward(n, k, logp.data(), labels.data());
+  kt.fill(1, reduction == Reduction::kMean ? total / static_cast<float>(n) : total,
+          y.data());  // y may be device memory
   if (any_requires_grad({&logp})) {
     auto node = std::make_shared<NllNode>(labels, logp.shape(), scale);
     node->set_inputs({&logp});

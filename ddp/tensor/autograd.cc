@@ -8,17 +8,25 @@
 #include <vector>
 
 #include "kernels/cpu/elementwise.h"
+#include "kernels/cuda/nn.h"
 
 namespace chorus {
 namespace {
 
 thread_local bool t_grad_enabled = true;
 
+// y = a + b on the tensors' device (they are on one: checked by the ops that made them).
+void add_on(const Tensor& like, const float* a, const float* b, float* y) {
+  if (like.device().is_cpu()) return kernels::cpu::add(like.numel(), a, b, y);
+  kernels::cuda::nn::set_device(like.device().index);
+  kernels::cuda::nn::add(like.numel(), a, b, y);
+}
+
 // Returns a + b in a fresh buffer: incoming gradients may alias each other (add's backward hands
 // the same tensor to both inputs), so accumulation never writes into one it did not create.
 Tensor sum_fresh(const Tensor& a, const Tensor& b) {
   Tensor out = Tensor::empty(a.shape(), a.device());
-  kernels::cpu::add(a.numel(), a.data(), b.data(), out.data());
+  add_on(a, a.data(), b.data(), out.data());
   return out;
 }
 
@@ -28,7 +36,7 @@ void accumulate_into_leaf(TensorImpl& leaf, const Tensor& g) {
     leaf.grad = g.clone();
     return;
   }
-  kernels::cpu::add(g.numel(), leaf.grad.data(), g.data(), leaf.grad.data());
+  add_on(g, leaf.grad.data(), g.data(), leaf.grad.data());
 }
 
 void finish_leaf_edge(TensorImpl& leaf, const std::shared_ptr<TensorImpl>& owner) {

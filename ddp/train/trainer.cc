@@ -77,29 +77,27 @@ void Trainer::capture(Snapshot& s, int64_t step, int64_t position, const double*
   s.images = images;
   const std::vector<Tensor> params = model_.parameters();
   s.params.resize(params.size());
-  for (size_t i = 0; i < params.size(); ++i)
-    s.params[i].assign(params[i].data(), params[i].data() + params[i].numel());
+  for (size_t i = 0; i < params.size(); ++i) s.params[i] = params[i].to_vector();  // any device
   auto& bufs = optimizer_.momentum_buffers();
   s.momenta.clear();
   if (!bufs.empty() && bufs[0].defined()) {
     s.momenta.resize(bufs.size());
-    for (size_t i = 0; i < bufs.size(); ++i)
-      s.momenta[i].assign(bufs[i].data(), bufs[i].data() + bufs[i].numel());
+    for (size_t i = 0; i < bufs.size(); ++i) s.momenta[i] = bufs[i].to_vector();
   }
 }
 
 void Trainer::restore(const Snapshot& s) {
   const std::vector<Tensor> params = model_.parameters();
   for (size_t i = 0; i < params.size(); ++i)
-    std::copy(s.params[i].begin(), s.params[i].end(), params[i].data());
+    params[i].copy_from(Tensor::from(params[i].shape(), s.params[i]));  // any device
   auto& bufs = optimizer_.momentum_buffers();
   for (size_t i = 0; i < bufs.size(); ++i) {
     if (s.momenta.empty()) {
       bufs[i] = Tensor();  // rolled back to before the first step: no momentum yet
       continue;
     }
-    if (!bufs[i].defined()) bufs[i] = Tensor::empty(params[i].shape());
-    std::copy(s.momenta[i].begin(), s.momenta[i].end(), bufs[i].data());
+    if (!bufs[i].defined()) bufs[i] = Tensor::empty(params[i].shape(), params[i].device());
+    bufs[i].copy_from(Tensor::from(params[i].shape(), s.momenta[i]));
   }
   global_step_ = s.global_step;
 }
@@ -296,8 +294,9 @@ EpochStats Trainer::run_epoch(int epoch) {
             std::fflush(options_.sample_log);
           }
           optimizer_.zero_grad();
-          Tensor logits =
-              options_.ddp ? options_.ddp->forward(batch.images) : model_.forward(batch.images);
+          const Tensor images =
+              options_.device.is_cpu() ? batch.images : batch.images.to(options_.device);
+          Tensor logits = options_.ddp ? options_.ddp->forward(images) : model_.forward(images);
           Tensor loss = cross_entropy(logits, batch.labels);
           const auto b0 = std::chrono::steady_clock::now();
           loss.backward();
@@ -413,6 +412,8 @@ namespace {
 int64_t count_correct(Module& model, const Dataset& data, int64_t begin, int64_t end,
                       int64_t batch_size) {
   NoGradGuard no_grad;
+  const auto params = model.parameters();  // the images go where the model is
+  const Device device = params.empty() ? Device::cpu() : params.front().device();
   const bool was_training = model.is_training();
   model.eval();
   const Shape s = data.sample_shape();
@@ -423,7 +424,7 @@ int64_t count_correct(Module& model, const Dataset& data, int64_t begin, int64_t
     std::vector<int32_t> labels(static_cast<size_t>(count));
     for (int64_t i = 0; i < count; ++i)
       labels[static_cast<size_t>(i)] = data.get(first + i, x.data() + i * s.numel());
-    const std::vector<int32_t> pred = argmax(model.forward(x));
+    const std::vector<int32_t> pred = argmax(model.forward(device.is_cpu() ? x : x.to(device)));
     for (int64_t i = 0; i < count; ++i)
       correct += pred[static_cast<size_t>(i)] == labels[static_cast<size_t>(i)];
   }

@@ -50,6 +50,7 @@ struct TrainOptions {
   bool record_step_losses = false;
   std::FILE* out = stdout;
   int eval_batch_size = 1000;
+  Device device = Device::cpu();  // where the model is: each batch is copied there
   // Called after each loss.backward() and before optimizer.step(): where DDP waits for its
   // bucket all-reduces to finish. Optional.
   std::function<void()> after_backward;

@@ -121,8 +121,12 @@ TEST_CASE("an op given tensors on two devices names both; one with no kernels na
   CHECK(error_of([&] { conv2d(img, k, Tensor(), 1, 0); }) ==
         "conv2d: input is on cpu but weight is on cuda:0: every input must be on one device "
         "(move one with .to())");
-  CHECK_THAT(error_of([&] { relu(w); }),
-             Catch::Contains("expected device cpu, got cuda:0 (no kernels for it are built yet"));
+  // The fake GPUs' memory is no real device's: where CUDA's kernels cannot run (no device, no
+  // CUDA build) the op names the device and why.
+  if (!kernels_unavailable(Device::cuda(0)).empty())
+    CHECK_THAT(error_of([&] { relu(w); }),
+               Catch::StartsWith("dispatch: no kernels for cuda:0: ") &&
+                   Catch::Contains("(move the tensors with .to(Device::cpu()))"));
   // Moved to one device, the op runs.
   CHECK(linear(x, w.to(Device::cpu()), b).to_vector() == std::vector<float>(8, 3.0f));
 }

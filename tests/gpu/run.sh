@@ -11,7 +11,11 @@
 #      type x op x count x in/out of place x offset, stream order, errors, bandwidth; the other
 #      collectives, send/recv in a group and the barrier with a stream;
 #   6. chorus-perf --device cuda, 2 ranks on device 0: every collective from 8 B to 256 MiB,
-#      checked, with the efficiency column (all-reduce also on 3 ranks).
+#      checked, with the efficiency column (all-reduce also on 3 ranks);
+#   7. training on the GPU: every CNN operator forward and backward against the cpu, steps of the
+#      net on both (test_cuda_ops); train_cnn --device cuda on 1 rank, and DDP on 2 ranks sharing
+#      the GPU, on synthetic CIFAR-shaped data; then images/s against PyTorch eager on the same
+#      GPU (bench/gpu/train_compare.py, batch 64 and 256).
 # Each step has a limit that keeps the whole run inside a 15-minute device lease.
 # Every step's log goes into one file, $OUT/suite.log (or ./gpu-logs/suite.log: the device tool
 # brings back 8 files at most); the last line is "gpu suite: N passed, N failed".
@@ -54,6 +58,18 @@ perf() {  # name, ranks, collective
 perf allreduce_p2 2 all_reduce
 perf allreduce_p3 3 all_reduce
 for coll in broadcast reduce all_gather reduce_scatter send_recv; do perf "${coll}_p2" 2 "$coll"; done
+step cuda_ops 120 "$bin/test_cuda_ops"
+train() {  # name, ranks, batch
+  step "train_$1" 120 env CHORUS_ALLOW_SHARED_GPU=1 "$bin/chorus-run" -n "$2" "$bin/train_cnn" \
+    --device cuda --data synthetic --synthetic-size 8192 --synthetic-shape 3x32x32 --epochs 1 \
+    --batch-size "$3" --log-every 16 --no-progress
+  grep -h "images/s\|accuracy\|error" "$logs/train_$1.log" 2>/dev/null | tail -4
+}
+train p1_b64 1 64
+train p1_b256 1 256
+train p2_b32 2 32
+step train_bench 300 python3 bench/gpu/train_compare.py "$bin" --steps 100 --rounds 2
+grep -h "^#\|^  " "$logs/train_bench.log" 2>/dev/null
 PATH=$PATH:/usr/local/cuda/bin:/usr/local/cuda/compute-sanitizer
 if command -v compute-sanitizer >/dev/null; then
   for tool in memcheck racecheck synccheck; do

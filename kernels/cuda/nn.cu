@@ -1,0 +1,443 @@
+// CUDA kernels for the CNN's operators (nn.h). Small and plain on purpose: the tutorial net's
+// tensors are tiny, so launches, not FLOPs, decide its speed; the GEMM is a 16x16 shared-memory
+// tile, every reduction runs in a fixed order (the same bits on every run).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/nn.h"
+#include "kernels/cuda/nn_body.h"
+
+namespace chorus::kernels::cuda::nn {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kTile = 16;
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess)
+    throw std::runtime_error(std::string("cuda ") + what + ": " + cudaGetErrorName(e) + ": " +
+                             cudaGetErrorString(e));
+}
+void launched(const char* what) {
+  check(cudaGetLastError(), what);
+}
+
+int blocks_for(long n) {
+  const long b = (n + kThreads - 1) / kThreads;
+  return int(b < 1 ? 1 : (b > 65535 * 8 ? 65535 * 8 : b));
+}
+
+// Device scratch that grows and is kept (per purpose), so a training step allocates nothing
+// once the first step has run. One user at a time: the table's callers run on one thread.
+struct Scratch {
+  void* p = nullptr;
+  size_t bytes = 0;
+  void* get(size_t want, const char* what) {
+    if (want <= bytes) return p;
+    if (p) check(cudaFree(p), what);
+    p = nullptr;
+    bytes = 0;
+    check(cudaMalloc(&p, want), what);
+    bytes = want;
+    return p;
+  }
+};
+Scratch g_col, g_mat, g_small, g_rows;
+std::mutex g_mu;
+
+// ---- kernels ------------------------------------------------------------------------------
+
+__device__ inline float op_at(const float* m, int ld, bool trans, int i, int j) {
+  return trans ? m[long(j) * ld + i] : m[long(i) * ld + j];
+}
+
+// C = alpha op(A) op(B) + beta C, row-major; C not read when beta is 0. Each output's k-sum runs
+// in k order.
+__global__ void gemm_kernel(bool ta, bool tb, int m, int n, int k, float alpha, const float* a,
+                            int lda, const float* b, int ldb, float beta, float* c, int ldc) {
+  __shared__ float as[kTile][kTile + 1];
+  __shared__ float bs[kTile][kTile + 1];
+  const int row = blockIdx.y * kTile + threadIdx.y, col = blockIdx.x * kTile + threadIdx.x;
+  float acc = 0.0f;
+  for (int t = 0; t < k; t += kTile) {
+    const int ak = t + threadIdx.x, bk = t + threadIdx.y;
+    as[threadIdx.y][threadIdx.x] = row < m && ak < k ? op_at(a, lda, ta, row, ak) : 0.0f;
+    bs[threadIdx.y][threadIdx.x] = bk < k && col < n ? op_at(b, ldb, tb, bk, col) : 0.0f;
+    __syncthreads();
+    for (int e = 0; e < kTile; ++e) acc += as[threadIdx.y][e] * bs[e][threadIdx.x];
+    __syncthreads();
+  }
+  if (row < m && col < n) {
+    float* out = c + long(row) * ldc + col;
+    *out = beta == 0.0f ? alpha * acc : alpha * acc + beta * *out;
+  }
+}
+
+__global__ void im2col_kernel(Conv2dShape s, const float* x, float* col, long cols, long total) {
+  for (long i = blockIdx.x * long(blockDim.x) + threadIdx.x; i < total;
+       i += long(gridDim.x) * blockDim.x)
+    col[i] = body::im2col_at(s, x, i / cols, i % cols);
+}
+
+__global__ void col2im_kernel(Conv2dShape s, const float* col, float* dx, long total) {
+  for (long i = blockIdx.x * long(blockDim.x) + threadIdx.x; i < total;
+       i += long(gridDim.x) * blockDim.x)
+    dx[i] = body::col2im_at(s, col, i);
+}
+
+// (OC, N*P) <-> (N, OC, P); forward adds the bias.
+__global__ void unpack_kernel(const float* mat, const float* bias, float* y, int oc, long p,
+                              long total) {
+  for (long i = blockIdx.x * long(blockDim.x) + threadIdx.x; i < total;
+       i += long(gridDim.x) * blockDim.x) {
+    const long q = i % p, c = (i / p) % oc, n = i / (p * oc);
+    y[i] = mat[c * (total / oc) + n * p + q] + (bias ? bias[c] : 0.0f);
+  }
+}
+__global__ void pack_kernel(const float* dy, float* mat, int oc, long p, long total) {
+  for (long i = blockIdx.x * long(blockDim.x) + threadIdx.x; i < total;
+       i += long(gridDim.x) * blockDim.x) {
+    const long q = i % p, c = (i / p) % oc, n = i / (p * oc);
+    mat[c * (total / oc) + n * p + q] = dy[i];
+  }
+}
+
+// Row sums of a (rows, cols) matrix, one block per row, a fixed tree: out[r] (= or +=).
+__global__ void row_sums_kernel(const float* mat, long cols, float* out) {
+  __shared__ double part[kThreads];
+  const float* r = mat + long(blockIdx.x) * cols;
+  double acc = 0.0;
+  for (long j = threadIdx.x; j < cols; j += blockDim.x) acc += r[j];
+  part[threadIdx.x] = acc;
+  __syncthreads();
+  for (int w = blockDim.x / 2; w > 0; w /= 2) {
+    if (threadIdx.x < w) part[threadIdx.x] += part[threadIdx.x + w];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) out[blockIdx.x] = float(part[0]);
+}
+
+__global__ void pool_forward_kernel(PoolShape s, const float* x, float* y, uint8_t* argmax,
+                                    long total) {
+  for (long o = blockIdx.x * long(blockDim.x) + threadIdx.x; o < total;
+       o += long(gridDim.x) * blockDim.x) {
+    int at = 0;
+    y[o] = body::pool_max_at(s, x, o, &at);
+    if (argmax) argmax[o] = uint8_t(at);
+  }
+}
+
+__global__ void pool_backward_kernel(PoolShape s, const float* x, const uint8_t* argmax,
+                                     const float* dy, float* dx, long total) {
+  for (long i = blockIdx.x * long(blockDim.x) + threadIdx.x; i < total;
+       i += long(gridDim.x) * blockDim.x)
+    dx[i] = body::pool_grad_at(s, x, argmax, dy, i);
+}
+
+enum class Ew { kRelu, kReluGrad, kAdd, kMul, kScale, kDiv, kFill };
+
+__global__ void elementwise_kernel(Ew op, long n, float alpha, const float* a, const float* b,
+                                   float* y) {
+  for (long i = blockIdx.x * long(blockDim.x) + threadIdx.x; i < n;
+       i += long(gridDim.x) * blockDim.x) {
+    switch (op) {
+      case Ew::kRelu:
+        y[i] = a[i] > 0.0f ? a[i] : 0.0f;
+        break;
+      case Ew::kReluGrad:  // a: y, b: dy
+        y[i] = a[i] > 0.0f ? b[i] : 0.0f;
+        break;
+      case Ew::kAdd:
+        y[i] = a[i] + b[i];
+        break;
+      case Ew::kMul:
+        y[i] = a[i] * b[i];
+        break;
+      case Ew::kScale:
+        y[i] = alpha * a[i];
+        break;
+      case Ew::kDiv:
+        y[i] = __fdiv_rn(a[i], alpha);
+        break;
+      case Ew::kFill:
+        y[i] = alpha;
+        break;
+    }
+  }
+}
+
+// Partial sums in double, one per block, in a fixed order; the host adds them in block order.
+__global__ void sum_kernel(long n, const float* x, double* partial) {
+  __shared__ double part[kThreads];
+  double acc = 0.0;
+  for (long i = blockIdx.x * long(blockDim.x) + threadIdx.x; i < n;
+       i += long(gridDim.x) * blockDim.x)
+    acc += x[i];
+  part[threadIdx.x] = acc;
+  __syncthreads();
+  for (int w = blockDim.x / 2; w > 0; w /= 2) {
+    if (threadIdx.x < w) part[threadIdx.x] += part[threadIdx.x + w];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) partial[blockIdx.x] = part[0];
+}
+
+__global__ void add_row_bias_kernel(int rows, int cols, const float* bias, float* y) {
+  const long total = long(rows) * cols;
+  for (long i = blockIdx.x * long(blockDim.x) + threadIdx.x; i < total;
+       i += long(gridDim.x) * blockDim.x)
+    y[i] += bias[i % cols];
+}
+
+// dbias[c] = sum over rows in row order, as the CPU.
+__global__ void sum_rows_kernel(int rows, int cols, const float* dy, float* dbias) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= cols) return;
+  float acc = 0.0f;
+  for (int r = 0; r < rows; ++r) acc += dy[long(r) * cols + c];
+  dbias[c] = acc;
+}
+
+__global__ void log_softmax_kernel(int rows, int cols, const float* x, float* y) {
+  const int r = blockIdx.x * blockDim.x + threadIdx.x;
+  if (r < rows) body::log_softmax_row(cols, x + long(r) * cols, y + long(r) * cols);
+}
+
+__global__ void log_softmax_grad_kernel(int rows, int cols, const float* y, const float* dy,
+                                        float* dx) {
+  const int r = blockIdx.x * blockDim.x + threadIdx.x;
+  if (r < rows)
+    body::log_softmax_grad_row(cols, y + long(r) * cols, dy + long(r) * cols, dx + long(r) * cols);
+}
+
+__global__ void nll_pick_kernel(int rows, int cols, const float* logp, const int32_t* labels,
+                                float* out) {
+  const int r = blockIdx.x * blockDim.x + threadIdx.x;
+  if (r < rows) out[r] = logp[long(r) * cols + labels[r]];
+}
+
+__global__ void nll_grad_kernel(int rows, int cols, const int32_t* labels, float scale,
+                                float* dlogp) {
+  const long total = long(rows) * cols;
+  for (long i = blockIdx.x * long(blockDim.x) + threadIdx.x; i < total;
+       i += long(gridDim.x) * blockDim.x)
+    dlogp[i] = i % cols == labels[i / cols] ? -scale : 0.0f;
+}
+
+__global__ void argmax_kernel(int rows, int cols, const float* x, int32_t* out) {
+  const int r = blockIdx.x * blockDim.x + threadIdx.x;
+  if (r < rows) out[r] = body::argmax_row(cols, x + long(r) * cols);
+}
+
+__global__ void sgd_kernel(SgdStep o, long n, float* w, const float* grad, float* buf, bool first) {
+  for (long j = blockIdx.x * long(blockDim.x) + threadIdx.x; j < n;
+       j += long(gridDim.x) * blockDim.x) {
+    float d = grad[j];
+    if (o.weight_decay != 0.0f) d = __fadd_rn(d, __fmul_rn(o.weight_decay, w[j]));
+    if (buf) {
+      buf[j] =
+          first ? d : __fadd_rn(__fmul_rn(buf[j], o.momentum), __fmul_rn(1.0f - o.dampening, d));
+      d = o.nesterov ? __fadd_rn(d, __fmul_rn(o.momentum, buf[j])) : buf[j];
+    }
+    w[j] = __fadd_rn(w[j], __fmul_rn(-o.lr, d));
+  }
+}
+
+void elementwise(Ew op, long n, float alpha, const float* a, const float* b, float* y,
+                 const char* what) {
+  if (n <= 0) return;
+  elementwise_kernel<<<blocks_for(n), kThreads>>>(op, n, alpha, a, b, y);
+  launched(what);
+}
+
+// Labels (host) into device memory.
+const int32_t* labels_on_device(int rows, const int32_t* labels) {
+  auto* d = static_cast<int32_t*>(g_small.get(sizeof(int32_t) * rows, "nll labels"));
+  check(cudaMemcpy(d, labels, sizeof(int32_t) * rows, cudaMemcpyHostToDevice), "nll labels");
+  return d;
+}
+
+}  // namespace
+
+std::string unavailable() {
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) return std::string("no CUDA device: ") + cudaGetErrorString(e);
+  return n > 0 ? std::string() : std::string("no CUDA device");
+}
+
+void set_device(int device) {
+  check(cudaSetDevice(device), "cudaSetDevice");
+}
+
+void gemm(Trans ta, Trans tb, int m, int n, int k, float alpha, const float* a, int lda,
+          const float* b, int ldb, float beta, float* c, int ldc) {
+  if (m <= 0 || n <= 0) return;
+  dim3 grid((n + kTile - 1) / kTile, (m + kTile - 1) / kTile), block(kTile, kTile);
+  gemm_kernel<<<grid, block>>>(ta == Trans::kYes, tb == Trans::kYes, m, n, k, alpha, a, lda, b, ldb,
+                               beta, c, ldc);
+  launched("gemm");
+}
+
+void conv2d_forward(const Conv2dShape& s, const float* x, const float* w, const float* b, float* y,
+                    float*, int) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  const long K = s.patch(), cols = s.pixels(), P = long(s.oh()) * s.ow();
+  if (cols == 0) return;
+  auto* col = static_cast<float*>(g_col.get(sizeof(float) * K * cols, "conv2d im2col"));
+  auto* mat = static_cast<float*>(g_mat.get(sizeof(float) * s.oc * cols, "conv2d output"));
+  im2col_kernel<<<blocks_for(K * cols), kThreads>>>(s, x, col, cols, K * cols);
+  launched("im2col");
+  nn::gemm(Trans::kNo, Trans::kNo, s.oc, int(cols), int(K), 1.0f, w, int(K), col, int(cols), 0.0f,
+           mat, int(cols));
+  unpack_kernel<<<blocks_for(s.oc * cols), kThreads>>>(mat, b, y, s.oc, P, s.oc * cols);
+  launched("conv2d output");
+}
+
+void conv2d_backward(const Conv2dShape& s, const float* x, const float* w, const float* dy,
+                     float* dx, float* dw, float* db, float*, int) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  const long K = s.patch(), cols = s.pixels(), P = long(s.oh()) * s.ow();
+  auto* col =
+      static_cast<float*>(g_col.get(sizeof(float) * K * std::max(cols, 1L), "conv2d im2col"));
+  auto* mat =
+      static_cast<float*>(g_mat.get(sizeof(float) * s.oc * std::max(cols, 1L), "conv2d dy"));
+  pack_kernel<<<blocks_for(s.oc * cols), kThreads>>>(dy, mat, s.oc, P, s.oc * cols);
+  launched("conv2d dy");
+  im2col_kernel<<<blocks_for(K * cols), kThreads>>>(s, x, col, cols, K * cols);
+  launched("im2col");
+  // dw (OC, K) = dy (OC, cols) x col^T; db = row sums of dy; dcol = w^T x dy, into col.
+  nn::gemm(Trans::kNo, Trans::kYes, s.oc, int(K), int(cols), 1.0f, mat, int(cols), col, int(cols),
+           0.0f, dw, int(K));
+  if (db) {
+    row_sums_kernel<<<s.oc, kThreads>>>(mat, cols, db);
+    launched("conv2d db");
+  }
+  if (dx) {
+    nn::gemm(Trans::kYes, Trans::kNo, int(K), int(cols), s.oc, 1.0f, w, int(K), mat, int(cols),
+             0.0f, col, int(cols));
+    const long total = long(s.n) * s.c * s.h * s.w;
+    col2im_kernel<<<blocks_for(total), kThreads>>>(s, col, dx, total);
+    launched("col2im");
+  }
+}
+
+void max_pool2d_forward(const PoolShape& s, const float* x, float* y, uint8_t* argmax) {
+  const long total = long(s.planes) * s.oh() * s.ow();
+  if (total == 0) return;
+  pool_forward_kernel<<<blocks_for(total), kThreads>>>(s, x, y, argmax, total);
+  launched("max_pool2d");
+}
+
+void max_pool2d_backward(const PoolShape& s, const float* x, const float*, const uint8_t* argmax,
+                         const float* dy, float* dx) {
+  const long total = long(s.planes) * s.h * s.w;
+  if (total == 0) return;
+  pool_backward_kernel<<<blocks_for(total), kThreads>>>(s, x, argmax, dy, dx, total);
+  launched("max_pool2d backward");
+}
+
+void relu_forward(long n, const float* x, float* y) {
+  elementwise(Ew::kRelu, n, 0, x, nullptr, y, "relu");
+}
+void relu_backward(long n, const float* y, const float* dy, float* dx) {
+  elementwise(Ew::kReluGrad, n, 0, y, dy, dx, "relu backward");
+}
+void add(long n, const float* a, const float* b, float* y) {
+  elementwise(Ew::kAdd, n, 0, a, b, y, "add");
+}
+void mul(long n, const float* a, const float* b, float* y) {
+  elementwise(Ew::kMul, n, 0, a, b, y, "mul");
+}
+void scale(long n, float alpha, const float* x, float* y) {
+  elementwise(Ew::kScale, n, alpha, x, nullptr, y, "scale");
+}
+void div_scalar(long n, const float* x, float d, float* y) {
+  elementwise(Ew::kDiv, n, d, x, nullptr, y, "div");
+}
+void fill(long n, float value, float* y) {
+  elementwise(Ew::kFill, n, value, nullptr, nullptr, y, "fill");
+}
+
+float sum(long n, const float* x) {
+  if (n <= 0) return 0.0f;
+  std::lock_guard<std::mutex> lock(g_mu);
+  const int blocks = int(std::min<long>(1024, (n + kThreads - 1) / kThreads));
+  auto* partial = static_cast<double*>(g_small.get(sizeof(double) * blocks, "sum"));
+  sum_kernel<<<blocks, kThreads>>>(n, x, partial);
+  launched("sum");
+  std::vector<double> host(blocks);
+  check(cudaMemcpy(host.data(), partial, sizeof(double) * blocks, cudaMemcpyDeviceToHost), "sum");
+  double s = 0.0;
+  for (double v : host) s += v;
+  return float(s);
+}
+
+void add_row_bias(int rows, int cols, const float* bias, float* y) {
+  if (long(rows) * cols == 0) return;
+  add_row_bias_kernel<<<blocks_for(long(rows) * cols), kThreads>>>(rows, cols, bias, y);
+  launched("add_row_bias");
+}
+
+void sum_rows(int rows, int cols, const float* dy, float* dbias) {
+  if (cols == 0) return;
+  sum_rows_kernel<<<(cols + kThreads - 1) / kThreads, kThreads>>>(rows, cols, dy, dbias);
+  launched("sum_rows");
+}
+
+void log_softmax_forward(int rows, int cols, const float* x, float* y) {
+  if (rows == 0) return;
+  log_softmax_kernel<<<(rows + kThreads - 1) / kThreads, kThreads>>>(rows, cols, x, y);
+  launched("log_softmax");
+}
+
+void log_softmax_backward(int rows, int cols, const float* y, const float* dy, float* dx) {
+  if (rows == 0) return;
+  log_softmax_grad_kernel<<<(rows + kThreads - 1) / kThreads, kThreads>>>(rows, cols, y, dy, dx);
+  launched("log_softmax backward");
+}
+
+float nll_forward(int rows, int cols, const float* logp, const int32_t* labels) {
+  if (rows == 0) return 0.0f;
+  std::lock_guard<std::mutex> lock(g_mu);
+  const int32_t* d_labels = labels_on_device(rows, labels);
+  auto* picked = static_cast<float*>(g_rows.get(sizeof(float) * rows, "nll"));
+  nll_pick_kernel<<<(rows + kThreads - 1) / kThreads, kThreads>>>(rows, cols, logp, d_labels,
+                                                                  picked);
+  launched("nll");
+  std::vector<float> host(rows);
+  check(cudaMemcpy(host.data(), picked, sizeof(float) * rows, cudaMemcpyDeviceToHost), "nll");
+  double s = 0.0;  // as the CPU: in double, row order
+  for (float v : host) s -= v;
+  return float(s);
+}
+
+void nll_backward(int rows, int cols, const int32_t* labels, float scale, float* dlogp) {
+  if (long(rows) * cols == 0) return;
+  std::lock_guard<std::mutex> lock(g_mu);
+  const int32_t* d_labels = labels_on_device(rows, labels);
+  nll_grad_kernel<<<blocks_for(long(rows) * cols), kThreads>>>(rows, cols, d_labels, scale, dlogp);
+  launched("nll backward");
+}
+
+void argmax_rows(int rows, int cols, const float* x, int32_t* out) {
+  if (rows == 0) return;
+  std::lock_guard<std::mutex> lock(g_mu);
+  auto* d = static_cast<int32_t*>(g_rows.get(sizeof(int32_t) * rows, "argmax"));
+  argmax_kernel<<<(rows + kThreads - 1) / kThreads, kThreads>>>(rows, cols, x, d);
+  launched("argmax");
+  check(cudaMemcpy(out, d, sizeof(int32_t) * rows, cudaMemcpyDeviceToHost), "argmax");
+}
+
+void sgd_update(const SgdStep& o, long n, float* w, const float* grad, float* buf, bool first) {
+  if (n <= 0) return;
+  sgd_kernel<<<blocks_for(n), kThreads>>>(o, n, w, grad, buf, first);
+  launched("sgd");
+}
+
+}  // namespace chorus::kernels::cuda::nn

@@ -1,0 +1,150 @@
+// [cuda] Every operator of the CNN, forward and backward, on cuda:0 against the CPU (relative
+// error <= 1e-5 of the largest value: TF32 is never used, the GEMM sums in float), then a step
+// of the tutorial net (forward, loss, backward, SGD with momentum and weight decay) on both
+// devices, parameters compared after it. Exits 77 with the reason where the CUDA kernels cannot
+// run (no CUDA build, no device): tests/gpu/run.sh runs it where a GPU is lent.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ddp/nn/modules.h"
+#include "ddp/nn/optim.h"
+#include "ddp/ops/kernel_table.h"
+#include "ddp/ops/ops.h"
+
+using namespace chorus;
+
+namespace {
+
+int g_failed = 0, g_checked = 0;
+const Device kGpu = Device::cuda(0);
+
+Tensor random(const Shape& shape, std::mt19937& rng) {
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> v(static_cast<size_t>(shape.numel()));
+  for (float& x : v) x = u(rng);
+  return Tensor::from(shape, v);
+}
+
+void compare(const std::string& what, const Tensor& cpu, const Tensor& gpu) {
+  ++g_checked;
+  const std::vector<float> a = cpu.to_vector(), b = gpu.to_vector();
+  if (a.size() != b.size()) {
+    std::printf("FAIL %s: %zu elements on the cpu, %zu on the gpu\n", what.c_str(), a.size(),
+                b.size());
+    ++g_failed;
+    return;
+  }
+  float scale = 1e-6f;
+  for (float x : a) scale = std::max(scale, std::fabs(x));
+  for (size_t i = 0; i < a.size(); ++i)
+    if (!(std::fabs(a[i] - b[i]) <= 1e-5f * scale)) {
+      std::printf("FAIL %s: element %zu: cpu %.9g, gpu %.9g (scale %g)\n", what.c_str(), i, a[i],
+                  b[i], scale);
+      ++g_failed;
+      return;
+    }
+}
+
+// op(inputs) on both devices; the outputs, then (through the sum of output * a fixed random
+// weight) every input's gradient, compared.
+void check_op(const std::string& name, std::vector<Tensor> inputs,
+              const std::function<Tensor(const std::vector<Tensor>&)>& op, std::mt19937& rng) {
+  std::vector<Tensor> on_gpu;
+  for (Tensor& t : inputs) {
+    t.set_requires_grad(true);
+    on_gpu.push_back(t.detach().to(kGpu));
+    on_gpu.back().set_requires_grad(true);
+  }
+  Tensor y_cpu = op(inputs), y_gpu = op(on_gpu);
+  compare(name + " forward", y_cpu, y_gpu);
+  Tensor w = random(y_cpu.shape(), rng);
+  sum(mul(y_cpu, w)).backward();
+  sum(mul(y_gpu, w.to(kGpu))).backward();
+  for (size_t i = 0; i < inputs.size(); ++i)
+    compare(name + " grad of input " + std::to_string(i), inputs[i].grad(), on_gpu[i].grad());
+}
+
+}  // namespace
+
+int main() {
+  if (const std::string why = kernels_unavailable(kGpu); !why.empty()) {
+    std::printf("skip: [cuda] %s\n", why.c_str());
+    return 77;
+  }
+  std::mt19937 rng(11);
+  for (auto [stride, pad] : {std::pair{1, 0}, {2, 1}, {1, 2}})
+    check_op(
+        "conv2d stride " + std::to_string(stride) + " pad " + std::to_string(pad),
+        {random(Shape{5, 3, 12, 13}, rng), random(Shape{4, 3, 5, 5}, rng), random(Shape{4}, rng)},
+        [=](const std::vector<Tensor>& t) { return conv2d(t[0], t[1], t[2], stride, pad); }, rng);
+  check_op(
+      "conv2d lenet",
+      {random(Shape{64, 3, 32, 32}, rng), random(Shape{6, 3, 5, 5}, rng), random(Shape{6}, rng)},
+      [](const std::vector<Tensor>& t) { return conv2d(t[0], t[1], t[2]); }, rng);
+  for (auto [k, s] : {std::pair{2, 2}, {3, 2}, {3, 1}})
+    check_op(
+        "max_pool2d " + std::to_string(k) + "/" + std::to_string(s),
+        {random(Shape{4, 3, 14, 15}, rng)},
+        [=](const std::vector<Tensor>& t) { return max_pool2d(t[0], k, s); }, rng);
+  check_op(
+      "relu", {random(Shape{1000}, rng)}, [](const std::vector<Tensor>& t) { return relu(t[0]); },
+      rng);
+  check_op(
+      "linear",
+      {random(Shape{64, 400}, rng), random(Shape{120, 400}, rng), random(Shape{120}, rng)},
+      [](const std::vector<Tensor>& t) { return linear(t[0], t[1], t[2]); }, rng);
+  check_op(
+      "flatten", {random(Shape{8, 16, 5, 5}, rng)},
+      [](const std::vector<Tensor>& t) { return flatten(t[0], 1); }, rng);
+  check_op(
+      "add", {random(Shape{77}, rng), random(Shape{77}, rng)},
+      [](const std::vector<Tensor>& t) { return add(t[0], t[1]); }, rng);
+  check_op(
+      "mean", {random(Shape{3001}, rng)}, [](const std::vector<Tensor>& t) { return mean(t[0]); },
+      rng);
+  check_op(
+      "log_softmax", {random(Shape{256, 10}, rng)},
+      [](const std::vector<Tensor>& t) { return log_softmax(t[0]); }, rng);
+  std::vector<int32_t> labels(256);
+  for (size_t i = 0; i < labels.size(); ++i) labels[i] = int32_t((i * 7) % 10);
+  check_op(
+      "cross_entropy", {random(Shape{256, 10}, rng)},
+      [&](const std::vector<Tensor>& t) { return cross_entropy(t[0], labels); }, rng);
+  {
+    Tensor x = random(Shape{256, 10}, rng);
+    ++g_checked;
+    if (argmax(x) != argmax(x.to(kGpu))) {
+      std::printf("FAIL argmax\n");
+      ++g_failed;
+    }
+  }
+  // A step of the tutorial net on both devices.
+  Net cpu_net(3, 32, 5), gpu_net(3, 32, 5);
+  gpu_net.to(kGpu);
+  const SgdOptions so{.lr = 0.01f, .momentum = 0.9f, .weight_decay = 5e-4f};
+  Sgd cpu_opt(cpu_net.parameters(), so), gpu_opt(gpu_net.parameters(), so);
+  for (int step = 0; step < 3; ++step) {
+    Tensor x = random(Shape{64, 3, 32, 32}, rng);
+    std::vector<int32_t> y(64);
+    for (size_t i = 0; i < y.size(); ++i) y[i] = int32_t(rng() % 10);
+    cpu_opt.zero_grad();
+    gpu_opt.zero_grad();
+    Tensor lc = cross_entropy(cpu_net.forward(x), y),
+           lg = cross_entropy(gpu_net.forward(x.to(kGpu)), y);
+    compare("net step " + std::to_string(step) + " loss", lc, lg);
+    lc.backward();
+    lg.backward();
+    cpu_opt.step();
+    gpu_opt.step();
+  }
+  const auto pc = cpu_net.named_parameters(), pg = gpu_net.named_parameters();
+  for (size_t i = 0; i < pc.size(); ++i)
+    compare("net after 3 steps: " + pc[i].first, pc[i].second, pg[i].second);
+  std::printf("%d checks, %d failed\n", g_checked, g_failed);
+  return g_failed ? 1 : 0;
+}

@@ -1,0 +1,163 @@
+// The index arithmetic of the CUDA CNN kernels (kernels/cuda/nn_body.h) run on the CPU against
+// the CPU kernels: im2col + GEMM + unpack against the direct convolution forward, col2im and the
+// weight GEMM against its backward (strides 1-2, padding 0-2, odd sizes); pooling windows and
+// their gradient with and without the argmax bytes, overlapping windows included; a softmax row
+// and argmax. The GPU runs the same lines (tests/cuda/test_cuda_nn.cu compares there).
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/conv2d.h"
+#include "kernels/cpu/pool.h"
+#include "kernels/cpu/softmax.h"
+#include "kernels/cuda/nn_body.h"
+
+namespace cpu = chorus::kernels::cpu;
+namespace body = chorus::kernels::cuda::nn::body;
+
+namespace {
+
+int g_failed = 0;
+
+void expect_close(const char* what, const std::vector<float>& got, const std::vector<float>& want,
+                  float tol) {
+  for (size_t i = 0; i < want.size(); ++i)
+    if (!(std::fabs(got[i] - want[i]) <= tol * std::fmax(1.0f, std::fabs(want[i])))) {
+      if (g_failed++ < 10)
+        std::printf("FAIL %s: element %zu: got %g, want %g\n", what, i, got[i], want[i]);
+      return;
+    }
+}
+
+std::vector<float> random_vec(size_t n, std::mt19937& rng) {
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = u(rng);
+  return v;
+}
+
+// out (m, n) = a (m, k) x b (k, n), or with a and b read transposed, in k order.
+std::vector<float> matmul(const std::vector<float>& a, bool ta, const std::vector<float>& b,
+                          bool tb, long m, long n, long k) {
+  std::vector<float> c(size_t(m * n));
+  for (long i = 0; i < m; ++i)
+    for (long j = 0; j < n; ++j) {
+      float acc = 0.0f;
+      for (long e = 0; e < k; ++e)
+        acc += (ta ? a[size_t(e * m + i)] : a[size_t(i * k + e)]) *
+               (tb ? b[size_t(j * k + e)] : b[size_t(e * n + j)]);
+      c[size_t(i * n + j)] = acc;
+    }
+  return c;
+}
+
+void conv_case(const cpu::Conv2dShape& s, std::mt19937& rng) {
+  const long K = s.patch(), cols = s.pixels(), P = long(s.oh()) * s.ow();
+  auto x = random_vec(size_t(s.n) * s.c * s.h * s.w, rng);
+  auto w = random_vec(size_t(s.oc * K), rng);
+  auto b = random_vec(size_t(s.oc), rng);
+  auto dy = random_vec(size_t(s.n * s.oc * P), rng);
+  std::vector<float> col(size_t(K * cols));
+  for (long k = 0; k < K; ++k)
+    for (long j = 0; j < cols; ++j) col[size_t(k * cols + j)] = body::im2col_at(s, x.data(), k, j);
+  // forward: (OC, cols) -> (N, OC, P) + bias
+  auto mat = matmul(w, false, col, false, s.oc, cols, K);
+  std::vector<float> y(size_t(s.n * s.oc * P)), want(y.size());
+  for (long n = 0; n < s.n; ++n)
+    for (long c = 0; c < s.oc; ++c)
+      for (long q = 0; q < P; ++q)
+        y[size_t((n * s.oc + c) * P + q)] = mat[size_t(c * cols + n * P + q)] + b[size_t(c)];
+  cpu::conv2d_forward_ref(s, x.data(), w.data(), b.data(), want.data());
+  expect_close("conv2d forward", y, want, 1e-5f);
+  // backward: dy packed to (OC, cols); dw = dy col^T; dcol = w^T dy; dx = col2im(dcol)
+  std::vector<float> dmat(size_t(s.oc * cols));
+  for (long n = 0; n < s.n; ++n)
+    for (long c = 0; c < s.oc; ++c)
+      for (long q = 0; q < P; ++q)
+        dmat[size_t(c * cols + n * P + q)] = dy[size_t((n * s.oc + c) * P + q)];
+  auto dw = matmul(dmat, false, col, true, s.oc, K, cols);
+  auto dcol = matmul(w, true, dmat, false, K, cols, s.oc);
+  std::vector<float> dx(x.size());
+  for (size_t i = 0; i < dx.size(); ++i) dx[i] = body::col2im_at(s, dcol.data(), long(i));
+  std::vector<float> want_dx(x.size()), want_dw(w.size()), want_db(b.size());
+  cpu::conv2d_backward_ref(s, x.data(), w.data(), dy.data(), want_dx.data(), want_dw.data(),
+                           want_db.data());
+  expect_close("conv2d backward dx", dx, want_dx, 1e-4f);
+  expect_close("conv2d backward dw", dw, want_dw, 1e-4f);
+}
+
+void pool_case(const cpu::PoolShape& s, std::mt19937& rng) {
+  auto x = random_vec(size_t(s.planes) * s.h * s.w, rng);
+  for (size_t i = 0; i < x.size(); i += 7) x[i] = x[i / 2];  // ties: the first maximum wins
+  const long outs = long(s.planes) * s.oh() * s.ow();
+  std::vector<float> y(static_cast<size_t>(outs)), want(y.size());
+  std::vector<uint8_t> argmax(static_cast<size_t>(outs));
+  for (long o = 0; o < outs; ++o) {
+    int at = 0;
+    y[size_t(o)] = body::pool_max_at(s, x.data(), o, &at);
+    argmax[size_t(o)] = uint8_t(at);
+  }
+  cpu::max_pool2d_forward_ref(s, x.data(), want.data());
+  expect_close("max_pool2d forward", y, want, 0.0f);
+  auto dy = random_vec(size_t(outs), rng);
+  std::vector<float> want_dx(x.size());
+  cpu::max_pool2d_backward_ref(s, x.data(), y.data(), dy.data(), want_dx.data());
+  for (const uint8_t* am :
+       {static_cast<const uint8_t*>(argmax.data()), static_cast<const uint8_t*>(nullptr)}) {
+    std::vector<float> dx(x.size());
+    for (size_t i = 0; i < dx.size(); ++i)
+      dx[i] = body::pool_grad_at(s, x.data(), am, dy.data(), long(i));
+    expect_close(am ? "max_pool2d backward (argmax)" : "max_pool2d backward", dx, want_dx, 1e-6f);
+  }
+}
+
+}  // namespace
+
+int main() {
+  std::mt19937 rng(7);
+  int cases = 0;
+  for (int stride : {1, 2})
+    for (int pad : {0, 1, 2})
+      for (int k : {1, 3, 5}) {
+        cpu::Conv2dShape s;
+        s.n = 3, s.c = 2, s.h = 9, s.w = 11, s.oc = 4, s.kh = k, s.kw = k, s.stride = stride;
+        s.pad = pad;
+        conv_case(s, rng);
+        ++cases;
+      }
+  cpu::Conv2dShape lenet;  // the tutorial net's layers
+  lenet.n = 4, lenet.c = 3, lenet.h = 32, lenet.w = 32, lenet.oc = 6, lenet.kh = lenet.kw = 5;
+  conv_case(lenet, rng);
+  lenet.c = 6, lenet.h = lenet.w = 14, lenet.oc = 16;
+  conv_case(lenet, rng);
+  cases += 2;
+  for (auto [kernel, stride] : {std::pair{2, 2}, {3, 2}, {3, 1}, {2, 1}})
+    for (int h : {4, 7, 28}) {
+      cpu::PoolShape s;
+      s.planes = 5, s.h = h, s.w = h + 1, s.kernel = kernel, s.stride = stride;
+      pool_case(s, rng);
+      ++cases;
+    }
+  // log_softmax, its gradient and argmax: the CPU's loops, bit for bit.
+  const int rows = 33, cols = 10;
+  auto x = random_vec(size_t(rows * cols), rng), dy = random_vec(size_t(rows * cols), rng);
+  std::vector<float> y(x.size()), want(x.size()), dx(x.size()), want_dx(x.size());
+  for (int r = 0; r < rows; ++r)
+    body::log_softmax_row(cols, &x[size_t(r * cols)], &y[size_t(r * cols)]);
+  cpu::log_softmax_forward(rows, cols, x.data(), want.data());
+  expect_close("log_softmax", y, want, 0.0f);
+  for (int r = 0; r < rows; ++r)
+    body::log_softmax_grad_row(cols, &y[size_t(r * cols)], &dy[size_t(r * cols)],
+                               &dx[size_t(r * cols)]);
+  cpu::log_softmax_backward(rows, cols, y.data(), dy.data(), want_dx.data());
+  expect_close("log_softmax backward", dx, want_dx, 0.0f);
+  std::vector<int32_t> am(rows);
+  cpu::argmax_rows(rows, cols, x.data(), am.data());
+  for (int r = 0; r < rows; ++r)
+    if (body::argmax_row(cols, &x[size_t(r * cols)]) != am[size_t(r)] && g_failed++ < 10)
+      std::printf("FAIL argmax row %d\n", r);
+  cases += 3;
+  std::printf("%d cases, %s\n", cases, g_failed ? "FAILED" : "ok");
+  return g_failed ? 1 : 0;
+}
