@@ -118,20 +118,31 @@ Device common_device(const std::vector<NamedTensor>& params, const char* what) {
 }
 
 void broadcast_parameters(Communicator& comm, const std::vector<NamedTensor>& params, int root) {
-  int64_t total = 0;
-  for (const auto& [name, t] : params) total += t.numel();
-  // One flat buffer on the parameters' device (a device broadcast there: CUDA IPC or staged).
-  Tensor flat = Tensor::empty(Shape{total}, common_device(params, "broadcast of parameters"));
-  int64_t off = 0;
-  for (const auto& [name, t] : params) {
-    Tensor::alias(flat, off, t.shape()).copy_from(t);
-    off += t.numel();
-  }
-  comm.broadcast(flat.data(), static_cast<size_t>(total), chorusFloat32, root);
-  off = 0;
-  for (const auto& [name, t] : params) {
-    t.copy_from(Tensor::alias(flat, off, t.shape()));
-    off += t.numel();
+  // One flat buffer per device, in the order the devices first appear (the same on every rank:
+  // the modules match), broadcast there (host memory, or a device broadcast: CUDA IPC or staged).
+  std::vector<Device> devices;
+  for (const auto& [name, t] : params)
+    if (std::find(devices.begin(), devices.end(), t.device()) == devices.end())
+      devices.push_back(t.device());
+  if (devices.empty()) devices.push_back(Device::cpu());
+  for (const Device d : devices) {
+    int64_t total = 0;
+    for (const auto& [name, t] : params)
+      if (t.device() == d) total += t.numel();
+    Tensor flat = Tensor::empty(Shape{total}, d);
+    int64_t off = 0;
+    for (const auto& [name, t] : params)
+      if (t.device() == d) {
+        Tensor::alias(flat, off, t.shape()).copy_from(t);
+        off += t.numel();
+      }
+    comm.broadcast(flat.data(), static_cast<size_t>(total), chorusFloat32, root);
+    off = 0;
+    for (const auto& [name, t] : params)
+      if (t.device() == d) {
+        t.copy_from(Tensor::alias(flat, off, t.shape()));
+        off += t.numel();
+      }
   }
 }
 
@@ -147,7 +158,11 @@ Reducer::Reducer(Communicator& comm, std::vector<NamedTensor> params, ReducerOpt
   for (int i = static_cast<int>(params.size()) - 1; i >= 0; --i) {
     auto& [name, t] = params[static_cast<size_t>(i)];
     if (!t.requires_grad()) continue;
-    if (groups.empty() ||
+    // A bucket is one flat buffer: a parameter on another device starts a new one.
+    const bool other_device =
+        !groups.empty() &&
+        slots_[static_cast<size_t>(groups.back().front())].param.device() != t.device();
+    if (groups.empty() || other_device ||
         bytes >= (groups.size() == 1 ? options_.first_bucket_bytes : options_.bucket_cap_bytes)) {
       groups.emplace_back();
       bytes = 0;
@@ -286,11 +301,21 @@ int env_local_rank() {
 
 namespace {
 
+Device first_device(Module& module) {
+  const auto params = module.parameters();
+  return params.empty() ? Device::cpu() : params.front().device();
+}
+
 // Runs the construction-time checks before the Reducer member is built.
 std::vector<NamedTensor> checked_parameters(Module& module, Communicator& comm,
                                             const DdpOptions& options, const Device& device) {
-  check_devices(comm, device);
   auto params = module.named_parameters();
+  if (options.device.empty()) {  // split across devices: each bucket on its own
+    verify_parameters_across_ranks(comm, params);
+    if (options.broadcast_parameters) broadcast_parameters(comm, params, 0);
+    return params;
+  }
+  check_devices(comm, device);
   if (const Device on = common_device(params, "parameters"); on != device)
     throw std::invalid_argument(fmt::format(
         "ddp: the module's parameters are on {} but the device given is {} (move the module "
@@ -307,7 +332,8 @@ DistributedDataParallel::DistributedDataParallel(Module& module, Communicator& c
                                                  DdpOptions options)
     : module_(module),
       comm_(comm),
-      device_(Device::parse(options.device, env_local_rank())),
+      device_(options.device.empty() ? first_device(module)
+                                     : Device::parse(options.device, env_local_rank())),
       reducer_(comm, checked_parameters(module, comm, options, device_), options.reducer) {}
 
 Tensor DistributedDataParallel::forward(const Tensor& x) {

@@ -114,6 +114,9 @@ class Reducer {
 
 struct DdpOptions {
   ReducerOptions reducer;
+  // The device of the module's parameters ("cpu", "cuda", "cuda:N"), or "" for a module split
+  // across devices (model parallel; PyTorch's device_ids=None): then each bucket holds the
+  // gradients of one device and is all-reduced there.
   std::string device = "cpu";
   bool broadcast_parameters = true;
 };
@@ -144,6 +147,7 @@ class DistributedDataParallel : public Module {
   Module& module() { return module_; }
   Communicator& comm() { return comm_; }
   Reducer& reducer() { return reducer_; }
+  // The device given (for a module split across devices: that of its first parameter).
   const Device& device() const { return device_; }
 
  private:

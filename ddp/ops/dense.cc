@@ -70,6 +70,17 @@ class ReshapeNode final : public Node {
   Shape in_;
 };
 
+// The gradient goes back to the input's device.
+class ToDeviceNode final : public Node {
+ public:
+  explicit ToDeviceNode(Device from) : from_(from) {}
+  const char* name() const override { return "to_device"; }
+  void backward(const Tensor& dy, std::span<Tensor> grads) override { grads[0] = dy.to(from_); }
+
+ private:
+  Device from_;
+};
+
 class AddNode final : public Node {
  public:
   const char* name() const override { return "add"; }
@@ -170,6 +181,17 @@ Tensor reshape(const Tensor& x, const Shape& shape) {
   Tensor y = Tensor::alias(x, 0, shape);
   if (any_requires_grad({&x})) {
     auto node = std::make_shared<ReshapeNode>(x.shape());
+    node->set_inputs({&x});
+    record(y, std::move(node));
+  }
+  return y;
+}
+
+Tensor to_device(const Tensor& x, Device d) {
+  if (d == x.device()) return x;
+  Tensor y = x.to(d);
+  if (any_requires_grad({&x})) {
+    auto node = std::make_shared<ToDeviceNode>(x.device());
     node->set_inputs({&x});
     record(y, std::move(node));
   }

@@ -26,10 +26,13 @@ Tensor relu(const Tensor& x);
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b);
 Tensor reshape(const Tensor& x, const Shape& shape);  // same storage, same numel
 Tensor flatten(const Tensor& x, int start_dim = 1);   // (N, ...) -> (N, prod(...))
-Tensor add(const Tensor& a, const Tensor& b);         // same shapes
-Tensor mul(const Tensor& a, const Tensor& b);         // same shapes, elementwise
-Tensor sum(const Tensor& x);                          // -> (1)
-Tensor mean(const Tensor& x);                         // -> (1)
+// x copied to device d, differentiably (the gradient is copied back): the seam of a model split
+// across devices (model parallel). x itself when it is there already.
+Tensor to_device(const Tensor& x, Device d);
+Tensor add(const Tensor& a, const Tensor& b);  // same shapes
+Tensor mul(const Tensor& a, const Tensor& b);  // same shapes, elementwise
+Tensor sum(const Tensor& x);                   // -> (1)
+Tensor mean(const Tensor& x);                  // -> (1)
 
 // loss.cc
 Tensor log_softmax(const Tensor& x);  // x (N,K), over dim 1

@@ -14,7 +14,8 @@
 #      checked, with the efficiency column (all-reduce also on 3 ranks);
 #   7. training on the GPU: every CNN operator forward and backward against the cpu, steps of the
 #      net on both (test_cuda_ops); train_cnn --device cuda on 1 rank, and DDP on 2 ranks sharing
-#      the GPU, on synthetic CIFAR-shaped data; then images/s against PyTorch eager on the same
+#      the GPU, on synthetic CIFAR-shaped data; the model-parallel example split cpu + cuda and
+#      cuda + cuda; then images/s against PyTorch eager on the same
 #      GPU (bench/gpu/train_compare.py, batch 64 and 256).
 # Each step has a limit that keeps the whole run inside a 15-minute device lease.
 # Every step's log goes into one file, $OUT/suite.log (or ./gpu-logs/suite.log: the device tool
@@ -68,6 +69,11 @@ train() {  # name, ranks, batch
 train p1_b64 1 64
 train p1_b256 1 256
 train p2_b32 2 32
+# The model split inside each rank (examples/ddp_model_parallel): cpu + GPU, and the GPU twice.
+step model_parallel_cpu_cuda 60 env CHORUS_ALLOW_SHARED_GPU=1 "$bin/chorus-run" -n 2 \
+  "$bin/ddp_model_parallel" cpu cuda:0
+step model_parallel_cuda_cuda 60 env CHORUS_ALLOW_SHARED_GPU=1 "$bin/chorus-run" -n 2 \
+  "$bin/ddp_model_parallel" cuda:0 cuda:0
 step train_bench 300 python3 bench/gpu/train_compare.py "$bin" --steps 100 --rounds 2
 grep -h "^#\|^  " "$logs/train_bench.log" 2>/dev/null
 PATH=$PATH:/usr/local/cuda/bin:/usr/local/cuda/compute-sanitizer
