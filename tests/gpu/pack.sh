@@ -4,7 +4,9 @@
 # Fortran runtime, libhwloc, ...; not the C and C++ runtimes every Linux has) into one folder
 # small enough to carry (the device tool carries at most 64 MiB):
 #   tests/gpu/pack.sh [BUILD] [BUNDLE]        (defaults: build, build-gpu)
-# then, on the device machine: tests/gpu/run.sh BUNDLE   (carry: ["BUNDLE"])
+# and BUNDLE.tar.xz, the same compressed (the device tool carries 64 MiB at most: carry that);
+# then, on the device machine: tests/gpu/run.sh BUNDLE  (it unpacks BUNDLE.tar.xz when BUNDLE
+# is absent).
 set -euo pipefail
 build=${1:-build}
 bundle=${2:-build-gpu}
@@ -23,4 +25,7 @@ for p in "${progs[@]}"; do
     esac
   done
 done
-echo "pack.sh: $bundle holds $(ls "$bundle/bin" | wc -l) programs and $(ls "$bundle/lib" | wc -l) libraries, $(du -sh "$bundle" | cut -f1)"
+# Symbols only: the device tool carries 64 MiB at most (OpenBLAS alone is 35).
+strip --strip-unneeded "$bundle"/bin/* "$bundle"/lib/* 2>/dev/null || true
+tar -C "$(dirname "$bundle")" -cJf "$bundle.tar.xz" "$(basename "$bundle")"
+echo "pack.sh: $bundle.tar.xz $(du -sh "$bundle.tar.xz" | cut -f1); $bundle holds $(ls "$bundle/bin" | wc -l) programs and $(ls "$bundle/lib" | wc -l) libraries, $(du -sh "$bundle" | cut -f1)"
