@@ -75,7 +75,7 @@ def chorus_images_per_s(bin_dir, ranks, batch, steps):
     per_rank = batch // ranks
     samples = (steps + 10) * batch
     cmd = [os.path.join(bin_dir, "chorus-run"), "-n", str(ranks),
-           os.path.join(bin_dir, "train_cnn"), "--device", "cuda", "--data", "synthetic",
+           os.path.join(bin_dir, "train_cnn"), "--device", "cuda:0", "--data", "synthetic",
            "--synthetic-size", str(samples), "--synthetic-shape", "3x32x32", "--epochs", "1",
            "--batch-size", str(per_rank), "--log-every", str(steps // 4), "--no-progress"]
     env = dict(os.environ, CHORUS_ALLOW_SHARED_GPU="1")

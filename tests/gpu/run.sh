@@ -20,10 +20,12 @@
 # Each step has a limit that keeps the whole run inside a 15-minute device lease.
 # Every step's log goes into one file, $OUT/suite.log (or ./gpu-logs/suite.log: the device tool
 # brings back 8 files at most); the last line is "gpu suite: N passed, N failed".
-#   tests/gpu/run.sh [BUNDLE]      (default: build-gpu, made here by tests/gpu/pack.sh; unpacked
+#   tests/gpu/run.sh [BUNDLE [all|comm|train]]   (default: build-gpu, made here by tests/gpu/pack.sh; unpacked
 #                                   from BUNDLE.tar.xz when only that was carried)
 set -u
 bundle=${1:-build-gpu}
+part=${2:-all}  # all | comm (steps 1-6) | train (step 7): two calls fit the 10-minute limit
+want() { [ "$part" = all ] || [ "$part" = "$1" ]; }
 if [ ! -d "$bundle" ] && [ -f "$bundle.tar.xz" ]; then tar -xJf "$bundle.tar.xz"; fi
 bin=$bundle/bin
 out=${OUT:-gpu-logs}
@@ -47,6 +49,7 @@ step() {  # name, timeout seconds, command...
 { nvidia-smi -L; nvidia-smi --query-gpu=name,driver_version,memory.total,compute_mode --format=csv; } \
   > "$logs/device.log" 2>&1 || true
 cat "$logs/device.log" | tee -a "$out/suite.log"
+if want comm; then
 step platform 150 "$bin/gpu-platform"
 grep -h "^RESULT\|us per round trip\|MiB:" "$logs/platform.log" 2>/dev/null
 step cuda_reduce 120 "$bin/test_cuda_reduce"
@@ -61,10 +64,12 @@ perf() {  # name, ranks, collective
 perf allreduce_p2 2 all_reduce
 perf allreduce_p3 3 all_reduce
 for coll in broadcast reduce all_gather reduce_scatter send_recv; do perf "${coll}_p2" 2 "$coll"; done
+fi
+if want train; then
 step cuda_ops 120 "$bin/test_cuda_ops"
 train() {  # name, ranks, batch
   step "train_$1" 120 env CHORUS_ALLOW_SHARED_GPU=1 "$bin/chorus-run" -n "$2" "$bin/train_cnn" \
-    --device cuda --data synthetic --synthetic-size 8192 --synthetic-shape 3x32x32 --epochs 1 \
+    --device cuda:0 --data synthetic --synthetic-size 8192 --synthetic-shape 3x32x32 --epochs 1 \
     --batch-size "$3" --log-every 16 --no-progress
   grep -h "images/s\|accuracy\|error" "$logs/train_$1.log" 2>/dev/null | tail -4
 }
@@ -78,6 +83,12 @@ step model_parallel_cuda_cuda 60 env CHORUS_ALLOW_SHARED_GPU=1 "$bin/chorus-run"
   "$bin/ddp_model_parallel" cuda:0 cuda:0
 step train_bench 300 python3 bench/gpu/train_compare.py "$bin" --steps 100 --rounds 2
 grep -h "^#\|^  " "$logs/train_bench.log" 2>/dev/null
+if PATH=$PATH:/usr/local/cuda/bin command -v compute-sanitizer >/dev/null; then
+  step sanitizer_cuda_ops 120 env PATH="$PATH:/usr/local/cuda/bin" compute-sanitizer --tool memcheck \
+    --error-exitcode 1 "$bin/test_cuda_ops"
+fi
+fi
+if want comm; then
 PATH=$PATH:/usr/local/cuda/bin:/usr/local/cuda/compute-sanitizer
 if command -v compute-sanitizer >/dev/null; then
   for tool in memcheck racecheck synccheck; do
@@ -90,6 +101,7 @@ if command -v compute-sanitizer >/dev/null; then
     "$bin/chorus-run" -n 3 "$bin/device_allreduce_probe" --worker
 else
   echo "skip compute-sanitizer: not on PATH"
+fi
 fi
 echo "gpu suite: $passed passed, $failed failed"
 [ $failed = 0 ]
