@@ -21,26 +21,12 @@ import time
 
 def torch_images_per_s(batch, steps):
     import torch
-    import torch.nn as nn
     import torch.nn.functional as F
 
-    class Net(nn.Module):  # the PyTorch CIFAR-10 tutorial's
-        def __init__(self):
-            super().__init__()
-            self.conv1 = nn.Conv2d(3, 6, 5)
-            self.pool = nn.MaxPool2d(2, 2)
-            self.conv2 = nn.Conv2d(6, 16, 5)
-            self.fc1 = nn.Linear(16 * 5 * 5, 120)
-            self.fc2 = nn.Linear(120, 84)
-            self.fc3 = nn.Linear(84, 10)
-
-        def forward(self, x):
-            x = self.pool(F.relu(self.conv1(x)))
-            x = self.pool(F.relu(self.conv2(x)))
-            x = torch.flatten(x, 1)
-            x = F.relu(self.fc1(x))
-            x = F.relu(self.fc2(x))
-            return self.fc3(x)
+    # The PyTorch CIFAR-10 tutorial's net, as examples/torch_ddp.py defines it.
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                    "examples"))
+    from torch_ddp import Net
 
     torch.backends.cuda.matmul.allow_tf32 = False  # as chorus: no TF32
     torch.backends.cudnn.allow_tf32 = False

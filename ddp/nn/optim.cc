@@ -26,10 +26,8 @@ void Sgd::step() {
     const bool first = options_.momentum != 0.0f && !buffers_[i].defined();
     if (first) buffers_[i] = Tensor::empty(p.shape(), p.device());
     float* buf = options_.momentum != 0.0f ? buffers_[i].data() : nullptr;
-    const kernels::cpu::SgdStep o{options_.lr, options_.momentum, options_.dampening,
-                                  options_.weight_decay, options_.nesterov};
     kernel_table_for(p.device())
-        .sgd_update(o, static_cast<long>(p.numel()), p.data(), p.grad().data(), buf, first);
+        .sgd_update(options_, static_cast<long>(p.numel()), p.data(), p.grad().data(), buf, first);
   }
 }
 

@@ -7,17 +7,14 @@
 
 #include <vector>
 
+#include "ddp/ops/kernel_table.h"  // kernels/cpu/sgd.h
 #include "ddp/tensor/tensor.h"
 
 namespace chorus {
 
-struct SgdOptions {
-  float lr = 0.01f;
-  float momentum = 0.0f;
-  float dampening = 0.0f;
-  float weight_decay = 0.0f;
-  bool nesterov = false;
-};
+// lr, momentum, dampening, weight_decay, nesterov (PyTorch's defaults but lr): the step the
+// kernels make (kernels/cpu/sgd.h, and the CUDA one).
+using SgdOptions = kernels::cpu::SgdStep;
 
 class Sgd {
  public:
