@@ -2,6 +2,7 @@
 #include "ddp/dist/distributed.h"
 
 #include "ddp/ops/kernel_table.h"
+#include "ddp/ops/ops.h"
 
 #include <fmt/format.h>
 #include <unistd.h>
@@ -334,11 +335,14 @@ DistributedDataParallel::DistributedDataParallel(Module& module, Communicator& c
       comm_(comm),
       device_(options.device.empty() ? first_device(module)
                                      : Device::parse(options.device, env_local_rank())),
+      one_device_(!options.device.empty()),
       reducer_(comm, checked_parameters(module, comm, options, device_), options.reducer) {}
 
 Tensor DistributedDataParallel::forward(const Tensor& x) {
   if (sync_ && module_.is_training() && grad_mode_enabled()) reducer_.prepare_for_backward();
-  return module_.forward(x);
+  // Given one device, the input goes there first (as PyTorch's DDP with device_ids does); a
+  // module split across devices moves its activations itself.
+  return module_.forward(one_device_ ? to_device(x, device_) : x);
 }
 
 }  // namespace chorus

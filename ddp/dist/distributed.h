@@ -154,6 +154,7 @@ class DistributedDataParallel : public Module {
   Module& module_;
   Communicator& comm_;
   Device device_;
+  bool one_device_;  // DdpOptions.device given: inputs are moved there
   Reducer reducer_;
   bool sync_ = true;
 };

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
 #include <stdexcept>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -74,7 +75,13 @@ const KernelTable kCudaKernels = {
     .sgd_update = cu::sgd_update,
 };
 
+std::atomic<const KernelTable*> g_test_cuda_table{nullptr};
+
 }  // namespace
+
+void set_cuda_kernel_table_for_test(const KernelTable* table) {
+  g_test_cuda_table.store(table);
+}
 
 const KernelTable& kernel_table_for(Device device) {
   if (device.is_cpu()) {
@@ -86,6 +93,7 @@ const KernelTable& kernel_table_for(Device device) {
     (void)isa_ok;
     return kCpuKernels;
   }
+  if (const KernelTable* t = g_test_cuda_table.load()) return *t;
   if (const std::string why = kernels_unavailable(device); !why.empty())
     throw std::invalid_argument(
         fmt::format("dispatch: no kernels for {}: {} (move the tensors with .to(Device::cpu()))",
@@ -95,7 +103,7 @@ const KernelTable& kernel_table_for(Device device) {
 }
 
 std::string kernels_unavailable(Device device) {
-  if (device.is_cpu()) return {};
+  if (device.is_cpu() || g_test_cuda_table.load()) return {};
   static const std::string why = cu::unavailable();  // probed once
   return why;
 }

@@ -55,6 +55,9 @@ struct KernelTable {
 const KernelTable& kernel_table_for(Device device);
 // Empty where kernels for `device` can run; otherwise why not (no CUDA build, no device).
 std::string kernels_unavailable(Device device);
+// Tests: the table cuda:N dispatches to (nullptr: CUDA's again). With an emulated GPU whose
+// memory the CPU reads (tests/ddp/test_device_ddp.cc), the CPU table serves.
+void set_cuda_kernel_table_for_test(const KernelTable* table);
 
 // Ops with several tensor inputs call this first: throws std::invalid_argument when the defined
 // ones are not all on one device, naming the op, two of the tensors and their devices.

@@ -7,8 +7,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "ddp/tensor/device_cache.h"
 #include "kernels/cpu/elementwise.h"
-#include "kernels/cuda/nn.h"
 
 namespace chorus {
 namespace {
@@ -18,8 +18,7 @@ thread_local bool t_grad_enabled = true;
 // y = a + b on the tensors' device (they are on one: checked by the ops that made them).
 void add_on(const Tensor& like, const float* a, const float* b, float* y) {
   if (like.device().is_cpu()) return kernels::cpu::add(like.numel(), a, b, y);
-  kernels::cuda::nn::set_device(like.device().index);
-  kernels::cuda::nn::add(like.numel(), a, b, y);
+  cuda_backend().add(like.device(), like.numel(), a, b, y);
 }
 
 // Returns a + b in a fresh buffer: incoming gradients may alias each other (add's backward hands

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kernels/cuda/memory.h"
+#include "kernels/cuda/nn.h"
 
 namespace chorus {
 namespace {
@@ -32,6 +33,10 @@ class CudaBackend final : public DeviceBackend {
       throw std::runtime_error(fmt::format("copying {} bytes from {} to {}: {}", bytes,
                                            src_dev.str(), dst_dev.str(),
                                            kernels::cuda::memory_error_string(rc)));
+  }
+  void add(Device d, long n, const float* a, const float* b, float* y) override {
+    kernels::cuda::nn::set_device(d.index);
+    kernels::cuda::nn::add(n, a, b, y);
   }
 
  private:
@@ -57,6 +62,10 @@ Cache& cache() {
 }
 
 }  // namespace
+
+void DeviceBackend::add(Device d, long, const float*, const float*, float*) {
+  throw std::runtime_error(fmt::format("add on {}: this device backend has no kernels", d.str()));
+}
 
 DeviceBackend& cuda_backend() {
   if (DeviceBackend* b = g_test_backend.load()) return *b;

@@ -21,6 +21,9 @@ class DeviceBackend {
   virtual void free(Device d, void* p) = 0;
   // bytes from src (on src_dev) to dst (on dst_dev); either side may be the cpu.
   virtual void copy(void* dst, Device dst_dev, const void* src, Device src_dev, size_t bytes) = 0;
+  // y = a + b, n floats on device d: the one kernel the tensor layer itself runs (autograd's
+  // accumulation of gradients). Throws where the backend has no kernels.
+  virtual void add(Device d, long n, const float* a, const float* b, float* y);
 };
 
 // The CUDA backend (no devices where CUDA is absent), or the test's when one is set.
