@@ -77,20 +77,24 @@ int main() {
     return 77;
   }
   std::mt19937 rng(11);
-  for (auto [stride, pad] : {std::pair{1, 0}, {2, 1}, {1, 2}})
+  for (auto [stride_, pad_] : {std::pair{1, 0}, {2, 1}, {1, 2}}) {
+    const int stride = stride_, pad = pad_;  // a lambda captures variables, not bindings
     check_op(
         "conv2d stride " + std::to_string(stride) + " pad " + std::to_string(pad),
         {random(Shape{5, 3, 12, 13}, rng), random(Shape{4, 3, 5, 5}, rng), random(Shape{4}, rng)},
         [=](const std::vector<Tensor>& t) { return conv2d(t[0], t[1], t[2], stride, pad); }, rng);
+  }
   check_op(
       "conv2d lenet",
       {random(Shape{64, 3, 32, 32}, rng), random(Shape{6, 3, 5, 5}, rng), random(Shape{6}, rng)},
       [](const std::vector<Tensor>& t) { return conv2d(t[0], t[1], t[2]); }, rng);
-  for (auto [k, s] : {std::pair{2, 2}, {3, 2}, {3, 1}})
+  for (auto [k_, s_] : {std::pair{2, 2}, {3, 2}, {3, 1}}) {
+    const int k = k_, s = s_;
     check_op(
         "max_pool2d " + std::to_string(k) + "/" + std::to_string(s),
         {random(Shape{4, 3, 14, 15}, rng)},
         [=](const std::vector<Tensor>& t) { return max_pool2d(t[0], k, s); }, rng);
+  }
   check_op(
       "relu", {random(Shape{1000}, rng)}, [](const std::vector<Tensor>& t) { return relu(t[0]); },
       rng);
