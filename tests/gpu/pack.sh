@@ -12,7 +12,7 @@ build=${1:-build}
 bundle=${2:-build-gpu}
 progs=("$build/bench/gpu-platform" "$build/tests/cuda/test_cuda_reduce"
        "$build/tests/gpu/shared_gpu_probe" "$build/tests/gpu/device_allreduce_probe"
-       "$build/tools/chorus-run" "$build/bench/chorus-perf" "$build/tests/ddp/test_cuda_ops"
+       "$build/tools/chorus-run" "$build/bench/chorus-perf" "$build/bench/nccl-perf" "$build/tests/ddp/test_cuda_ops"
        "$build/examples/train_cnn" "$build/examples/ddp_model_parallel")
 rm -rf "$bundle" && mkdir -p "$bundle/bin" "$bundle/lib"
 for p in "${progs[@]}"; do

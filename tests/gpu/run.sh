@@ -11,7 +11,8 @@
 #      type x op x count x in/out of place x offset, stream order, errors, bandwidth; the other
 #      collectives, send/recv in a group and the barrier with a stream;
 #   6. chorus-perf --device cuda, 2 ranks on device 0: every collective from 8 B to 256 MiB,
-#      checked, with the efficiency column (all-reduce also on 3 ranks);
+#      checked, with the efficiency column (all-reduce also on 3 ranks); NCCL's all-reduce beside
+#      it (nccl-perf, where the nvidia-nccl wheel is; a launch's latency where NCCL refuses);
 #   7. training on the GPU: every CNN operator forward and backward against the cpu, steps of the
 #      net on both (test_cuda_ops); train_cnn --device cuda on 1 rank, and DDP on 2 ranks sharing
 #      the GPU, on synthetic CIFAR-shaped data; the model-parallel example split cpu + cuda and
@@ -64,6 +65,16 @@ perf() {  # name, ranks, collective
 perf allreduce_p2 2 all_reduce
 perf allreduce_p3 3 all_reduce
 for coll in broadcast reduce all_gather reduce_scatter send_recv; do perf "${coll}_p2" 2 "$coll"; done
+# NCCL beside it (bench/gpu/nccl_perf.cu), from the nvidia-nccl wheel when python has one.
+nccl_lib=$(python3 -c 'import sys, os
+for d in sys.path:
+    p = os.path.join(d, "nvidia", "nccl", "lib", "libnccl.so.2")
+    if os.path.exists(p): print(p); break' 2>/dev/null)
+for n in 2 3; do
+  step "nccl_p$n" 90 env NCCL_LIB="${nccl_lib:-libnccl.so.2}" CHORUS_ALLOW_SHARED_GPU=1 \
+    NCCL_MULTI_RANK_GPU_ENABLE=1 "$bin/chorus-run" -n "$n" "$bin/nccl-perf" -b 8 -e 256M -f 8 -n 10
+  grep -h "^\[0\]" "$logs/nccl_p$n.log" 2>/dev/null
+done
 fi
 if want train; then
 step cuda_ops 120 "$bin/test_cuda_ops"
