@@ -3,6 +3,8 @@
 // tests/gpu/run.sh where a GPU is lent):
 //   device_allreduce_probe CHORUS_RUN [NRANKS...]   runs the workers on 2 and 3 ranks (or the
 //                                                   counts given) with CHORUS_ALLOW_SHARED_GPU=1
+//   device_allreduce_probe --die-worker             one rank of 3 with CHORUS_TEST_DEVICE_DIE=1:
+//                                                   rank 1 dies mid-call; the others name it
 //   device_allreduce_probe --worker                 one rank: every type x op x count x in/out of
 //                                                   place x offset against a host reference;
 //                                                   stream order without host synchronisation;
@@ -17,6 +19,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <chorus/chorus.h>
@@ -401,6 +404,54 @@ void bandwidth(chorusComm_t comm, cudaStream_t stream) {
   CK(cudaFree(b));
 }
 
+// A rank killed during a device all-reduce (CHORUS_TEST_DEVICE_DIE=1: rank 1 dies after the
+// exchange of its second call, before it signals): the survivors' streams must not wait for ever
+// (their flag words are released) and their calls name rank 1, within 5 s.
+int die_worker() {
+  std::setvbuf(stdout, nullptr, _IONBF, 0);
+  CK(cudaSetDevice(0));
+  CK(cudaFree(nullptr));
+  chorusComm_t comm;
+  if (chorusCommInitFromEnv(&comm) != chorusSuccess) {
+    std::printf("init failed: %s\n", chorusGetLastError(nullptr));
+    return 2;
+  }
+  chorusCommUserRank(comm, &g_rank);
+  cudaStream_t stream;
+  CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  float* buf;
+  CK(cudaMalloc(&buf, 1 << 20));
+  if (chorusAllReduce(buf, buf, 1 << 18, chorusFloat32, chorusSum, comm, stream) != chorusSuccess) {
+    std::printf("[%d] FAIL the first all-reduce: %s\n", g_rank, chorusGetLastError(comm));
+    return 1;
+  }
+  CK(cudaStreamSynchronize(stream));
+  const auto t0 = std::chrono::steady_clock::now();
+  chorusResult_t rc = chorusAllReduce(buf, buf, 1 << 18, chorusFloat32, chorusSum, comm, stream);
+  // The host may have returned before the death; the stream must end either way.
+  cudaError_t q = cudaErrorNotReady;
+  while ((q = cudaStreamQuery(stream)) == cudaErrorNotReady &&
+         std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10))
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  if (q == cudaErrorNotReady) {
+    std::printf("[%d] FAIL the stream still waits 10 s after the death\n", g_rank);
+    std::_Exit(1);  // a waiting stream would hang the exit too
+  }
+  // The error: from the call itself, or from the next one.
+  std::string why = rc == chorusSuccess ? "" : chorusGetLastError(comm);
+  if (why.empty()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    rc = chorusAllReduce(buf, buf, 16, chorusFloat32, chorusSum, comm, stream);
+    why = chorusGetLastError(comm);
+  }
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("[%d] after %.2f s: %s\n", g_rank, took, why.c_str());
+  std::this_thread::sleep_for(std::chrono::seconds(1));  // the other survivor hears of rank 1 first
+  const bool named = rc != chorusSuccess && why.find("rank 1") != std::string::npos;
+  std::printf("[%d] %s\n", g_rank, named && took < 5 ? "ok" : "FAILED");
+  std::_Exit(named && took < 5 ? 0 : 1);
+}
+
 int worker() {
   std::setvbuf(stdout, nullptr, _IONBF, 0);
   CK(cudaSetDevice(0));
@@ -432,6 +483,7 @@ int worker() {
 
 int main(int argc, char** argv) {
   if (argc == 2 && std::strcmp(argv[1], "--worker") == 0) return worker();
+  if (argc == 2 && std::strcmp(argv[1], "--die-worker") == 0) return die_worker();
   if (argc < 2) {
     std::fprintf(stderr, "usage: device_allreduce_probe CHORUS_RUN [NRANKS...] | --worker\n");
     return 2;

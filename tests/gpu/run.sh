@@ -57,6 +57,11 @@ step cuda_reduce 120 "$bin/test_cuda_reduce"
 step shared_gpu 60 "$bin/shared_gpu_probe" "$bin/chorus-run"
 step device_allreduce 180 "$bin/device_allreduce_probe" "$bin/chorus-run" 2 3
 grep -h "cases in\|^\[0\] *[0-9].* [0-9.]*$\|copy engine" "$logs/device_allreduce.log" 2>/dev/null
+# kill -9 of rank 1 of 3 mid-call (CHORUS_TEST_DEVICE_DIE): the survivors' streams end and they
+# name it within 5 s. chorus-run --elastic keeps them running when rank 1 dies.
+step device_kill 60 bash -c "env CHORUS_ALLOW_SHARED_GPU=1 CHORUS_TEST_DEVICE_DIE=1 \
+  '$bin/chorus-run' -n 3 --elastic '$bin/device_allreduce_probe' --die-worker; \
+  ! grep -q FAIL '$logs/device_kill.log'"
 perf() {  # name, ranks, collective
   step "perf_$1" 90 env CHORUS_ALLOW_SHARED_GPU=1 "$bin/chorus-run" -n "$2" "$bin/chorus-perf" \
     --device cuda --coll "$3" -b 8 -e 256M -f 8 -n 10 -w 3
