@@ -58,7 +58,6 @@
 namespace chorus {
 namespace {
 
-constexpr int kMaxDeviceRanks = 32;
 enum FlagBlock : int { kReady = 0, kDone = 1, kTxReady = 2, kRxReady = 3, kRxDone = 4 };
 constexpr size_t kFlagBytes = 5 * kMaxDeviceRanks * sizeof(uint32_t);
 
@@ -71,10 +70,34 @@ bool device_buffers(const void* sendbuff, const void* recvbuff) {
   return false;
 }
 
+// A stream wait ends when (int32_t)(word - awaited) >= 0 (CUDA's CU_STREAM_WAIT_VALUE_GEQ is a
+// cyclic comparison), so no one value ends every wait: 0xffffffff is -1 against the first
+// call's 1, and left the survivors of a kill -9 waiting on an H200. Each word gets instead the
+// count that its waits are for, plus 2^30: ahead of every wait enqueued so far and of those that
+// the calls in flight may still enqueue, by far less than 2^31 (words kReady and kDone: the
+// collectives; kTxReady[q]: the receives from q; kRxReady[q] and kRxDone[q]: the sends to q).
+std::array<uint32_t, 5 * kMaxDeviceRanks> device_release_values(const DeviceIpc& st) {
+  constexpr uint32_t kAhead = 1u << 30;
+  std::array<uint32_t, 5 * kMaxDeviceRanks> v{};
+  const uint32_t seq = st.seq.load() + kAhead;
+  for (int q = 0; q < kMaxDeviceRanks; ++q) {
+    const uint32_t tx = st.tx_seq[q].load() + kAhead, rx = st.rx_seq[q].load() + kAhead;
+    v[kReady * kMaxDeviceRanks + q] = seq;
+    v[kDone * kMaxDeviceRanks + q] = seq;
+    v[kTxReady * kMaxDeviceRanks + q] = rx;
+    v[kRxReady * kMaxDeviceRanks + q] = tx;
+    v[kRxDone * kMaxDeviceRanks + q] = tx;
+  }
+  return v;
+}
+
 void release_device_waits(DeviceIpc& st) {
   void* flags = st.live_flags.load();
   if (flags == nullptr) return;
-  if (int rc = kernels::cuda::ipc().flags_release(st.live_device.load(), flags, kFlagBytes); rc)
+  const std::array<uint32_t, 5 * kMaxDeviceRanks> v = device_release_values(st);
+  static_assert(sizeof v == kFlagBytes);
+  if (int rc = kernels::cuda::ipc().flags_release(st.live_device.load(), flags, v.data(), v.size());
+      rc)
     log_warn("releasing this rank's device waits failed: {}",
              kernels::cuda::ipc().error_string(rc));
 }
@@ -186,8 +209,6 @@ uint32_t* word(uint32_t* flags, FlagBlock block, int q) {
 void size_state(DeviceIpc& st, int p) {
   if (!st.peer_flags.empty()) return;
   st.peer_flags.assign(p, nullptr);
-  st.tx_seq.assign(p, 0);
-  st.rx_seq.assign(p, 0);
 }
 
 // The GPU-side work of one call on this rank, enqueued in order; failures after the exchange
@@ -332,7 +353,8 @@ chorusResult_t device_collective(chorusComm_t h, CommImpl& comm, const Call& cal
                   describe(me), q, describe(all[q]));
   }
 
-  if (comm.device_die_for_test() == r && st.seq == 1) raise(SIGKILL);  // CHORUS_TEST_DEVICE_DIE
+  if (comm.device_die_for_test() == r && st.seq.load() == 1)
+    raise(SIGKILL);  // CHORUS_TEST_DEVICE_DIE
   const uint32_t seq = ++st.seq;
   size_state(st, p);
   bool one_gpu = true;

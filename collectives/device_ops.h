@@ -2,6 +2,7 @@
 // 19): design and ordering rules at the top of device_ops.cc; who does what in device_plan.h.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <string>
@@ -14,15 +15,20 @@ namespace chorus {
 
 class CommImpl;
 
+// The most ranks of one host whose device calls go GPU to GPU (more go through host memory).
+constexpr int kMaxDeviceRanks = 32;
+
 // A communicator's state for device operations, made at its first device call.
 struct DeviceIpc {
   int device = -1;
   std::string gpu;                    // its UUID, when the driver says
   void* flags = nullptr;              // this rank's flag words (device_ops.cc, "Flag words")
   std::vector<uint32_t*> peer_flags;  // every rank's, mapped here when first needed
-  uint32_t seq = 0;                   // device collectives so far
-  std::vector<uint32_t> tx_seq;       // device sends to each rank so far
-  std::vector<uint32_t> rx_seq;       // device receives from each rank so far
+  // Device collectives so far, and device sends to / receives from each rank so far: the values
+  // that signals carry. Atomic: release_device_waits reads them on another thread.
+  std::atomic<uint32_t> seq{0};
+  std::array<std::atomic<uint32_t>, kMaxDeviceRanks> tx_seq{};
+  std::array<std::atomic<uint32_t>, kMaxDeviceRanks> rx_seq{};
   // The flag words again, for release_device_waits on another thread: set once they exist.
   std::atomic<void*> live_flags{nullptr};
   std::atomic<int> live_device{-1};
@@ -30,10 +36,14 @@ struct DeviceIpc {
 };
 
 // When the communicator fails (a peer died or failed, a revoke, a timeout): every flag word of
-// this rank is set to its largest value on a stream of its own, so that no stream of this rank
-// waits for ever on a peer that will not signal (the work after the wait then runs on whatever
-// the buffers hold; the communicator's error says the results are void). Any thread.
+// this rank is set, on a stream of its own, to a value that every wait on it already enqueued or
+// still to come in the call takes as reached, so that no stream of this rank waits for ever on a
+// peer that will not signal (the work after the wait then runs on whatever the buffers hold; the
+// communicator's error says the results are void). Any thread.
 void release_device_waits(DeviceIpc& st);
+// What it writes, word by word (the blocks of device_ops.cc's "Flag words", kMaxDeviceRanks words
+// each): each word's awaited count plus 2^30, since a stream wait's "word >= awaited" is cyclic.
+std::array<uint32_t, 5 * kMaxDeviceRanks> device_release_values(const DeviceIpc& st);
 
 // Whether a call's buffers are (at least partly) device memory and take the device path.
 bool device_buffers(const void* sendbuff, const void* recvbuff);

@@ -45,7 +45,7 @@ int flags_alloc(size_t, void** out) {
   *out = nullptr;
   return kNoCuda;
 }
-int flags_release(int, void*, size_t) {
+int flags_release(int, void*, const uint32_t*, size_t) {
   return kNoCuda;
 }
 int stream_write_u32(void*, void*, uint32_t) {

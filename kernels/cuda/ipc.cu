@@ -97,7 +97,7 @@ int flags_alloc(size_t bytes, void** out) {
   return int(cudaMemset(*out, 0, bytes));
 }
 
-int flags_release(int device, void* flags, size_t bytes) {
+int flags_release(int device, void* flags, const uint32_t* values, size_t count) {
   if (!ops().ok) return kNoCuda;
   // The calling thread (the watch thread, usually) may have used no device yet, or another one.
   if (cudaError_t e = cudaSetDevice(device); e) return int(e);
@@ -108,7 +108,10 @@ int flags_release(int device, void* flags, size_t bytes) {
   std::lock_guard<std::mutex> lock(mu);
   if (side == nullptr)
     if (cudaError_t e = cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking); e) return int(e);
-  return int(cudaMemsetAsync(flags, 0xff, bytes, side));
+  // From pageable memory: staged before the call returns (the CUDA runtime's API
+  // synchronization behaviour), so `values` may go at once.
+  return int(
+      cudaMemcpyAsync(flags, values, count * sizeof(uint32_t), cudaMemcpyHostToDevice, side));
 }
 
 int stream_write_u32(void* stream, void* word, uint32_t v) {

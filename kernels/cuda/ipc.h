@@ -39,10 +39,11 @@ void ipc_close_all();
 // `bytes` of zeroed device memory on the current device, for flag words peers write into.
 int flags_alloc(size_t bytes, void** out);
 
-// Sets every 32-bit word of `bytes` of flag words (flags_alloc's, on `device`) to 0xffffffff, on
-// a stream of its own: every stream wait on them ends. For a communicator that failed (a peer
-// died mid-call): its streams must not wait for ever. Any thread.
-int flags_release(int device, void* flags, size_t bytes);
+// Writes values[0..count) into the 32-bit flag words at `flags` (flags_alloc's, on `device`), on
+// a stream of its own, which waits for no other: values that end the stream waits on them. For
+// a communicator that failed (a peer died mid-call): its streams must not wait for ever. Any
+// thread; `values` may be reused as soon as it returns.
+int flags_release(int device, void* flags, const uint32_t* values, size_t count);
 
 // On `stream` (nullptr: the legacy default stream): write v into the 32-bit word at `word`
 // (this process's memory or a peer's, mapped by ipc_open) once the work before it is done and
@@ -69,7 +70,7 @@ struct IpcBackend {
   int (*export_buffer)(const void* p, IpcHandle* out);
   int (*open)(const IpcHandle& h, void** out);
   int (*flags_alloc)(size_t bytes, void** out);
-  int (*flags_release)(int device, void* flags, size_t bytes);
+  int (*flags_release)(int device, void* flags, const uint32_t* values, size_t count);
   int (*write_u32)(void* stream, void* word, uint32_t v);
   int (*wait_u32_geq)(void* stream, const void* word, uint32_t v);
   // reduce_fold_to's contract (reduce.h); a copy is a fold of one input.

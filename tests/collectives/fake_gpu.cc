@@ -48,9 +48,9 @@ int flags_alloc(size_t bytes, void** out) {
   return *out ? 0 : 2;  // cudaErrorMemoryAllocation
 }
 
-int flags_release(int, void* flags, size_t bytes) {
-  for (size_t i = 0; i < bytes / 4; ++i)
-    __atomic_store_n(static_cast<uint32_t*>(flags) + i, ~0u, __ATOMIC_RELEASE);
+int flags_release(int, void* flags, const uint32_t* values, size_t count) {
+  for (size_t i = 0; i < count; ++i)
+    __atomic_store_n(static_cast<uint32_t*>(flags) + i, values[i], __ATOMIC_RELEASE);
   return 0;
 }
 
@@ -61,7 +61,9 @@ int write_u32(void*, void* word, uint32_t v) {
 
 int wait_u32_geq(void*, const void* word, uint32_t v) {
   const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (__atomic_load_n(static_cast<const uint32_t*>(word), __ATOMIC_ACQUIRE) < v) {
+  // CU_STREAM_WAIT_VALUE_GEQ's comparison: cyclic, (int32_t)(*word - v) >= 0.
+  while (static_cast<int32_t>(
+             __atomic_load_n(static_cast<const uint32_t*>(word), __ATOMIC_ACQUIRE) - v) < 0) {
     if (std::chrono::steady_clock::now() > end) return kTimedOut;
     sched_yield();
   }

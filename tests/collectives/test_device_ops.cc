@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "chorus/chorus.h"
+#include "collectives/device_ops.h"
 #include "fake_gpu.h"
 #include "harness.h"
 #include "kernels/cpu/reduce.h"
@@ -435,4 +436,34 @@ TEST_CASE("a rank killed during a device all-reduce: the survivors' waits end, n
       CHECK(res[r].exit_code == 0);
     }
   }
+}
+
+TEST_CASE("the values that release a failed rank's stream waits end every wait, counts wrapped too",
+          "[device]") {
+  // A stream wait ends when (int32_t)(word - awaited) >= 0: CUDA's cyclic comparison, which the
+  // emulated GPU applies too. Blocks: ready, done (the collectives), tx ready (receives from q),
+  // rx ready and rx done (sends to q).
+  auto ends = [](uint32_t word, uint32_t awaited) {
+    return static_cast<int32_t>(word - awaited) >= 0;
+  };
+  for (uint32_t base : {0u, 1u, 0x7ffffff0u, 0x80000005u, 0xfffffff0u}) {
+    chorus::DeviceIpc st;
+    st.seq.store(base);
+    for (int q = 0; q < chorus::kMaxDeviceRanks; ++q) {
+      st.tx_seq[q].store(base + 1000u * q);
+      st.rx_seq[q].store(base ^ (0x40000000u * (q % 4)));
+    }
+    const auto v = chorus::device_release_values(st);
+    for (int q = 0; q < chorus::kMaxDeviceRanks; ++q) {
+      const uint32_t awaited[5] = {base, base, st.rx_seq[q].load(), st.tx_seq[q].load(),
+                                   st.tx_seq[q].load()};
+      for (int b = 0; b < 5; ++b)
+        for (uint32_t ahead : {0u, 1u, 64u, 1u << 20}) {  // waits enqueued so far and still to come
+          INFO("base " << base << ", block " << b << ", rank " << q << ", ahead " << ahead);
+          CHECK(ends(v[b * chorus::kMaxDeviceRanks + q], awaited[b] + ahead));
+          CHECK(ends(v[b * chorus::kMaxDeviceRanks + q], awaited[b] - (ahead > 0)));
+        }
+    }
+  }
+  CHECK_FALSE(ends(0xffffffffu, 1u));  // the value that left an H200's survivors waiting
 }
