@@ -31,17 +31,19 @@ TSAN_TESTS ?= transport_*,collectives_*,!collectives_large,!collectives_reductio
 # Under ASan+UBSan everything, the fuzz targets included, except the qemu run (emulating ASan's
 # shadow memory takes qemu-user past the test's 4-minute limit for test_reduce alone; the plain
 # build's qemu run covers the CPU without AVX-512), the whole elastic-training set (7 minutes
-# there; its light five run), the deterministic matrix (its light case runs) and the three
-# namespace hosts (51 s there; the plain build runs them): the CI run's 30 minutes.
+# there; its light five run), the deterministic matrix (its light case runs), the three
+# namespace hosts (51 s there) and the type x op x ranks matrix (70 s there; the kernels' own
+# tests check the reductions under UBSan): the plain build runs those. The CI run's 30 minutes.
 ASAN_TESTS ?= *,!kernels/qemu_no_avx512,!ddp_elastic,!collectives_deterministic,\
-  !launch_three_hosts_netns
+  !launch_three_hosts_netns,!collectives_reductions
 # In the plain build (as users build it, -O3, CUDA and the PyTorch backend in): what only it
-# runs -- the four above, the torch and [cuda] tests, the checks of resident memory and
+# runs -- the five above, the torch and [cuda] tests, the checks of resident memory and
 # address-space limits in adversarial_store/_handshake, which the sanitizers' allocators defeat
 # -- and a smoke set of every layer at full speed (the kernels, collectives, DDP, launchers,
 # tools, bench). The rest runs under ASan+UBSan only: running the whole suite in both builds
 # took the CI run to 38 minutes of its 30 (2026-11-26). `make test-plain` runs all of it here.
 PLAIN_TESTS ?= kernels/*,cuda_*,collectives_deterministic,collectives_ops,collectives_exchange,\
+  collectives_reductions,\
   ddp_elastic,ddp_distributed,ddp_equivalence,ddp_train_cnn_output,ddp_cuda_ops,train_cnn_*,\
   launch_*,adversarial_store,adversarial_handshake,torch/*,bench/*,tools/*,lint/*
 FUZZ_SECONDS ?= 60
@@ -86,8 +88,11 @@ $(ASAN_BUILD)/build.ninja: | deps
 $(TSAN_BUILD)/build.ninja: | deps
 	CC=$(CLANG) CXX=$(CLANGXX) meson setup $(TSAN_BUILD) $(SAN_MESON_FLAGS) -Db_sanitize=thread
 
+# Everything but the test programs, which meson puts in ninja's "all" too (meson-test-prereq):
+# each test stage builds the ones it runs (tests/run_all.py), and the plain build runs only some.
 build: deps $(BUILD)/build.ninja
-	ninja -C $(BUILD)
+	ninja -C $(BUILD) $$(ninja -C $(BUILD) -t query all | \
+	  awk '/^  input:/ {f = 1; next} /^  outputs:/ {f = 0} f && $$1 != "meson-test-prereq" {print $$1}')
 
 demo: build
 	bash examples/demo.sh $(BUILD)
