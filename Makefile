@@ -88,13 +88,8 @@ $(ASAN_BUILD)/build.ninja: | deps
 $(TSAN_BUILD)/build.ninja: | deps
 	CC=$(CLANG) CXX=$(CLANGXX) meson setup $(TSAN_BUILD) $(SAN_MESON_FLAGS) -Db_sanitize=thread
 
-# Everything but meson's test prerequisites (meson-test-prereq, in ninja's "all"). The test
-# programs are still built here, being built by default; with build_by_default: false on them
-# (not yet: a clean-clone run must show it) each test stage would build only the ones it runs
-# (tests/run_all.py), and the plain build runs fewer than half of them.
 build: deps $(BUILD)/build.ninja
-	ninja -C $(BUILD) $$(ninja -C $(BUILD) -t query all | \
-	  awk '/^  input:/ {f = 1; next} /^  outputs:/ {f = 0} f && $$1 != "meson-test-prereq" {print $$1}')
+	ninja -C $(BUILD)
 
 demo: build
 	bash examples/demo.sh $(BUILD)
