@@ -3,8 +3,10 @@
 // check (c_api_check.h), then a description and a body handed to the communicator. Nothing
 // here throws (see CHORUS_CATCH_ALL in c_api_internal.h).
 #include <algorithm>
+#include <chrono>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "chorus/chorus.h"
@@ -15,6 +17,7 @@
 #include "collectives/group.h"
 #include "collectives/prims.h"
 #include "collectives/shared_allreduce.h"
+#include "collectives/tune_measure.h"
 #include "collectives/tuner.h"
 
 using chorus::Algo;
@@ -165,6 +168,8 @@ struct OpBody {
       default:
         break;
     }
+    if (kind == OpKind::kAllReduce && ctx.comm().test_slow(ctx.desc().algo))
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));  // CHORUS_TEST_SLOW_ALGO
     // The rest are cut into per-channel parts; part b starts at element b.
     return chorus::run_parts(ctx, [&](OpCtx& part, uint64_t b, uint64_t n) {
       const char* sp = s ? s + b * es : nullptr;
@@ -276,6 +281,9 @@ chorusResult_t run_op(const Call& call, chorusComm_t h, const Args& a) {
     if (call.kind == OpKind::kAllReduce && !call.async &&
         shared_all_reduce(h, comm, call, a, *k, &shared))
       return shared;
+    if (call.kind == OpKind::kAllReduce)  // the first large one on shm: ring or direct?
+      if (chorusResult_t m = measure_large_in_place(h, comm, k->total_bytes); m != chorusSuccess)
+        return m;
     std::shared_ptr<const std::vector<size_t>> per_rank;
     if (rule_for(call.kind).per_rank) per_rank = copy_per_rank(a, comm.size());
     OpDesc d = describe_call(comm, call.kind, a, *k);

@@ -128,14 +128,27 @@ class CommImpl : public std::enable_shared_from_this<CommImpl> {
   // Any thread may call it (the cache is under a lock of its own).
   Tuned tune(OpKind kind, size_t bytes) {
     std::lock_guard<std::mutex> lock(tune_mu_);
+    if (trial_algo_ != Algo::kNone) {  // measuring (tune_measure.cc): not cached
+      TunerConfig forced = tuner_;
+      forced.forced_algo = trial_algo_;
+      forced.quiet = true;
+      return chorus::tune(tune_input(kind, bytes), forced);
+    }
     if (kind == last_tune_kind_ && bytes == last_tune_bytes_) return last_tune_;
-    last_tune_ = chorus::tune({kind, bytes, size(), link_model_, nchannels(), hosts_.nhosts(),
-                               hosts_.max_local(), local_link_model_},
-                              tuner_);
+    last_tune_ = chorus::tune(tune_input(kind, bytes), tuner_);
     last_tune_kind_ = kind;
     last_tune_bytes_ = bytes;
     return last_tune_;
   }
+  // Ring against direct for large all-reduces over shm (tune_measure.cc): whether a call of
+  // `bytes` is the first that needs the measurement (then it is under way: no other call starts
+  // one), which algorithm the next calls run while it lasts, and its outcome (kNone: failed;
+  // direct stays).
+  bool begin_measurement(size_t bytes);
+  void set_trial_algo(Algo a);
+  void end_measurement(Algo chosen);
+  // CHORUS_TEST_SLOW_ALGO: an all-reduce that runs this algorithm takes 20 ms longer.
+  bool test_slow(Algo a) const { return a == tuner_.test_slow; }
   void mark_waiting_since();  // first long wait of the current operation
   int nchannels() const { return nchannels_; }
   // The job rank of the member whose process is `pid` on host `host`, or -1.
@@ -244,6 +257,20 @@ class CommImpl : public std::enable_shared_from_this<CommImpl> {
   OpKind last_tune_kind_ = OpKind::kSend;  // kSend is never tuned: the cache starts empty
   size_t last_tune_bytes_ = 0;
   Tuned last_tune_{};
+  TuneInput tune_input(OpKind kind, size_t bytes) const {
+    return {kind,
+            bytes,
+            size(),
+            link_model_,
+            nchannels(),
+            hosts_.nhosts(),
+            hosts_.max_local(),
+            local_link_model_,
+            large_in_place_};
+  }
+  Algo large_in_place_ = Algo::kNone;  // measured (tune_measure.cc); under tune_mu_
+  bool measure_begun_ = false;
+  Algo trial_algo_ = Algo::kNone;
   int spin_us_ = 50;  // CHORUS_SPIN_US: the most a wait spins before it sleeps
   std::atomic<int> spin_now_us_{
       50};             // adapts: halves when spinning did not pay, regrows when it did

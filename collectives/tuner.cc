@@ -13,8 +13,7 @@
 namespace chorus {
 namespace {
 
-constexpr size_t kDirectMinBytes = 4 << 20;  // where direct overtakes the ring on shm
-constexpr double kGamma = 8.0e9;             // f32 a+b -> c, one core, memory-bound sizes
+constexpr double kGamma = 8.0e9;  // f32 a+b -> c, one core, memory-bound sizes
 constexpr size_t kMinChannelBytes = 256 << 10;
 
 int log2_ceil(int n) {
@@ -85,7 +84,24 @@ Result<TunerConfig> TunerConfig::from_env() {
     return make_error(Code::kInvalidArgument, "CHORUS_BETA_GBPS={} must be positive", c.beta_gbps);
   CHORUS_ASSIGN_OR_RETURN(int64_t nch, env_int_in("CHORUS_NCHANNELS", 1, 1, 8));
   c.nchannels = static_cast<int>(nch);
+  CHORUS_ASSIGN_OR_RETURN(int64_t measure, env_int_in("CHORUS_TUNE_MEASURE", 1, 0, 1));
+  c.measure = measure == 1;
+  if (auto slow = env_get("CHORUS_TEST_SLOW_ALGO")) {
+    if (*slow == "ring")
+      c.test_slow = Algo::kRing;
+    else if (*slow == "direct")
+      c.test_slow = Algo::kDirect;
+    else if (!slow->empty())
+      return make_error(Code::kInvalidArgument,
+                        "CHORUS_TEST_SLOW_ALGO='{}': expected ring or direct", *slow);
+  }
   return c;
+}
+
+bool takes_large_in_place(const TuneInput& in, const TunerConfig& cfg) {
+  return in.kind == OpKind::kAllReduce && !cfg.deterministic && cfg.forced_algo == Algo::kNone &&
+         in.link.read_in_place && in.bytes >= kLargeInPlaceBytes && in.nhosts == 1 &&
+         in.nranks > 1 && !(in.nranks == 2 && in.bytes <= in.link.rd_two_rank_bytes);
 }
 
 namespace {
@@ -147,12 +163,12 @@ Tuned tune(const TuneInput& in, const TunerConfig& cfg) {
         // up to which size (shm: near 2 MiB, bench/RESULTS.md, "tuner crossover").
         if (in.nranks == 2 && in.bytes <= m.rd_two_rank_bytes) t.algo = Algo::kRecursiveDoubling;
         // Over links read in place (shm), direct (ordered.cc) folds each rank's slice once,
-        // straight out of the peers' slots: measured 1.2-2.8x the ring from 4 MiB up at 2, 3 and
-        // 4 ranks; at 2 MiB and below it is not reliably faster (bench/RESULTS.md, "Direct by
-        // default").
-        if (m.read_in_place && in.bytes >= kDirectMinBytes &&
-            !(in.nranks == 2 && in.bytes <= m.rd_two_rank_bytes))
-          t.algo = Algo::kDirect;
+        // straight out of the peers' slots: on one machine 1.2-2.8x the ring from 4 MiB up at
+        // 2, 3 and 4 ranks, on another 0.6-0.8x (bench/RESULTS.md, "Direct by default", "Ring or
+        // direct, measured"). So the communicator measures both (tune_measure.cc); direct until
+        // then. At 2 MiB and below direct is not reliably faster anywhere.
+        if (takes_large_in_place(in, cfg))
+          t.algo = in.large_in_place == Algo::kRing ? Algo::kRing : Algo::kDirect;
         if (in.nhosts > 1 && in.max_local > 1 && model_hier_seconds(in, alpha, beta) < best)
           t.algo = Algo::kHier;
         if (cfg.forced_algo != Algo::kNone) t.algo = cfg.forced_algo;
@@ -184,7 +200,7 @@ Tuned tune(const TuneInput& in, const TunerConfig& cfg) {
   if (cfg.chunk_bytes > 0) piece = cfg.chunk_bytes;
   t.piece = static_cast<uint32_t>(piece);
 
-  if (log_level() <= LogLevel::kInfo) {
+  if (log_level() <= LogLevel::kInfo && !cfg.quiet) {
     static std::mutex mu;
     static std::set<std::tuple<int, int, uint32_t>> printed;
     std::lock_guard<std::mutex> lock(mu);

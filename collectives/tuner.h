@@ -29,6 +29,9 @@ struct TuneInput {
   int nhosts = 1;                     // hosts the ranks are on (hosts.h)
   int max_local = 0;                  // the most ranks one host has
   transport::LinkModel local_link{};  // of the links inside a host (when max_local > 1)
+  // The all-reduce for large buffers over links read in place (shm), measured on this
+  // communicator (tune_measure.cc): ring or direct; kNone until measured (direct).
+  Algo large_in_place = Algo::kNone;
 };
 
 struct Tuned {
@@ -48,8 +51,18 @@ struct TunerConfig {
   // algorithms (direct, fold), whose bits depend on nothing but the inputs and the rank count;
   // a forced ring then means direct, rd and tree mean fold.
   bool deterministic = false;
+  bool measure = true;           // CHORUS_TUNE_MEASURE: ring against direct, once (tune_measure.cc)
+  Algo test_slow = Algo::kNone;  // CHORUS_TEST_SLOW_ALGO: test hook, 20 ms more per all-reduce
+  bool quiet = false;            // no INFO line (the measurement's calls)
   static Result<TunerConfig> from_env();
 };
+
+// From this size an all-reduce over links read in place (shm) takes ring or direct, whichever
+// measured faster on the communicator (tune_measure.cc), when the model would take the ring.
+constexpr size_t kLargeInPlaceBytes = 4 << 20;
+// Whether an all-reduce of `in` takes that measured choice (false where another rule decides:
+// two ranks below the link's whole-buffer crossover, several hosts, the deterministic mode).
+bool takes_large_in_place(const TuneInput& in, const TunerConfig& cfg);
 
 Tuned tune(const TuneInput& in, const TunerConfig& cfg);
 // Modelled seconds of an all-reduce algorithm (exposed for tests and bench/).

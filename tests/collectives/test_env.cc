@@ -82,6 +82,9 @@ const BadValue kBad[] = {
     {"CHORUS_TEST_FAILOVER_DIE", "-2"},
     {"CHORUS_TEST_FAILOVER_DIE", "rank1"},
     {"CHORUS_TEST_SHARED_MAP_FAIL", "yes"},
+    {"CHORUS_TUNE_MEASURE", "yes"},
+    {"CHORUS_TUNE_MEASURE", "2"},
+    {"CHORUS_TEST_SLOW_ALGO", "tree"},
     {"CHORUS_TEST_DEVICE_DIE", "rank1"},
     {"CHORUS_TEST_DEVICE_DIE", "-2"},
 };

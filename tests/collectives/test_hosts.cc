@@ -70,3 +70,48 @@ TEST_CASE("tuner: direct by default for large all-reduces over shared memory", "
   ring.forced_algo = Algo::kRing;
   CHECK(tune({OpKind::kAllReduce, 16 << 20, 3, shm, 1}, ring).algo == Algo::kRing);
 }
+
+TEST_CASE("tuner: the measured choice of ring or direct for large all-reduces over shm",
+          "[tuner]") {
+  const transport::LinkModel tcp{"tcp", 12e-6, 2.5e9, 256 << 10, 0};
+  const transport::LinkModel shm{"shm", 1e-6, 6e9, 64 << 10, 2 << 20, true};
+  const TunerConfig cfg;
+  for (int n : {2, 3, 4}) {
+    INFO(n << " ranks");
+    TuneInput in{OpKind::kAllReduce, 16 << 20, n, shm, 1, 1, n, shm, Algo::kRing};
+    CHECK(takes_large_in_place(in, cfg));
+    CHECK(tune(in, cfg).algo == Algo::kRing);
+    in.large_in_place = Algo::kDirect;
+    CHECK(tune(in, cfg).algo == Algo::kDirect);
+    in.large_in_place = Algo::kNone;  // not measured (yet): direct
+    CHECK(tune(in, cfg).algo == Algo::kDirect);
+  }
+  // Where other rules decide, nothing is measured.
+  const TuneInput base{OpKind::kAllReduce, 16 << 20, 3, shm, 1, 1, 3, shm};
+  TuneInput x = base;
+  x.bytes = (4 << 20) - 4;
+  CHECK_FALSE(takes_large_in_place(x, cfg));  // below 4 MiB
+  x = base;
+  x.nranks = 2;
+  x.bytes = 2 << 20;
+  CHECK_FALSE(takes_large_in_place(x, cfg));  // two ranks exchange whole buffers
+  x = base;
+  x.link = tcp;
+  CHECK_FALSE(takes_large_in_place(x, cfg));  // staged links: the model decides
+  x = base;
+  x.nhosts = 2;
+  CHECK_FALSE(takes_large_in_place(x, cfg));  // several hosts: hierarchical or ring
+  x = base;
+  x.kind = OpKind::kReduce;
+  CHECK_FALSE(takes_large_in_place(x, cfg));
+  TunerConfig det;
+  det.deterministic = true;
+  CHECK_FALSE(takes_large_in_place(base, det));  // the ordered algorithms only
+  TunerConfig forced;
+  forced.forced_algo = Algo::kRing;
+  CHECK_FALSE(takes_large_in_place(base, forced));
+  // The deterministic mode ignores a measured ring: its bits must not depend on it.
+  TuneInput measured = base;
+  measured.large_in_place = Algo::kRing;
+  CHECK(tune(measured, det).algo != Algo::kRing);
+}
