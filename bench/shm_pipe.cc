@@ -1,6 +1,6 @@
 // shm-pipe: how fast bytes cross between two processes through shared memory on this machine,
 // the ceiling of any all-reduce of ordinary (malloc) buffers over shm (issue 14). Two
-// processes on different cores, rings of 8 slots of 256 KiB (chorus's shm defaults), each slot
+// processes on different cores, a ring of 4 slots of 128 KiB (chorus's shm defaults), each slot
 // filled with memcpy from a private buffer and emptied with memcpy into another, as the slot
 // rings do, one way (A -> B, the other direction idle). A two-rank all-reduce of ordinary
 // buffers moves N bytes each way through such rings (busbw = N / time), so its busbw can be no
@@ -22,8 +22,8 @@
 
 namespace {
 
-constexpr size_t kSlot = 256 << 10;
-constexpr int kSlots = 8;
+constexpr size_t kSlot = 128 << 10;
+constexpr int kSlots = 4;
 constexpr int kRuns = 5;
 
 double seconds() {

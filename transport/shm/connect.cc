@@ -98,10 +98,11 @@ std::string shm_segment_name(int pid, const std::string& prefix, int rank) {
 }
 
 Result<std::unique_ptr<Transport>> make_shm_transport() {
-  CHORUS_ASSIGN_OR_RETURN(int64_t slot,
-                          env_int_in("CHORUS_SHM_SLOT_BYTES", 256 << 10, 4096, 1 << 30));
-  CHORUS_ASSIGN_OR_RETURN(int64_t nslots, env_int_in("CHORUS_SHM_SLOTS", 8, 2, 1024));
   ShmConfig cfg;
+  CHORUS_ASSIGN_OR_RETURN(
+      int64_t slot,
+      env_int_in("CHORUS_SHM_SLOT_BYTES", static_cast<int64_t>(cfg.slot_bytes), 4096, 1 << 30));
+  CHORUS_ASSIGN_OR_RETURN(int64_t nslots, env_int_in("CHORUS_SHM_SLOTS", cfg.nslots, 2, 1024));
   cfg.slot_bytes = static_cast<size_t>(slot);
   cfg.nslots = static_cast<int>(nslots);
   return std::unique_ptr<Transport>(new ShmTransport(cfg));

@@ -19,9 +19,12 @@ struct alignas(64) Doorbell {
   std::atomic<uint32_t> sleepers{0};
 };
 
+// Defaults: 4 slots of 128 KiB per directed pair. A smaller ring stays in cache with the
+// buffers: against 8 x 256 KiB, 1.2-1.8x at 1-64 MiB out of place on 2-4 ranks, no change
+// at 8 B-256 KiB (bench/RESULTS.md, "Smaller shm rings").
 struct ShmConfig {
-  size_t slot_bytes = 256 << 10;
-  int nslots = 8;
+  size_t slot_bytes = 128 << 10;
+  int nslots = 4;
 };
 
 // A slot starts with one 64-bit word: the message number (low 38 bits, compared modulo 2^38)
