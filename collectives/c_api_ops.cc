@@ -169,7 +169,7 @@ struct OpBody {
         break;
     }
     if (kind == OpKind::kAllReduce && ctx.comm().test_slow(ctx.desc().algo))
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));  // CHORUS_TEST_SLOW_ALGO
+      std::this_thread::sleep_for(std::chrono::milliseconds(250));  // CHORUS_TEST_SLOW_ALGO
     // The rest are cut into per-channel parts; part b starts at element b.
     return chorus::run_parts(ctx, [&](OpCtx& part, uint64_t b, uint64_t n) {
       const char* sp = s ? s + b * es : nullptr;

@@ -52,7 +52,7 @@ struct TunerConfig {
   // a forced ring then means direct, rd and tree mean fold.
   bool deterministic = false;
   bool measure = true;           // CHORUS_TUNE_MEASURE: ring against direct, once (tune_measure.cc)
-  Algo test_slow = Algo::kNone;  // CHORUS_TEST_SLOW_ALGO: test hook, 20 ms more per all-reduce
+  Algo test_slow = Algo::kNone;  // CHORUS_TEST_SLOW_ALGO: test hook, 250 ms more per all-reduce
   bool quiet = false;            // no INFO line (the measurement's calls)
   static Result<TunerConfig> from_env();
 };

@@ -1,6 +1,6 @@
 // The tuner's measurement of ring against direct for large all-reduces over shared memory
 // (collectives/tune_measure.cc): made to come out one way and then the other by a test hook
-// that slows one algorithm by 20 ms per call (CHORUS_TEST_SLOW_ALGO), on 2 and 3 ranks; the
+// that slows one algorithm by 250 ms per call (CHORUS_TEST_SLOW_ALGO), on 2 and 3 ranks; the
 // chosen algorithm runs the user's call (the tuner's INFO line) and the result is right; the
 // measurement runs once per communicator, never below 4 MiB, never with CHORUS_TUNE_MEASURE=0.
 #include <catch2/catch.hpp>
