@@ -269,8 +269,8 @@ class CommImpl : public std::enable_shared_from_this<CommImpl> {
             local_link_model_,
             large_in_place_};
   }
-  Algo large_in_place_ = Algo::kNone;  // measured (tune_measure.cc); under tune_mu_
-  bool measure_begun_ = false;
+  Algo large_in_place_ = Algo::kNone;       // measured (tune_measure.cc); under tune_mu_
+  std::atomic<bool> measure_begun_{false};  // read without the lock by every all-reduce
   Algo trial_algo_ = Algo::kNone;
   int spin_us_ = 50;  // CHORUS_SPIN_US: the most a wait spins before it sleeps
   std::atomic<int> spin_now_us_{

@@ -57,8 +57,8 @@ struct TunerConfig {
   static Result<TunerConfig> from_env();
 };
 
-// From this size an all-reduce over links read in place (shm) takes ring or direct, whichever
-// measured faster on the communicator (tune_measure.cc), when the model would take the ring.
+// From this size an all-reduce over links read in place (shm) on one host takes ring or direct,
+// whichever measured faster on the communicator (tune_measure.cc), instead of the model's choice.
 constexpr size_t kLargeInPlaceBytes = 4 << 20;
 // Whether an all-reduce of `in` takes that measured choice (false where another rule decides:
 // two ranks below the link's whole-buffer crossover, several hosts, the deterministic mode).

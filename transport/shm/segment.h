@@ -21,7 +21,7 @@ struct alignas(64) Doorbell {
 
 // Defaults: 4 slots of 128 KiB per directed pair. A smaller ring stays in cache with the
 // buffers: against 8 x 256 KiB, 1.2-1.8x at 1-64 MiB out of place on 2-4 ranks, no change
-// at 8 B-256 KiB (bench/RESULTS.md, "Smaller shm rings").
+// at 8 B-32 KiB (bench/RESULTS.md, "Ring or direct, measured; smaller shm rings").
 struct ShmConfig {
   size_t slot_bytes = 128 << 10;
   int nslots = 4;
