@@ -35,8 +35,8 @@
 // every flag word of each survivor is set to its largest value on a stream of its own
 // (release_device_waits), so that their streams go on (on void results) instead of waiting for
 // ever, and their calls fail naming the dead rank. Ranks on several hosts (or more than 32) go
-// through host memory instead (device_staged.cc). Not built yet: VMM (cuMem) and stream-ordered
-// memory (no legacy handle: refused by name).
+// through host memory instead (device_staged.cc). VMM (cuMem) and stream-ordered memory, which
+// CUDA IPC cannot map, go through a bounce buffer (device_bounce.h).
 #include "collectives/device_ops.h"
 
 #include <signal.h>
@@ -48,6 +48,7 @@
 
 #include "collectives/c_api_internal.h"
 #include "collectives/comm.h"
+#include "collectives/device_bounce.h"
 #include "collectives/device_plan.h"
 #include "collectives/op.h"
 #include "common/log.h"
@@ -138,21 +139,19 @@ std::string ipc_error(int rc) {
 }
 
 // This rank's part of the record: the buffers it uses device memory of the current device,
-// exported; its flag words allocated (at its first device call) and exported.
-void describe_self(DeviceIpc& st, const void* send, void* recv, bool uses_send, bool uses_recv,
-                   Record& me) {
+// exported (memory that CUDA IPC cannot map: staged, device_stage.h); its flag words allocated
+// (at its first device call) and exported. `bufs` says where the GPU work finds each buffer.
+void describe_self(DeviceIpc& st, CallBuffers& bufs, Record& me) {
   const kc::IpcBackend& ipc = kc::ipc();
   const int dev = ipc.current_device();
   me.ok = 1;
-  for (auto [p, name, used] :
-       {std::tuple<const void*, const char*, bool>{send, "sendbuff", uses_send},
-        {recv, "recvbuff", uses_recv}}) {
-    if (!used) continue;
-    kc::PointerInfo i = kc::classify_pointer(p);
+  for (const LocalBuffer* b : {&bufs.send, &bufs.recv}) {
+    if (!b->used) continue;
+    kc::PointerInfo i = kc::classify_pointer(b->user);
     if (i.space != kc::MemSpace::kDevice || i.device != dev)
       return set_why(me, fmt::format("{} {} is {}, {}: the buffers must be memory of the current "
                                      "device",
-                                     name, p, where(p),
+                                     b->name, b->user, where(b->user),
                                      dev < 0 ? std::string("and this process uses no CUDA device")
                                              : fmt::format("the current device is {}", dev)));
   }
@@ -172,15 +171,18 @@ void describe_self(DeviceIpc& st, const void* send, void* recv, bool uses_send, 
   std::snprintf(me.gpu, sizeof me.gpu, "%s", st.gpu.c_str());
   if (int rc = ipc.export_buffer(st.flags, &me.flags); rc != 0)
     return set_why(me, "exporting its flag words failed: " + ipc_error(rc));
-  for (auto [p, h, name, used] : {std::tuple<const void*, kc::IpcHandle*, const char*, bool>{
-                                      send, &me.send, "sendbuff", uses_send},
-                                  {recv, &me.recv, "recvbuff", uses_recv}})
-    if (used)
-      if (int rc = ipc.export_buffer(p, h); rc != 0)
-        return set_why(me, fmt::format("{} {} cannot be shared with other processes ({}; "
-                                       "cudaMalloc memory can, VMM and cudaMallocAsync memory not "
-                                       "yet)",
-                                       name, p, ipc_error(rc)));
+  for (auto [b, h] : {std::pair{&bufs.send, &me.send}, {&bufs.recv, &me.recv}}) {
+    b->at = const_cast<void*>(b->user);
+    if (!b->used || !b->shared) continue;
+    const int rc = ipc.export_buffer(b->user, h);
+    if (rc == kc::kNotLegacyIpc) {
+      b->staged = true;
+      b->handle = h;
+    } else if (rc != 0) {
+      return set_why(me, fmt::format("{} {} cannot be shared with other processes ({})", b->name,
+                                     b->user, ipc_error(rc)));
+    }
+  }
 }
 
 // Checks a record after the exchange: a rank that could not take part fails every rank.
@@ -257,6 +259,32 @@ class Enqueuer {
     return Status::ok();
   }
 
+  // The bounce buffer (device_bounce.h): before a call's first work, wait for the end of the last
+  // call that used it (on whatever stream), then copy the staged input into its piece; after the
+  // call's last wait, copy the staged output out of its piece and mark the end.
+  Status bounce_in(const std::vector<const LocalBuffer*>& bufs) {
+    if (!any_staged(bufs)) return Status::ok();
+    if (int rc = kc::ipc().mark_wait(stream_, st_.bounce_mark); rc != 0)
+      return failed("ordering after the last call through the bounce buffer", rc);
+    for (const LocalBuffer* b : bufs)
+      if (b->staged && !b->output)
+        if (Status s = copy(b->user, b->at, b->bytes, "copying {} into the bounce buffer", b);
+            !s.is_ok())
+          return s;
+    return Status::ok();
+  }
+  Status bounce_out(const std::vector<const LocalBuffer*>& bufs) {
+    if (!any_staged(bufs)) return Status::ok();
+    for (const LocalBuffer* b : bufs)
+      if (b->staged && b->output)
+        if (Status s = copy(b->at, b->user, b->bytes, "copying {} out of the bounce buffer", b);
+            !s.is_ok())
+          return s;
+    if (int rc = kc::ipc().mark_record(stream_, &st_.bounce_mark); rc != 0)
+      return failed("marking the end of a call through the bounce buffer", rc);
+    return Status::ok();
+  }
+
   // After a failure: the signals not yet written, so that no peer's stream waits for ever.
   void release(const std::vector<std::pair<uint32_t*, uint32_t>>& owed) {
     for (const auto& [word, v] : owed)
@@ -264,6 +292,14 @@ class Enqueuer {
   }
 
  private:
+  static bool any_staged(const std::vector<const LocalBuffer*>& bufs) {
+    return std::any_of(bufs.begin(), bufs.end(), [](const LocalBuffer* b) { return b->staged; });
+  }
+  Status copy(const void* from, const void* to, size_t bytes, const char* what,
+              const LocalBuffer* b) {
+    return fold(kernels::DType::kU8, kernels::RedOp::kSum, {from}, {const_cast<void*>(to)}, bytes,
+                0, fmt::format(fmt::runtime(what), b->name));
+  }
   Status failed(const std::string& what, int rc) {
     return make_error(Code::kSystemError, "{} failed: {}", what, ipc_error(rc));
   }
@@ -338,7 +374,17 @@ chorusResult_t device_collective(chorusComm_t h, CommImpl& comm, const Call& cal
     return chorusSuccess;
   }
   DeviceIpc& st = comm.device_ipc();
-  describe_self(st, a.sendbuff, a.recvbuff, uses_send, uses_recv, me);
+  CallBuffers bufs;
+  bufs.send.user = a.sendbuff;
+  bufs.send.used = uses_send;
+  bufs.send.bytes = device_send_count(call.kind, a.count, p) * es;
+  bufs.recv.user = a.recvbuff;
+  bufs.recv.used = uses_recv;
+  bufs.recv.bytes = device_recv_count(call.kind, a.count, p) * es;
+  describe_self(st, bufs, me);
+  if (me.ok)
+    if (Status s = place_staged(st, std::array{&bufs.send, &bufs.recv}, r, call.name); !s.is_ok())
+      set_why(me, s.message());
   std::vector<Record> all(p);
   if (chorusResult_t rc = run_op(
           {call.name, OpKind::kAllGather, false}, h,
@@ -382,16 +428,16 @@ chorusResult_t device_collective(chorusComm_t h, CommImpl& comm, const Call& cal
           if (b == kReady || !barrier) owed.push_back({word(st.peer_flags[q], b, r), seq});
 
   // The tasks' buffers, mapped (own buffers are used as they are).
-  std::map<std::pair<int, bool>, char*> bufs;
+  std::map<std::pair<int, bool>, char*> mapped;
   auto buffer = [&](const BufRef& b) -> Result<char*> {
     auto key = std::make_pair(b.rank, b.recv);
-    if (auto it = bufs.find(key); it != bufs.end()) return it->second + b.elem * es;
-    void* ptr = b.recv ? a.recvbuff : const_cast<void*>(a.sendbuff);
+    if (auto it = mapped.find(key); it != mapped.end()) return it->second + b.elem * es;
+    void* ptr = b.recv ? bufs.recv.at : bufs.send.at;
     if (b.rank != r)
       if (int rc = kc::ipc().open(b.recv ? all[b.rank].recv : all[b.rank].send, &ptr); rc != 0)
         return make_error(Code::kSystemError, "mapping rank {}'s {} failed: {}", b.rank,
                           b.recv ? "recvbuff" : "sendbuff", ipc_error(rc));
-    bufs[key] = static_cast<char*>(ptr);
+    mapped[key] = static_cast<char*>(ptr);
     return static_cast<char*>(ptr) + b.elem * es;
   };
   const kernels::DType dt = barrier ? kernels::DType::kU8 : *kernel_dtype(a.datatype);
@@ -413,6 +459,8 @@ chorusResult_t device_collective(chorusComm_t h, CommImpl& comm, const Call& cal
     }
   }
 
+  const std::vector<const LocalBuffer*> staged{&bufs.send, &bufs.recv};
+  if (s.is_ok()) s = gpu.bounce_in(staged);
   for (int q = 0; q < p && s.is_ok(); ++q)
     if (q != r) s = gpu.signal(q, kReady, seq, "ready");
   for (int q = 0; q < p && s.is_ok(); ++q)
@@ -431,6 +479,7 @@ chorusResult_t device_collective(chorusComm_t h, CommImpl& comm, const Call& cal
     if (q != r) s = gpu.signal(q, kDone, seq, "done");
   for (int q = 0; q < p && s.is_ok() && !barrier; ++q)
     if (q != r) s = gpu.wait(q, kDone, seq, "done");
+  if (s.is_ok()) s = gpu.bounce_out(staged);
   if (s.is_ok()) return finish(comm, call.name);
   gpu.release(owed);
   const Status why(Code::kSystemError, fmt::format("{} on rank {}: {}", call.name, r, s.message()));
@@ -440,18 +489,23 @@ chorusResult_t device_collective(chorusComm_t h, CommImpl& comm, const Call& cal
 
 namespace {
 
-// A send/recv item's record: what it moves and to or from whom.
-Record p2p_record(DeviceIpc& st, const DeviceP2p& it) {
+// A send/recv item's record: what it moves and to or from whom. Only a send's buffer is shared
+// (the receiver copies from it into its own).
+// `me` stays where it is: a staged buffer's handle is exported into it later (place_staged).
+void p2p_record(DeviceIpc& st, const DeviceP2p& it, CallBuffers& bufs, Record& me) {
   const bool send = it.call.kind == OpKind::kSend;
-  Record me{};
+  me = Record{};
   me.count = it.args.count;
   me.kind = int32_t(it.call.kind);
   me.datatype = it.args.datatype;
   me.op = -1;
   me.root = it.args.peer;
-  describe_self(st, it.args.sendbuff, it.args.recvbuff, send && me.count > 0, !send && me.count > 0,
-                me);
-  return me;
+  LocalBuffer& b = send ? bufs.send : bufs.recv;
+  b.user = send ? it.args.sendbuff : it.args.recvbuff;
+  b.used = me.count > 0;
+  b.shared = send;
+  b.bytes = me.count * dtype_size(me.datatype);
+  describe_self(st, bufs, me);
 }
 
 std::string describe_p2p(const Record& x, int owner) {
@@ -480,7 +534,17 @@ chorusResult_t device_p2p(chorusComm_t h, CommImpl& comm, const std::vector<Devi
   DeviceIpc& st = comm.device_ipc();
   const size_t n = items.size();
   std::vector<Record> mine(n), theirs(n);
-  for (size_t i = 0; i < n; ++i) mine[i] = p2p_record(st, items[i]);
+  std::vector<CallBuffers> bufs(n);
+  std::vector<LocalBuffer*> sends;
+  for (size_t i = 0; i < n; ++i) {
+    p2p_record(st, items[i], bufs[i], mine[i]);
+    sends.push_back(&bufs[i].send);
+  }
+  // The group's staged sends share the bounce buffer, a piece each.
+  if (std::all_of(mine.begin(), mine.end(), [](const Record& x) { return x.ok != 0; }))
+    if (Status s = place_staged(st, sends, r, name); !s.is_ok())
+      for (size_t i = 0; i < n; ++i)
+        if (bufs[i].send.staged) set_why(mine[i], s.message());
   // The exchange: one record each way per item, all posted at once (a host group).
   chorusGroupStart();
   chorusResult_t rc = chorusSuccess;
@@ -553,6 +617,9 @@ chorusResult_t device_p2p(chorusComm_t h, CommImpl& comm, const std::vector<Devi
       if (mine[i].count > 0 && (items[i].call.kind == OpKind::kSend) == sends)
         s = fn(i, items[i].args.peer);
   };
+  std::vector<const LocalBuffer*> staged;
+  for (size_t i = 0; i < n; ++i) staged.push_back(&bufs[i].send);
+  if (s.is_ok()) s = gpu.bounce_in(staged);
   // Every signal of the group before any wait.
   each(true, [&](size_t i, int q) { return gpu.signal(q, kTxReady, seq[i], "data ready"); });
   each(false, [&](size_t i, int q) { return gpu.signal(q, kRxReady, seq[i], "buffer free"); });
@@ -570,6 +637,7 @@ chorusResult_t device_p2p(chorusComm_t h, CommImpl& comm, const std::vector<Devi
   });
   each(false, [&](size_t i, int q) { return gpu.signal(q, kRxDone, seq[i], "copied"); });
   each(true, [&](size_t i, int q) { return gpu.wait(q, kRxDone, seq[i], "copied"); });
+  if (s.is_ok()) s = gpu.bounce_out(staged);
   if (s.is_ok()) return finish(comm, name);
   gpu.release(owed);
   const Status why(Code::kSystemError, fmt::format("{} on rank {}: {}", name, r, s.message()));

@@ -33,6 +33,12 @@ struct DeviceIpc {
   std::atomic<void*> live_flags{nullptr};
   std::atomic<int> live_device{-1};
   bool staged_said = false;  // the INFO line of the staged path, once
+  // The bounce buffer for memory that CUDA IPC cannot map (device_bounce.h), its size, the mark
+  // after the last call that used it, and its INFO line, once.
+  void* bounce = nullptr;
+  size_t bounce_bytes = 0;
+  void* bounce_mark = nullptr;
+  bool bounce_said = false;
 };
 
 // When the communicator fails (a peer died or failed, a revoke, a timeout): every flag word of

@@ -48,6 +48,12 @@ int flags_alloc(size_t, void** out) {
 int flags_release(int, void*, const uint32_t*, size_t) {
   return kNoCuda;
 }
+int mark_record(void*, void**) {
+  return kNoCuda;
+}
+int mark_wait(void*, void*) {
+  return kNoCuda;
+}
 int stream_write_u32(void*, void*, uint32_t) {
   return kNoCuda;
 }

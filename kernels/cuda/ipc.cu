@@ -15,11 +15,13 @@ namespace chorus::kernels::cuda {
 namespace {
 
 using GetAddressRange = CUresult (*)(CUdeviceptr*, size_t*, CUdeviceptr);
+using PointerGetAttribute = CUresult (*)(void*, CUpointer_attribute, CUdeviceptr);
 using StreamValue32 = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned);
 
 struct Ops {
   bool ok = false;
   GetAddressRange address_range = nullptr;
+  PointerGetAttribute pointer_attribute = nullptr;
   StreamValue32 write_value = nullptr;
   StreamValue32 wait_value = nullptr;
 };
@@ -30,6 +32,7 @@ const Ops& ops() {
   std::call_once(once, [] {
     if (device_count() == 0) return;
     o.ok = driver_entry("cuMemGetAddressRange", o.address_range) &&
+           driver_entry("cuPointerGetAttribute", o.pointer_attribute) &&
            driver_entry("cuStreamWriteValue32", o.write_value) &&
            driver_entry("cuStreamWaitValue32", o.wait_value);
   });
@@ -53,6 +56,14 @@ Opened& opened() {
 int ipc_export(const void* p, IpcHandle* out) {
   const Ops& o = ops();
   if (!o.ok) return kNoCuda;
+  // VMM and stream-ordered memory: cudaIpcGetMemHandle would refuse it (or, for a pool, hand out
+  // a handle of something else), so ask first.
+  int legacy = 0;
+  if (CUresult r = o.pointer_attribute(&legacy, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE,
+                                       reinterpret_cast<CUdeviceptr>(p));
+      r)
+    return -int(r);
+  if (!legacy) return kNotLegacyIpc;
   CUdeviceptr base = 0;
   size_t size = 0;
   if (CUresult r = o.address_range(&base, &size, reinterpret_cast<CUdeviceptr>(p)); r)
@@ -112,6 +123,23 @@ int flags_release(int device, void* flags, const uint32_t* values, size_t count)
   // synchronization behaviour), so `values` may go at once.
   return int(
       cudaMemcpyAsync(flags, values, count * sizeof(uint32_t), cudaMemcpyHostToDevice, side));
+}
+
+int mark_record(void* stream, void** mark) {
+  if (!ops().ok) return kNoCuda;
+  if (*mark == nullptr) {
+    cudaEvent_t e = nullptr;
+    if (cudaError_t r = cudaEventCreateWithFlags(&e, cudaEventDisableTiming); r) return int(r);
+    *mark = e;
+  }
+  return int(cudaEventRecord(static_cast<cudaEvent_t>(*mark), static_cast<cudaStream_t>(stream)));
+}
+
+int mark_wait(void* stream, void* mark) {
+  if (!ops().ok) return kNoCuda;
+  if (mark == nullptr) return 0;
+  return int(
+      cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), static_cast<cudaEvent_t>(mark), 0));
 }
 
 int stream_write_u32(void* stream, void* word, uint32_t v) {

@@ -18,6 +18,10 @@
 namespace chorus::kernels::cuda {
 
 inline constexpr int kNoCuda = 100;  // cudaErrorNoDevice: no CUDA build, driver or device
+// ipc_export's answer for device memory that has no legacy IPC handle -- VMM (cuMem, PyTorch's
+// expandable segments) and stream-ordered (cudaMallocAsync) memory -- which the device
+// collectives then stage through a buffer of their own (collectives/device_ops.cc).
+inline constexpr int kNotLegacyIpc = 801;  // cudaErrorNotSupported
 
 // What a peer needs to map a buffer: the legacy IPC handle of the allocation holding it and the
 // buffer's offset inside that allocation. Exchanged as raw bytes.
@@ -26,8 +30,8 @@ struct IpcHandle {
   uint64_t offset;
 };
 
-// The handle of p's allocation (cudaMalloc memory; VMM and stream-ordered memory export no legacy
-// handle and fail here) and p's offset in it.
+// The handle of p's allocation (cudaMalloc memory) and p's offset in it; kNotLegacyIpc for VMM and
+// stream-ordered memory, which export no legacy handle.
 int ipc_export(const void* p, IpcHandle* out);
 // Maps a peer's buffer into this process: base + offset. Each allocation opens once per process
 // (cached by handle bytes, as the driver allows one open per context); never in the process
@@ -36,7 +40,8 @@ int ipc_open(const IpcHandle& h, void** out);
 // Closes every allocation ipc_open mapped (tests; a process that ends needs nothing).
 void ipc_close_all();
 
-// `bytes` of zeroed device memory on the current device, for flag words peers write into.
+// `bytes` of zeroed device memory on the current device that ipc_export can share: flag words
+// peers write into, and the staging buffers of memory that cannot be shared.
 int flags_alloc(size_t bytes, void** out);
 
 // Writes values[0..count) into the 32-bit flag words at `flags` (flags_alloc's, on `device`), on
@@ -51,6 +56,11 @@ int flags_release(int device, void* flags, const uint32_t* values, size_t count)
 // the GPU runs meanwhile.
 int stream_write_u32(void* stream, void* word, uint32_t v);
 int stream_wait_u32_geq(void* stream, const void* word, uint32_t v);
+// Orders work on different streams: mark_record records a mark (a CUDA event, made at the first
+// call into *mark) after the work already on `stream`; mark_wait makes later work on `stream` wait
+// for the latest record of `mark` (nullptr: nothing to wait for). Neither waits on the host.
+int mark_record(void* stream, void** mark);
+int mark_wait(void* stream, void* mark);
 // Host staging, for ranks that CUDA IPC cannot join (several hosts): `bytes` of device memory
 // into host memory after the work on `stream`, returning once they are there (bytes 0: waits for
 // the stream); and host memory into device memory on `stream`, returning once `src` may be
@@ -73,6 +83,8 @@ struct IpcBackend {
   int (*flags_release)(int device, void* flags, const uint32_t* values, size_t count);
   int (*write_u32)(void* stream, void* word, uint32_t v);
   int (*wait_u32_geq)(void* stream, const void* word, uint32_t v);
+  int (*mark_record)(void* stream, void** mark);
+  int (*mark_wait)(void* stream, void* mark);
   // reduce_fold_to's contract (reduce.h); a copy is a fold of one input.
   int (*fold)(DType t, RedOp op, const void* const* in, int w, void* const* out, int nout,
               size_t count, int avg_n, void* stream);

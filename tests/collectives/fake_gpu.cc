@@ -5,6 +5,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <string>
 
 #include "kernels/cpu/reduce.h"
@@ -24,9 +26,28 @@ kc::PointerInfo classify(const void* p) {
   return {};
 }
 
+// fake_unmapped_alloc's blocks: start -> bytes.
+struct Unmapped {
+  std::mutex mu;
+  std::map<const char*, size_t> blocks;
+};
+Unmapped& unmapped() {
+  static Unmapped* u = new Unmapped;
+  return *u;
+}
+bool is_unmapped(const void* p) {
+  Unmapped& u = unmapped();
+  std::lock_guard<std::mutex> lock(u.mu);
+  auto it = u.blocks.upper_bound(static_cast<const char*>(p));
+  if (it == u.blocks.begin()) return false;
+  --it;
+  return static_cast<const char*>(p) < it->first + it->second;
+}
+
 int export_buffer(const void* p, kc::IpcHandle* out) {
   std::optional<transport::SharedRef> ref = transport::find_shared(p, 1);
   if (!ref) return 1;  // cudaErrorInvalidValue
+  if (is_unmapped(p)) return kc::kNotLegacyIpc;
   *out = {};
   out->offset = ref->offset;
   ref->offset = 0;
@@ -70,6 +91,18 @@ int wait_u32_geq(void*, const void* word, uint32_t v) {
   return 0;
 }
 
+// The one mark there is: every stream operation is done when enqueued.
+char g_mark;
+
+int mark_record(void*, void** mark) {
+  *mark = &g_mark;
+  return 0;
+}
+
+int mark_wait(void*, void* mark) {
+  return mark == nullptr || mark == &g_mark ? 0 : 400;  // cudaErrorInvalidResourceHandle
+}
+
 int fold(kernels::DType t, kernels::RedOp op, const void* const* in, int w, void* const* out,
          int nout, size_t n, int avg_n, void*) {
   if (w < 1 || nout < 1) return 1;
@@ -98,6 +131,8 @@ const kc::IpcBackend kFake{.export_buffer = export_buffer,
                            .flags_release = flags_release,
                            .write_u32 = write_u32,
                            .wait_u32_geq = wait_u32_geq,
+                           .mark_record = mark_record,
+                           .mark_wait = mark_wait,
                            .fold = fold,
                            .to_host = copy,
                            .to_device = copy,
@@ -121,7 +156,22 @@ void* fake_device_alloc(size_t bytes) {
 }
 
 void fake_device_free(void* p) {
+  {
+    Unmapped& u = unmapped();
+    std::lock_guard<std::mutex> lock(u.mu);
+    u.blocks.erase(static_cast<const char*>(p));
+  }
   (void)transport::shared_free(p);
+}
+
+void* fake_unmapped_alloc(size_t bytes) {
+  void* p = fake_device_alloc(bytes);
+  if (p != nullptr) {
+    Unmapped& u = unmapped();
+    std::lock_guard<std::mutex> lock(u.mu);
+    u.blocks[static_cast<const char*>(p)] = bytes == 0 ? 1 : bytes;
+  }
+  return p;
 }
 
 }  // namespace chorus::test

@@ -5,7 +5,10 @@
 // thread -- a write-value is an atomic store, a wait spins until the word is written (at most
 // 30 s, then an error), a kernel is the CPU's fold. The whole protocol -- the records, the
 // plans, the ready/done words, the pairing of sends and receives -- runs as on a GPU; only the
-// asynchrony is missing (the host returns after the work, not before).
+// asynchrony is missing (the host returns after the work, not before). Memory that CUDA IPC
+// cannot map (VMM, cudaMallocAsync) is emulated too: device memory whose export fails with
+// kNotLegacyIpc. Marks (events) order nothing here: each stream operation is done when enqueued;
+// the emulation checks only that a mark waited for is one recorded.
 #pragma once
 
 #include <cstddef>
@@ -17,5 +20,8 @@ void install_fake_gpu();
 // Emulated device memory (zero-filled), and its release.
 void* fake_device_alloc(size_t bytes);
 void fake_device_free(void* p);
+// Emulated device memory that CUDA IPC cannot map (as VMM memory): the same, but ipc_export
+// refuses it with kNotLegacyIpc. Freed with fake_device_free.
+void* fake_unmapped_alloc(size_t bytes);
 
 }  // namespace chorus::test

@@ -28,6 +28,12 @@ namespace {
 
 const auto kStream = reinterpret_cast<chorusStream_t>(0x10);
 
+int occurrences(const std::string& text, const std::string& part) {
+  int n = 0;
+  for (size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++n;
+  return n;
+}
+
 int fail_with(int rank, const std::string& what, const std::string& msg) {
   std::fprintf(stderr, "rank %d: %s: %s\n", rank, what.c_str(), msg.c_str());
   return 1;
@@ -210,11 +216,18 @@ TEST_CASE("device collectives: every call x type x op x count x in place, bit fo
     int p;
     bool one_gpu;
     bool two_hosts;  // ranks 0..p-2 on one host, the last on another: staged through the host
+    // Ranks (bits) whose buffers CUDA IPC cannot map (VMM, cudaMallocAsync): through the bounce
+    // buffer (collectives/device_bounce.h).
+    unsigned unmapped = 0;
   };
   for (Config c : {Config{2, false, false}, Config{2, true, false}, Config{3, false, false},
-                   Config{3, true, false}, Config{3, false, true}}) {
+                   Config{3, true, false}, Config{3, false, true}, Config{2, false, false, 0b10},
+                   Config{3, true, false, 0b111}}) {
     INFO(c.p << " ranks, " << (c.one_gpu ? "one GPU" : "a GPU each")
-             << (c.two_hosts ? ", two hosts" : ""));
+             << (c.two_hosts ? ", two hosts" : "") << ", unmapped memory on ranks (bits) "
+             << c.unmapped);
+    RunOptions o = opts(c.one_gpu);
+    if (c.unmapped) o.env["CHORUS_DEBUG"] = "INFO";
     auto res = run_ranks(
         c.p,
         [c](int r) {
@@ -222,8 +235,10 @@ TEST_CASE("device collectives: every call x type x op x count x in place, bit fo
           chorusComm_t comm = init(r);
           if (!comm) return 1;
           constexpr size_t kMaxCount = 4099;
-          char* send = static_cast<char*>(chorus::test::fake_device_alloc(kMaxCount * 8 * 3));
-          char* recv = static_cast<char*>(chorus::test::fake_device_alloc(kMaxCount * 8 * 3));
+          auto alloc = c.unmapped >> r & 1 ? chorus::test::fake_unmapped_alloc
+                                           : chorus::test::fake_device_alloc;
+          char* send = static_cast<char*>(alloc(kMaxCount * 8 * 3));
+          char* recv = static_cast<char*>(alloc(kMaxCount * 8 * 3));
           int salt = 0, failures = 0, cases = 0;
           for (Coll coll : kColls)
             for (const TypeCase& ty : kTypes)
@@ -242,27 +257,36 @@ TEST_CASE("device collectives: every call x type x op x count x in place, bit fo
           chorusCommDestroy(comm);
           return failures == 0 ? 0 : 1;
         },
-        opts(c.one_gpu));
+        o);
     check_all(res);
+    for (int r = 0; r < c.p; ++r) {
+      INFO("rank " << r << ":\n" << res[r].output);
+      // Said once per communicator, by the ranks whose memory went through it.
+      CHECK(occurrences(res[r].output, "through a bounce buffer") == int(c.unmapped >> r & 1));
+    }
   }
 }
 
 TEST_CASE("device send/recv: alone, a ring in a group, both ways in a group", "[device]") {
   const bool two_hosts = GENERATE(false, true);  // rank 2 on a host of its own: staged
-  INFO((two_hosts ? "two hosts" : "one host"));
+  // Memory that CUDA IPC cannot map on every rank: the sends through the bounce buffer, a piece
+  // each (one for the two sends of `a`).
+  const bool unmapped = GENERATE(false, true);
+  INFO((two_hosts ? "two hosts" : "one host") << (unmapped ? ", unmapped memory" : ""));
   auto res = run_ranks(
       3,
-      [two_hosts](int r) {
+      [two_hosts, unmapped](int r) {
         if (two_hosts) setenv("CHORUS_HOSTID", r == 2 ? "host-b" : "host-a", 1);
         chorusComm_t comm = init(r);
         if (!comm) return 1;
         const int p = 3, right = (r + 1) % p, left = (r + p - 1) % p;
         const size_t n = 1001;
-        auto* a = static_cast<float*>(chorus::test::fake_device_alloc(n * 4));
-        auto* b = static_cast<float*>(chorus::test::fake_device_alloc(n * 4));
-        auto* c = static_cast<float*>(chorus::test::fake_device_alloc(n * 4));
-        auto* d = static_cast<float*>(chorus::test::fake_device_alloc(n * 4));
-        auto* e = static_cast<float*>(chorus::test::fake_device_alloc(n * 4));
+        auto alloc = unmapped ? chorus::test::fake_unmapped_alloc : chorus::test::fake_device_alloc;
+        auto* a = static_cast<float*>(alloc(n * 4));
+        auto* b = static_cast<float*>(alloc(n * 4));
+        auto* c = static_cast<float*>(alloc(n * 4));
+        auto* d = static_cast<float*>(alloc(n * 4));
+        auto* e = static_cast<float*>(alloc(n * 4));
         auto fill = [&](float* x, int q, int salt) {
           for (size_t j = 0; j < n; ++j) x[j] = float(q * 1000 + salt * 100) + float(j);
         };

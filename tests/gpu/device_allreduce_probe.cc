@@ -7,9 +7,14 @@
 //                                                   rank 1 dies mid-call; the others name it
 //   device_allreduce_probe --worker                 one rank: every type x op x count x in/out of
 //                                                   place x offset against a host reference;
+//                                                   the other calls on cudaMalloc,
+//                                                   cudaMallocAsync and VMM memory (the last
+//                                                   two through the bounce buffer, calls
+//                                                   alternating between streams too);
 //                                                   stream order without host synchronisation;
 //                                                   errors named on every rank; bandwidth.
 // Exits 77 with the reason where no GPU is visible.
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <chrono>
@@ -216,15 +221,93 @@ int correctness(chorusComm_t comm, cudaStream_t stream) {
   return cases;
 }
 
+// Device memory of each kind a caller may hand over: cudaMalloc (CUDA IPC maps it), stream-ordered
+// (cudaMallocAsync, the default pool) and VMM (cuMem, as PyTorch's expandable segments), which
+// CUDA IPC cannot map: chorus takes those through its bounce buffer (collectives/device_bounce.h).
+enum class Mem { kMalloc, kAsync, kVmm };
+const char* mem_name(Mem m) {
+  return m == Mem::kMalloc ? "cudaMalloc" : m == Mem::kAsync ? "cudaMallocAsync" : "VMM (cuMem)";
+}
+
+template <class Fn>
+Fn driver_fn(const char* name) {
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult found{};
+  CK(cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &found));
+  if (found != cudaDriverEntryPointSuccess || fn == nullptr) {
+    std::printf("[%d] no driver entry point %s\n", g_rank, name);
+    std::exit(10);
+  }
+  return reinterpret_cast<Fn>(fn);
+}
+
+#define CU(x)                                                                               \
+  do {                                                                                      \
+    CUresult r_ = (x);                                                                      \
+    if (r_ != CUDA_SUCCESS) {                                                               \
+      std::printf("[%d] %s:%d %s: CUresult %d\n", g_rank, __FILE__, __LINE__, #x, int(r_)); \
+      std::exit(10);                                                                        \
+    }                                                                                       \
+  } while (0)
+
+// cuMem memory on device 0 that exports as a POSIX file descriptor, as PyTorch's expandable
+// segments make it; never unmapped (the probe's process ends soon).
+void* vmm_alloc(size_t bytes) {
+  using Granularity =
+      CUresult (*)(size_t*, const CUmemAllocationProp*, CUmemAllocationGranularity_flags);
+  using Create = CUresult (*)(CUmemGenericAllocationHandle*, size_t, const CUmemAllocationProp*,
+                              unsigned long long);
+  using Reserve = CUresult (*)(CUdeviceptr*, size_t, size_t, CUdeviceptr, unsigned long long);
+  using Map =
+      CUresult (*)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
+  using SetAccess = CUresult (*)(CUdeviceptr, size_t, const CUmemAccessDesc*, size_t);
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = 0;
+  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  size_t gran = 0;
+  CU(driver_fn<Granularity>("cuMemGetAllocationGranularity")(&gran, &prop,
+                                                             CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+  const size_t size = (bytes + gran - 1) / gran * gran;
+  CUmemGenericAllocationHandle h = 0;
+  CU(driver_fn<Create>("cuMemCreate")(&h, size, &prop, 0));
+  CUdeviceptr ptr = 0;
+  CU(driver_fn<Reserve>("cuMemAddressReserve")(&ptr, size, 0, 0, 0));
+  CU(driver_fn<Map>("cuMemMap")(ptr, size, 0, h, 0));
+  CUmemAccessDesc access{};
+  access.location = prop.location;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  CU(driver_fn<SetAccess>("cuMemSetAccess")(ptr, size, &access, 1));
+  return reinterpret_cast<void*>(ptr);
+}
+
+void* mem_alloc(Mem m, size_t bytes, cudaStream_t stream) {
+  void* p = nullptr;
+  if (m == Mem::kMalloc) CK(cudaMalloc(&p, bytes));
+  if (m == Mem::kAsync) {
+    CK(cudaMallocAsync(&p, bytes, stream));
+    CK(cudaStreamSynchronize(stream));
+  }
+  if (m == Mem::kVmm) p = vmm_alloc(bytes);
+  return p;
+}
+
+void mem_free(Mem m, void* p, cudaStream_t stream) {
+  if (m == Mem::kMalloc) CK(cudaFree(p));
+  if (m == Mem::kAsync) CK(cudaFreeAsync(p, stream));
+}
+
 // The other device collectives (f32 sum of small integers: exact), send/recv in a group both
-// ways around the ring, the barrier with a stream; in and out of place; against the host.
-int other_collectives(chorusComm_t comm, cudaStream_t stream) {
+// ways around the ring, the barrier with a stream; in and out of place; against the host. On
+// memory of kind `m` (rank 0: cudaMalloc memory whatever `m`, so that kinds meet in one call).
+int other_collectives(chorusComm_t comm, cudaStream_t stream, Mem m = Mem::kMalloc) {
   const int p = g_size, r = g_rank;
   const size_t counts[] = {1, 1031, (size_t(1) << 20) + 3};
   const size_t most = ((size_t(1) << 20) + 3) * p;
-  float *send, *recv;
-  CK(cudaMalloc(&send, most * 4));
-  CK(cudaMalloc(&recv, most * 4));
+  const Mem mine = r == 0 ? Mem::kMalloc : m;
+  auto* send = static_cast<float*>(mem_alloc(mine, most * 4, stream));
+  auto* recv = static_cast<float*>(mem_alloc(mine, most * 4, stream));
   std::vector<float> host(most), back(most), want(most);
   int cases = 0;
   auto in = [](int q, size_t i) { return float(value(q, i)); };
@@ -265,7 +348,7 @@ int other_collectives(chorusComm_t comm, cudaStream_t stream) {
             break;
         }
         const std::string name = std::string(names[which]) + " count " + std::to_string(n) +
-                                 (in_place ? " in place" : "");
+                                 (in_place ? " in place" : "") + " on " + mem_name(mine);
         if (rc != chorusSuccess) {
           fail(name + ": " + chorusGetLastError(comm));
           break;
@@ -289,9 +372,50 @@ int other_collectives(chorusComm_t comm, cudaStream_t stream) {
         if (wrong) fail(name + ": " + std::to_string(wrong) + " wrong");
         cases++;
       }
-  CK(cudaFree(send));
-  CK(cudaFree(recv));
+  mem_free(mine, send, stream);
+  mem_free(mine, recv, stream);
   return cases;
+}
+
+// All-reduces on memory of kind `m`, alternating between two streams with no host
+// synchronisation: through the bounce buffer, each call must wait for the last one on the other
+// stream before it copies in. Each call has buffers of its own; one synchronisation at the end.
+void alternating_streams(chorusComm_t comm, cudaStream_t stream, Mem m) {
+  constexpr int kCalls = 8;
+  const size_t count = size_t(4) << 20;
+  cudaStream_t other;
+  CK(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking));
+  std::vector<float*> bufs;
+  std::vector<float> host(count);
+  for (int c = 0; c < kCalls; ++c) {
+    cudaStream_t s = c % 2 ? other : stream;
+    auto* b = static_cast<float*>(mem_alloc(m, count * 4, s));
+    for (size_t i = 0; i < count; ++i) host[i] = float(value(g_rank, i + c));
+    CK(cudaMemcpy(b, host.data(), count * 4, cudaMemcpyHostToDevice));
+    bufs.push_back(b);
+  }
+  for (int c = 0; c < kCalls; ++c)
+    if (chorusAllReduce(bufs[c], bufs[c], count, chorusFloat32, chorusSum, comm,
+                        c % 2 ? other : stream) != chorusSuccess) {
+      fail(std::string("alternating streams on ") + mem_name(m) + ": " + chorusGetLastError(comm));
+      return;
+    }
+  CK(cudaDeviceSynchronize());
+  for (int c = 0; c < kCalls; ++c) {
+    CK(cudaMemcpy(host.data(), bufs[c], count * 4, cudaMemcpyDeviceToHost));
+    size_t wrong = 0;
+    for (size_t i = 0; i < count; ++i) {
+      float w = 0;
+      for (int q = 0; q < g_size; ++q) w += float(value(q, i + c));
+      wrong += host[i] != w;
+    }
+    if (wrong)
+      fail(std::string("alternating streams on ") + mem_name(m) + ", call " + std::to_string(c) +
+           ": " + std::to_string(wrong) + " wrong");
+    mem_free(m, bufs[c], stream);
+  }
+  CK(cudaStreamSynchronize(stream));
+  CK(cudaStreamDestroy(other));
 }
 
 // Stream order with no host synchronisation: a fill on the stream, the all-reduce, a read-back,
@@ -471,6 +595,13 @@ int worker() {
   if (g_rank == 0) std::printf("%d ranks: %d cases in %.1f s\n", g_size, cases, took);
   if (!g_failed) cases = other_collectives(comm, stream);
   if (g_rank == 0) std::printf("%d ranks: %d cases of the other calls\n", g_size, cases);
+  for (Mem m : {Mem::kAsync, Mem::kVmm}) {
+    if (!g_failed) cases = other_collectives(comm, stream, m);
+    if (!g_failed) alternating_streams(comm, stream, m);
+    if (g_rank == 0)
+      std::printf("%d ranks: %d cases of the other calls, ranks > 0 on %s memory\n", g_size, cases,
+                  mem_name(m));
+  }
   if (!g_failed) stream_order(comm, stream);
   if (!g_failed) errors(comm, stream);
   if (!g_failed && std::getenv("CHORUS_CUDA_TEST_QUICK") == nullptr) bandwidth(comm, stream);

@@ -1,0 +1,77 @@
+// The bounce buffer for device memory that CUDA IPC cannot map (device_bounce.h).
+#include "collectives/device_bounce.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "common/log.h"
+
+namespace chorus {
+namespace {
+
+namespace kc = kernels::cuda;
+
+// Pieces start on 256-byte boundaries (the kernels' 16-byte loads need 16).
+constexpr size_t kPieceAlign = 256;
+// The smallest bounce buffer: calls of a few bytes should not grow it one by one.
+constexpr size_t kMinBounce = size_t(1) << 20;
+
+size_t round_up(size_t n) {
+  return (n + kPieceAlign - 1) / kPieceAlign * kPieceAlign;
+}
+
+}  // namespace
+
+Status place_staged(DeviceIpc& st, std::span<LocalBuffer* const> bufs, int rank, const char* call) {
+  // Each staged buffer's piece: its offset, shared with an earlier buffer at the same pointer.
+  std::vector<LocalBuffer*> staged;
+  std::vector<size_t> piece_of, piece_size;
+  for (LocalBuffer* b : bufs) {
+    if (!b->staged) continue;
+    size_t piece = piece_size.size();
+    for (size_t i = 0; i < staged.size(); ++i)
+      if (staged[i]->user == b->user) piece = piece_of[i];
+    if (piece == piece_size.size()) piece_size.push_back(0);
+    piece_size[piece] = std::max(piece_size[piece], round_up(b->bytes));
+    staged.push_back(b);
+    piece_of.push_back(piece);
+  }
+  if (staged.empty()) return Status::ok();
+  std::vector<size_t> offset(piece_size.size());
+  size_t need = 0;
+  for (size_t i = 0; i < piece_size.size(); ++i) {
+    offset[i] = need;
+    need += piece_size[i];
+  }
+  const kc::IpcBackend& ipc = kc::ipc();
+  if (need > st.bounce_bytes) {
+    // The old one stays allocated: peers may have mapped it (device_bounce.h).
+    const size_t bytes = std::max({need, 2 * st.bounce_bytes, kMinBounce});
+    void* p = nullptr;
+    if (int rc = ipc.flags_alloc(bytes, &p); rc != 0)
+      return make_error(Code::kSystemError,
+                        "{} on rank {}: allocating a bounce buffer of {} bytes for memory that "
+                        "CUDA IPC cannot map failed: {}",
+                        call, rank, bytes, ipc.error_string(rc));
+    st.bounce = p;
+    st.bounce_bytes = bytes;
+  }
+  for (size_t i = 0; i < staged.size(); ++i) {
+    LocalBuffer& b = *staged[i];
+    b.at = static_cast<char*>(st.bounce) + offset[piece_of[i]];
+    if (int rc = ipc.export_buffer(b.at, b.handle); rc != 0)
+      return make_error(Code::kSystemError, "{} on rank {}: exporting the bounce buffer failed: {}",
+                        call, rank, ipc.error_string(rc));
+  }
+  if (!st.bounce_said) {
+    st.bounce_said = true;
+    log_info(
+        "rank {}: {}: {} {} is device memory that CUDA IPC cannot map (VMM or "
+        "cudaMallocAsync memory: {}); it goes through a bounce buffer of this "
+        "communicator, one copy in and one out per call (this line once per communicator)",
+        rank, call, staged[0]->name, staged[0]->user, ipc.error_string(kc::kNotLegacyIpc));
+  }
+  return Status::ok();
+}
+
+}  // namespace chorus
