@@ -16,6 +16,7 @@
 
 #include "common/env.h"
 #include "ddp/tensor/autograd.h"
+#include "ddp/tensor/device_cache.h"
 
 namespace chorus {
 
@@ -185,6 +186,12 @@ Reducer::Reducer(Communicator& comm, std::vector<NamedTensor> params, ReducerOpt
     buckets_[b].flat =
         Tensor::zeros(Shape{n}, slots_[static_cast<size_t>(groups[b][0])].param.device());
     buckets_[b].slots = groups[b];
+    const Device d = buckets_[b].flat.device();
+    if (!d.is_cpu()) {
+      buckets_[b].on_gpu = true;
+      CommStream& cs = comm_streams_[d.index];
+      if (cs.stream == nullptr) cs.stream = cuda_backend().new_stream(d);
+    }
   }
   // Gradients become views into the buckets (keeping any values already there).
   for (size_t s = 0; s < slots_.size(); ++s) {
@@ -246,16 +253,37 @@ void Reducer::launch_ready_buckets() {
   while (next_launch_ < static_cast<int>(buckets_.size()) &&
          buckets_[static_cast<size_t>(next_launch_)].pending == 0) {
     Bucket& b = buckets_[static_cast<size_t>(next_launch_)];
-    b.work = comm_.iall_reduce(b.flat.data(), b.flat.data(), static_cast<size_t>(b.flat.numel()),
-                               chorusFloat32, chorusSum);
+    if (b.on_gpu)
+      launch_on_gpu(b);
+    else
+      b.work = comm_.iall_reduce(b.flat.data(), b.flat.data(), static_cast<size_t>(b.flat.numel()),
+                                 chorusFloat32, chorusSum);
     b.launched = true;
     ++next_launch_;
   }
 }
 
+void Reducer::launch_on_gpu(Bucket& b) {
+  const Device d = b.flat.device();
+  DeviceBackend& gpu = cuda_backend();
+  CommStream& cs = comm_streams_.at(d.index);
+  gpu.record_event(d, nullptr, &b.ready);  // behind the kernels that wrote its gradients
+  gpu.wait_event(d, cs.stream, b.ready);
+  comm_.all_reduce(b.flat.data(), b.flat.data(), static_cast<size_t>(b.flat.numel()), chorusFloat32,
+                   chorusSum, cs.stream);
+}
+
+void Reducer::join_comm_streams() {
+  DeviceBackend& gpu = cuda_backend();
+  for (auto& [index, cs] : comm_streams_) {
+    gpu.record_event(Device::cuda(index), cs.stream, &cs.done);
+    gpu.wait_event(Device::cuda(index), nullptr, cs.done);
+  }
+}
+
 bool Reducer::bucket_done(int i) {
   Bucket& b = buckets_.at(static_cast<size_t>(i));
-  return b.launched && b.work.test();
+  return b.launched && (b.on_gpu || b.work.test());  // a GPU bucket: enqueued
 }
 
 void Reducer::finish() {
@@ -269,7 +297,9 @@ void Reducer::finish() {
         missing += (count++ ? ", " : "") + slots_[s].name;
       }
     // Drain what was launched so the communicator stays usable for the error path.
-    for (int i = 0; i < next_launch_; ++i) buckets_[static_cast<size_t>(i)].work.wait();
+    for (int i = 0; i < next_launch_; ++i)
+      if (!buckets_[static_cast<size_t>(i)].on_gpu) buckets_[static_cast<size_t>(i)].work.wait();
+    join_comm_streams();
     throw std::runtime_error(
         fmt::format("ddp: {} parameter(s) received no gradient in this backward: {}. Every "
                     "parameter must take part in "
@@ -277,7 +307,9 @@ void Reducer::finish() {
                     count, missing));
   }
   const auto t0 = std::chrono::steady_clock::now();
-  for (Bucket& b : buckets_) b.work.wait();
+  for (Bucket& b : buckets_)
+    if (!b.on_gpu) b.work.wait();
+  join_comm_streams();
   stats_.wait_seconds +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ++stats_.syncs;

@@ -14,8 +14,16 @@
 //     bucket's last gradient is ready its iall_reduce(sum) is launched at once, strictly in
 //     bucket order (a bucket that completes early waits for its predecessors, so every rank
 //     issues the same sequence and no cross-rank deadlock is possible).
+//   - buckets on a GPU: all-reduced on a communication stream of that device (one per device,
+//     not waiting for the default stream, where the tensor layer runs every kernel), each after
+//     an event recorded behind its gradients' kernels, so that backward's remaining kernels and
+//     the all-reduce overlap on the GPU; the host call returns once the ranks have exchanged the
+//     bucket's handles, without waiting for the GPU.
 //   - finish_gradient_sync() waits for every bucket; call it between backward and the optimizer
-//     step (Trainer does). When a gradient never arrived it throws, naming the parameters.
+//     step (Trainer does). When a gradient never arrived it throws, naming the parameters. For
+//     GPU buckets it waits on the GPU, not the host: the default stream waits for an event
+//     recorded behind the communication stream's all-reduces, so the optimizer's kernels run
+//     after them.
 //   - no_sync(): while the guard lives, backward only accumulates into the buckets; the next
 //     synchronised backward reduces the accumulated sum.
 //
@@ -27,6 +35,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -93,16 +102,27 @@ class Reducer {
     Tensor flat;
     std::vector<int> slots;
     int pending = 0;
-    Work work;
+    Work work;  // a host bucket's all-reduce
     bool launched = false;
+    bool on_gpu = false;    // all-reduced on its device's communication stream
+    void* ready = nullptr;  // GPU: the event behind its gradients' kernels
+  };
+  // A device's communication stream and the event behind its last all-reduce.
+  struct CommStream {
+    void* stream = nullptr;
+    void* done = nullptr;
   };
   void on_grad_ready(int slot);
   void launch_ready_buckets();
+  void launch_on_gpu(Bucket& b);
+  // The default streams wait for the communication streams' all-reduces launched so far.
+  void join_comm_streams();
 
   Communicator& comm_;
   ReducerOptions options_;
   std::vector<Slot> slots_;
   std::vector<Bucket> buckets_;
+  std::map<int, CommStream> comm_streams_;  // by device index (streams and events never freed)
   std::vector<BucketInfo> info_;
   std::vector<char> ready_;  // per slot, this backward
   int next_launch_ = 0;

@@ -38,12 +38,28 @@ class CudaBackend final : public DeviceBackend {
     kernels::cuda::nn::set_device(d.index);
     kernels::cuda::nn::add(n, a, b, y);
   }
+  void* new_stream(Device d) override {
+    void* s = nullptr;
+    check(kernels::cuda::stream_create(d.index, &s), "creating a stream", d);
+    return s;
+  }
+  void record_event(Device d, void* stream, void** event) override {
+    check(kernels::cuda::event_record(d.index, stream, event), "recording an event", d);
+  }
+  void wait_event(Device d, void* stream, void* event) override {
+    check(kernels::cuda::stream_wait_event(d.index, stream, event), "waiting for an event", d);
+  }
 
  private:
   static void check(int rc, const char* what, Device d, size_t bytes) {
     if (rc)
       throw std::runtime_error(fmt::format("{} {} bytes on {}: {}", what, bytes, d.str(),
                                            kernels::cuda::memory_error_string(rc)));
+  }
+  static void check(int rc, const char* what, Device d) {
+    if (rc)
+      throw std::runtime_error(
+          fmt::format("{} on {}: {}", what, d.str(), kernels::cuda::memory_error_string(rc)));
   }
 };
 
@@ -66,6 +82,12 @@ Cache& cache() {
 void DeviceBackend::add(Device d, long, const float*, const float*, float*) {
   throw std::runtime_error(fmt::format("add on {}: this device backend has no kernels", d.str()));
 }
+
+void* DeviceBackend::new_stream(Device) {
+  return nullptr;
+}
+void DeviceBackend::record_event(Device, void*, void**) {}
+void DeviceBackend::wait_event(Device, void*, void*) {}
 
 DeviceBackend& cuda_backend() {
   if (DeviceBackend* b = g_test_backend.load()) return *b;

@@ -24,6 +24,15 @@ class DeviceBackend {
   // y = a + b, n floats on device d: the one kernel the tensor layer itself runs (autograd's
   // accumulation of gradients). Throws where the backend has no kernels.
   virtual void add(Device d, long n, const float* a, const float* b, float* y);
+  // For DDP's communication stream (ddp/dist/distributed.h). new_stream: a stream of d that does
+  // not wait for the default stream, where the tensor layer runs every kernel. record_event: an
+  // event after the work already on `stream` (nullptr: the default stream), made at the first
+  // call into *event. wait_event: later work on `stream` waits for the event's latest record.
+  // Nothing waits on the host. The defaults, for backends whose work is done when enqueued: the
+  // default stream (nullptr), and events that order nothing.
+  virtual void* new_stream(Device d);
+  virtual void record_event(Device d, void* stream, void** event);
+  virtual void wait_event(Device d, void* stream, void* event);
 };
 
 // The CUDA backend (no devices where CUDA is absent), or the test's when one is set.

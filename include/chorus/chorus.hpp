@@ -125,9 +125,11 @@ class Communicator {
   }
   void barrier() { check(chorusBarrier(comm_, nullptr)); }
 
-  void all_reduce(const void* send, void* recv, size_t count, chorusDataType_t dt,
-                  chorusRedOp_t op) {
-    check(chorusAllReduce(send, recv, count, dt, op, comm_, nullptr));
+  // On device buffers, enqueued on `stream` (nullptr: the legacy default stream); returns
+  // without waiting for the GPU.
+  void all_reduce(const void* send, void* recv, size_t count, chorusDataType_t dt, chorusRedOp_t op,
+                  chorusStream_t stream = nullptr) {
+    check(chorusAllReduce(send, recv, count, dt, op, comm_, stream));
   }
   void reduce(const void* send, void* recv, size_t count, chorusDataType_t dt, chorusRedOp_t op,
               int root) {

@@ -132,6 +132,35 @@ int device_copy(void* dst, const void* src, size_t bytes) {
   return int(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
 }
 
+int stream_create(int device, void** out) {
+  *out = nullptr;
+  return on_device(device, [&] {
+    cudaStream_t s = nullptr;
+    const int rc = int(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    *out = s;
+    return rc;
+  });
+}
+
+int event_record(int device, void* stream, void** event) {
+  return on_device(device, [&] {
+    if (*event == nullptr) {
+      cudaEvent_t e = nullptr;
+      if (cudaError_t rc = cudaEventCreateWithFlags(&e, cudaEventDisableTiming); rc) return int(rc);
+      *event = e;
+    }
+    return int(
+        cudaEventRecord(static_cast<cudaEvent_t>(*event), static_cast<cudaStream_t>(stream)));
+  });
+}
+
+int stream_wait_event(int device, void* stream, void* event) {
+  return on_device(device, [&] {
+    return int(
+        cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), static_cast<cudaEvent_t>(event), 0));
+  });
+}
+
 const char* memory_error_string(int rc) {
   return cudaGetErrorString(cudaError_t(rc));
 }

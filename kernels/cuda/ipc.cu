@@ -127,19 +127,13 @@ int flags_release(int device, void* flags, const uint32_t* values, size_t count)
 
 int mark_record(void* stream, void** mark) {
   if (!ops().ok) return kNoCuda;
-  if (*mark == nullptr) {
-    cudaEvent_t e = nullptr;
-    if (cudaError_t r = cudaEventCreateWithFlags(&e, cudaEventDisableTiming); r) return int(r);
-    *mark = e;
-  }
-  return int(cudaEventRecord(static_cast<cudaEvent_t>(*mark), static_cast<cudaStream_t>(stream)));
+  return event_record(current_device(), stream, mark);
 }
 
 int mark_wait(void* stream, void* mark) {
   if (!ops().ok) return kNoCuda;
   if (mark == nullptr) return 0;
-  return int(
-      cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), static_cast<cudaEvent_t>(mark), 0));
+  return stream_wait_event(current_device(), stream, mark);
 }
 
 int stream_write_u32(void* stream, void* word, uint32_t v) {

@@ -36,6 +36,13 @@ int device_alloc(int device, size_t bytes, void** out);
 int device_free(int device, void* p);
 int device_copy(void* dst, const void* src, size_t bytes);  // any direction (unified addressing)
 const char* memory_error_string(int rc);
+// Streams and events on `device`, for DDP's communication stream (ddp/tensor/device_cache.h): a
+// stream that does not wait for the legacy default stream; an event recorded after the work on
+// `stream` (nullptr: the legacy default stream), made at the first call into *event; `stream`
+// made to wait for an event's latest record. None waits on the host.
+int stream_create(int device, void** out);
+int event_record(int device, void* stream, void** event);
+int stream_wait_event(int device, void* stream, void* event);
 
 // Tests: replace the classification (nullptr: back to the driver's).
 using PointerClassifier = PointerInfo (*)(const void* p);

@@ -2,6 +2,7 @@
 
 #include <sched.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -75,12 +76,16 @@ int flags_release(int, void* flags, const uint32_t* values, size_t count) {
   return 0;
 }
 
-int write_u32(void*, void* word, uint32_t v) {
+std::atomic<void*> g_last_stream{nullptr};
+
+int write_u32(void* stream, void* word, uint32_t v) {
+  g_last_stream.store(stream);
   __atomic_store_n(static_cast<uint32_t*>(word), v, __ATOMIC_RELEASE);
   return 0;
 }
 
-int wait_u32_geq(void*, const void* word, uint32_t v) {
+int wait_u32_geq(void* stream, const void* word, uint32_t v) {
+  g_last_stream.store(stream);
   const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   // CU_STREAM_WAIT_VALUE_GEQ's comparison: cyclic, (int32_t)(*word - v) >= 0.
   while (static_cast<int32_t>(
@@ -104,7 +109,8 @@ int mark_wait(void*, void* mark) {
 }
 
 int fold(kernels::DType t, kernels::RedOp op, const void* const* in, int w, void* const* out,
-         int nout, size_t n, int avg_n, void*) {
+         int nout, size_t n, int avg_n, void* stream) {
+  g_last_stream.store(stream);
   if (w < 1 || nout < 1) return 1;
   kernels::reduce_fold(t, op, in, w, out[0], n, avg_n);
   for (int o = 1; o < nout; ++o) std::memmove(out[o], out[0], n * kernels::dtype_size(t));
@@ -162,6 +168,10 @@ void fake_device_free(void* p) {
     u.blocks.erase(static_cast<const char*>(p));
   }
   (void)transport::shared_free(p);
+}
+
+void* fake_last_stream() {
+  return g_last_stream.load();
 }
 
 void* fake_unmapped_alloc(size_t bytes) {

@@ -23,5 +23,8 @@ void fake_device_free(void* p);
 // Emulated device memory that CUDA IPC cannot map (as VMM memory): the same, but ipc_export
 // refuses it with kNotLegacyIpc. Freed with fake_device_free.
 void* fake_unmapped_alloc(size_t bytes);
+// The stream of the last operation enqueued through the emulation (a write, a wait or a kernel),
+// in this process.
+void* fake_last_stream();
 
 }  // namespace chorus::test

@@ -41,12 +41,41 @@ class EmulatedGpu final : public DeviceBackend {
   void add(Device, long n, const float* a, const float* b, float* y) override {
     for (long i = 0; i < n; ++i) y[i] = a[i] + b[i];
   }
+  // Streams and events order nothing here (every operation is done when enqueued): what DDP
+  // asks of them is written down instead, as "new comm", "record e1 on default",
+  // "wait comm for e1".
+  static inline void* const kCommStream = reinterpret_cast<void*>(0x5c);
+  std::vector<std::string> trace;
+  void* new_stream(Device) override {
+    trace.push_back("new comm");
+    return kCommStream;
+  }
+  void record_event(Device, void* stream, void** event) override {
+    if (*event == nullptr) *event = reinterpret_cast<void*>(++events_);
+    trace.push_back("record " + name(*event) + " on " + name_stream(stream));
+  }
+  void wait_event(Device, void* stream, void* event) override {
+    trace.push_back("wait " + name_stream(stream) + " for " + name(event));
+  }
+  static std::string name(void* event) {
+    return "e" + std::to_string(reinterpret_cast<uintptr_t>(event));
+  }
+  static std::string name_stream(void* s) {
+    return s == nullptr ? "default" : s == kCommStream ? "comm" : "another stream";
+  }
+
+ private:
+  uintptr_t events_ = 0;
 };
 
-void use_emulated_gpu() {
+EmulatedGpu& emulated_gpu() {
   static EmulatedGpu gpu;
+  return gpu;
+}
+
+void use_emulated_gpu() {
   chorus::test::install_fake_gpu();
-  set_cuda_backend_for_test(&gpu);
+  set_cuda_backend_for_test(&emulated_gpu());
   set_cuda_kernel_table_for_test(&kernel_table_for(Device::cpu()));
 }
 
@@ -130,6 +159,52 @@ TEST_CASE("DDP on an emulated cuda:0: the same parameters as on the cpu", "[devi
           while (i < a.size() && a[i] == b[i]) ++i;
           return fail_with(rank, "parameter " + std::to_string(i) + " differs: cpu " +
                                      std::to_string(a[i]) + ", cuda:0 " + std::to_string(b[i]));
+        }
+        return 0;
+      },
+      opts());
+  for (size_t r = 0; r < res.size(); ++r) {
+    INFO("rank " << r << ":\n" << res[r].output);
+    CHECK(res[r].exit_code == 0);
+  }
+}
+
+TEST_CASE(
+    "DDP on an emulated cuda:0: each bucket all-reduced on a communication stream after an "
+    "event behind its gradients; the default stream waits for them in finish",
+    "[device][ddp]") {
+  auto res = run_ranks(
+      2,
+      [](int rank) {
+        use_emulated_gpu();
+        auto comm = Communicator::from_env();
+        Net net(1, 16, 3);
+        net.to(Device::cuda(0));
+        EmulatedGpu& gpu = emulated_gpu();
+        gpu.trace.clear();
+        size_t buckets = 0;
+        constexpr int kSteps = 2;
+        train(net, comm, "cuda:0", kSteps, Shape{8, 1, 16, 16}, &buckets);
+        if (buckets < 2) return fail_with(rank, "expected several buckets");
+        // The stream the last device operation went on (the last bucket's all-reduce).
+        if (chorus::test::fake_last_stream() != EmulatedGpu::kCommStream)
+          return fail_with(rank, "the all-reduces did not run on the communication stream");
+        // One stream; per step: every bucket (events e1..eB, reused each step) recorded on the
+        // default stream and waited for by the communication stream, in bucket order; then the
+        // default stream waits for the end of the communication stream's work (e(B+1)).
+        std::vector<std::string> want{"new comm"};
+        for (int step = 0; step < kSteps; ++step) {
+          for (size_t b = 1; b <= buckets; ++b) {
+            want.push_back("record e" + std::to_string(b) + " on default");
+            want.push_back("wait comm for e" + std::to_string(b));
+          }
+          want.push_back("record e" + std::to_string(buckets + 1) + " on comm");
+          want.push_back("wait default for e" + std::to_string(buckets + 1));
+        }
+        if (gpu.trace != want) {
+          std::string got;
+          for (const auto& t : gpu.trace) got += "\n  " + t;
+          return fail_with(rank, "streams and events asked for:" + got);
         }
         return 0;
       },
