@@ -40,6 +40,8 @@ struct Call {
   OpKind kind;
   bool async;
 };
+// Call::async, as the C API's calls spell it.
+constexpr bool kBlocking = false, kAsync = true;
 
 // The arguments of any operation call; those a call does not take keep their defaults.
 struct Args {

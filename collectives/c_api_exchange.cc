@@ -5,11 +5,9 @@
 #include "collectives/c_api_internal.h"
 
 using chorus::OpKind;
+using chorus::capi::kAsync;
+using chorus::capi::kBlocking;
 using chorus::capi::run_op;
-
-namespace {
-constexpr bool kBlocking = false, kAsync = true;
-}  // namespace
 
 CHORUS_API chorusResult_t chorusGather(const void* sendbuff, void* recvbuff, size_t sendcount,
                                        chorusDataType_t datatype, int root, chorusComm_t comm,

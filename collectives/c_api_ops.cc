@@ -30,6 +30,8 @@ using chorus::Status;
 using chorus::capi::Args;
 using chorus::capi::Call;
 using chorus::capi::fail;
+using chorus::capi::kAsync;
+using chorus::capi::kBlocking;
 using chorus::capi::live;
 using chorus::capi::report;
 using chorus::capi::run_op;
@@ -76,8 +78,6 @@ chorusResult_t submit(CommImpl& c, const OpDesc& d, chorus::OpFn fn, chorusReque
   *request = req.release();
   return chorusSuccess;
 }
-
-constexpr bool kBlocking = false, kAsync = true;
 
 bool ordered(Algo a) {
   return a == Algo::kDirect || a == Algo::kFold;

@@ -284,6 +284,14 @@ Result<bool> poll_fd(int fd, short events, int ms) {
   return rc > 0;
 }
 
+bool wait_readable_unless(int fd, const std::atomic<bool>& stop) {
+  while (!stop.load()) {
+    auto r = poll_fd(fd, POLLIN, 100);
+    if (!r.is_ok() || *r) return true;
+  }
+  return false;
+}
+
 Result<size_t> send_some(int fd, const void* buf, size_t n, const std::string& what) {
   if (n == 0) return size_t{0};
   ssize_t rc = ::send(fd, buf, std::min<size_t>(n, 1 << 30), MSG_NOSIGNAL);

@@ -2,6 +2,7 @@
 // All sockets are non-blocking underneath; the *_all functions poll until done or the deadline.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -85,5 +86,8 @@ Result<size_t> recv_some(int fd, void* buf, size_t n, const std::string& what);
 
 // Waits until fd is readable (events=POLLIN) or writable (POLLOUT), at most ms milliseconds.
 Result<bool> poll_fd(int fd, short events, int ms);
+// Waits until fd is readable (or has an error to report), checking `stop` every 100 ms; false
+// once stop is set.
+bool wait_readable_unless(int fd, const std::atomic<bool>& stop);
 
 }  // namespace chorus

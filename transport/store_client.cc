@@ -12,16 +12,7 @@
 namespace chorus::transport {
 namespace {
 
-constexpr double kIoSeconds = 10.0;
 constexpr double kInterruptSliceSeconds = 0.2;
-
-bool wait_readable(int fd, const std::atomic<bool>& stop) {
-  while (!stop.load()) {
-    auto r = poll_fd(fd, POLLIN, 100);
-    if (!r.is_ok() || *r) return true;
-  }
-  return false;
-}
 
 }  // namespace
 
@@ -94,7 +85,7 @@ Result<std::string> StoreClient::request(uint32_t op, const std::string& key,
   };
   CHORUS_TRY(io(send_all(fd_.get(), frame.data(), frame.size(), deadline, what_)));
   StoreRespHeader raw;
-  auto reply_deadline = Deadline::after_seconds(timeout_ms / 1000.0 + kIoSeconds);
+  auto reply_deadline = Deadline::after_seconds(timeout_ms / 1000.0 + kStoreIoSeconds);
   CHORUS_TRY(io(recv_all(fd_.get(), &raw, sizeof raw, reply_deadline, what_)));
   auto resp = parse_store_response_header(&raw, sizeof raw);
   if (!resp.is_ok()) return resp.status().wrap("bootstrap");
@@ -105,11 +96,11 @@ Result<std::string> StoreClient::request(uint32_t op, const std::string& key,
 }
 
 Status StoreClient::set(const std::string& key, const std::string& value) {
-  return request(kSet, key, value, 0, Deadline::after_seconds(kIoSeconds)).status();
+  return request(kSet, key, value, 0, Deadline::after_seconds(kStoreIoSeconds)).status();
 }
 
 Result<std::string> StoreClient::try_get(const std::string& key) {
-  return request(kGet, key, "", 0, Deadline::after_seconds(kIoSeconds));
+  return request(kGet, key, "", 0, Deadline::after_seconds(kStoreIoSeconds));
 }
 
 Result<std::string> StoreClient::get(const std::string& key, Deadline deadline,
@@ -214,9 +205,9 @@ size_t WatchClient::pending_answers() const {
 
 void WatchClient::reader() {
   const std::string store = "the bootstrap store";
-  while (wait_readable(fd_.get(), stop_)) {
+  while (wait_readable_unless(fd_.get(), stop_)) {
     WatchHeader raw;
-    auto d = Deadline::after_seconds(kIoSeconds);
+    auto d = Deadline::after_seconds(kStoreIoSeconds);
     Status s = recv_all(fd_.get(), &raw, sizeof raw, d, store);
     auto m = s.is_ok() ? parse_watch_header(&raw, sizeof raw) : Result<WatchHeader>(s);
     std::string text;

@@ -1,6 +1,8 @@
 // Store and watch frames: encoders and bounded parsers (see store_proto.h).
 #include "transport/store_proto.h"
 
+#include "common/bytes.h"
+
 #include <algorithm>
 #include <cstring>
 
@@ -13,11 +15,6 @@ Result<T> read_header(const void* p, size_t n, const char* what) {
   if (n != sizeof h) return make_error(Code::kRemoteError, "{}: {} of {} bytes", what, n, sizeof h);
   std::memcpy(&h, p, sizeof h);
   return h;
-}
-
-template <typename T>
-std::string bytes_of(const T& v) {
-  return std::string(reinterpret_cast<const char*>(&v), sizeof v);
 }
 
 }  // namespace

@@ -13,6 +13,9 @@ namespace chorus::transport {
 
 enum StoreOp : uint32_t { kSet = 1, kGet = 2, kJoin = 3 };
 
+// The limit for reading or writing one frame on a store connection, client and server alike.
+constexpr double kStoreIoSeconds = 10.0;
+
 struct StoreReqHeader {
   uint32_t op;
   uint32_t key_len;

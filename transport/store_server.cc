@@ -16,17 +16,7 @@
 namespace chorus::transport {
 namespace {
 
-constexpr double kIoSeconds = 10.0;
 constexpr size_t kMaxNews = 256;
-
-// Waits until fd is readable or stop is set; false when stopping.
-bool wait_readable(int fd, const std::atomic<bool>& stop) {
-  while (!stop.load()) {
-    auto r = poll_fd(fd, POLLIN, 100);
-    if (!r.is_ok() || *r) return true;
-  }
-  return false;
-}
 
 std::string rank_list(const std::vector<int>& ranks) {
   std::string s;
@@ -288,13 +278,13 @@ void StoreServer::serve_store(Conn& c) {
   std::string what = fmt::format("rank {} ({})", c.hello.rank, c.peer);
   auto reply = [&](Code code, const std::string& payload) {
     std::string frame = encode_store_response(code, payload);
-    return send_all(c.fd.get(), frame.data(), frame.size(), Deadline::after_seconds(kIoSeconds),
-                    what)
+    return send_all(c.fd.get(), frame.data(), frame.size(),
+                    Deadline::after_seconds(kStoreIoSeconds), what)
         .is_ok();
   };
-  while (wait_readable(c.fd.get(), stop_)) {
+  while (wait_readable_unless(c.fd.get(), stop_)) {
     StoreReqHeader raw;
-    auto d = Deadline::after_seconds(kIoSeconds);
+    auto d = Deadline::after_seconds(kStoreIoSeconds);
     if (!recv_all(c.fd.get(), &raw, sizeof raw, d, what).is_ok()) break;
     auto req = parse_store_request_header(&raw, sizeof raw);
     if (!req.is_ok()) {
@@ -396,9 +386,9 @@ void StoreServer::broadcast(WatchType type, int32_t rank, uint64_t comm_uid, uin
 
 void StoreServer::serve_watch(const std::shared_ptr<Conn>& c) {
   std::string what = fmt::format("rank {} ({})", c->hello.rank, c->peer);
-  while (wait_readable(c->fd.get(), stop_)) {
+  while (wait_readable_unless(c->fd.get(), stop_)) {
     WatchHeader raw;
-    auto d = Deadline::after_seconds(kIoSeconds);
+    auto d = Deadline::after_seconds(kStoreIoSeconds);
     if (!recv_all(c->fd.get(), &raw, sizeof raw, d, what).is_ok()) break;
     auto m = parse_watch_header(&raw, sizeof raw);
     if (!m.is_ok()) {

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/bytes.h"
 #include "common/log.h"
 
 namespace chorus::transport {
@@ -22,11 +23,6 @@ std::string printable_prefix(const void* p, size_t n) {
     ascii += (b[i] >= 32 && b[i] < 127) ? static_cast<char>(b[i]) : '.';
   }
   return fmt::format("{}'{}'", hex, ascii);
-}
-
-template <typename T>
-std::string bytes_of(const T& v) {
-  return std::string(reinterpret_cast<const char*>(&v), sizeof v);
 }
 
 Tag transcript_mac(const Secret& secret, const char* label, const Hello& hello,
