@@ -139,7 +139,7 @@ std::string ipc_error(int rc) {
 }
 
 // This rank's part of the record: the buffers it uses device memory of the current device,
-// exported (memory that CUDA IPC cannot map: staged, device_stage.h); its flag words allocated
+// exported (memory that CUDA IPC cannot map: staged, device_bounce.h); its flag words allocated
 // (at its first device call) and exported. `bufs` says where the GPU work finds each buffer.
 void describe_self(DeviceIpc& st, CallBuffers& bufs, Record& me) {
   const kc::IpcBackend& ipc = kc::ipc();

@@ -105,7 +105,15 @@ int flags_alloc(size_t bytes, void** out) {
   *out = nullptr;
   if (!ops().ok) return kNoCuda;
   if (cudaError_t e = cudaMalloc(out, bytes); e) return int(e);
-  return int(cudaMemset(*out, 0, bytes));
+  // Zeroed before this returns: cudaMemset on the legacy default stream would be ordered after
+  // nothing on the callers' non-blocking streams, so it could land after a peer's first signal
+  // (or after a copy into a bounce buffer) and wipe it. A stream of its own, waited for here.
+  cudaStream_t s = nullptr;
+  cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  if (e == cudaSuccess) e = cudaMemsetAsync(*out, 0, bytes, s);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(s);
+  if (s != nullptr) cudaStreamDestroy(s);
+  return int(e);
 }
 
 int flags_release(int device, void* flags, const uint32_t* values, size_t count) {
