@@ -1,5 +1,7 @@
 #include "fake_gpu.h"
 
+#include <fmt/format.h>
+
 #include <sched.h>
 
 #include <atomic>
@@ -9,6 +11,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "kernels/cpu/reduce.h"
 #include "kernels/cuda/ipc.h"
@@ -96,16 +99,31 @@ int wait_u32_geq(void* stream, const void* word, uint32_t v) {
   return 0;
 }
 
-// The one mark there is: every stream operation is done when enqueued.
+// The one mark there is (every stream operation is done when enqueued), the stream its latest
+// record was made on, and what was asked of marks (fake_mark_log).
 char g_mark;
+std::atomic<void*> g_mark_stream{nullptr};
+std::mutex g_mark_mu;
+std::vector<std::string>* g_mark_log = new std::vector<std::string>;
 
-int mark_record(void*, void** mark) {
+std::string stream_name(void* s) {
+  return fmt::format("{}", s);
+}
+
+int mark_record(void* stream, void** mark) {
   *mark = &g_mark;
+  g_mark_stream.store(stream);
+  std::lock_guard<std::mutex> lock(g_mark_mu);
+  g_mark_log->push_back("record on " + stream_name(stream));
   return 0;
 }
 
-int mark_wait(void*, void* mark) {
-  return mark == nullptr || mark == &g_mark ? 0 : 400;  // cudaErrorInvalidResourceHandle
+int mark_wait(void* stream, void* mark) {
+  if (mark != nullptr && mark != &g_mark) return 400;  // cudaErrorInvalidResourceHandle
+  std::lock_guard<std::mutex> lock(g_mark_mu);
+  g_mark_log->push_back("wait on " + stream_name(stream) + " for " +
+                        (mark ? "the record on " + stream_name(g_mark_stream.load()) : "none"));
+  return 0;
 }
 
 int fold(kernels::DType t, kernels::RedOp op, const void* const* in, int w, void* const* out,
@@ -168,6 +186,11 @@ void fake_device_free(void* p) {
     u.blocks.erase(static_cast<const char*>(p));
   }
   (void)transport::shared_free(p);
+}
+
+std::vector<std::string> fake_mark_log() {
+  std::lock_guard<std::mutex> lock(g_mark_mu);
+  return *g_mark_log;
 }
 
 void* fake_last_stream() {

@@ -12,6 +12,8 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
+#include <vector>
 
 namespace chorus::test {
 
@@ -26,5 +28,8 @@ void* fake_unmapped_alloc(size_t bytes);
 // The stream of the last operation enqueued through the emulation (a write, a wait or a kernel),
 // in this process.
 void* fake_last_stream();
+// What was asked of marks in this process, in order: "record on S", "wait on S for the record on
+// T" (or "for none"), streams printed as pointers.
+std::vector<std::string> fake_mark_log();
 
 }  // namespace chorus::test
