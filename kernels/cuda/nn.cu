@@ -1,6 +1,7 @@
 // CUDA kernels for the CNN's operators (nn.h). Small and plain on purpose: the tutorial net's
 // tensors are tiny, so launches, not FLOPs, decide its speed; the GEMM is a 16x16 shared-memory
-// tile, every reduction runs in a fixed order (the same bits on every run).
+// tile with k split where the tiles are few (gemm_body.h), every reduction runs in a fixed order
+// (the same bits on every run).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cuda/gemm_body.h"
 #include "kernels/cuda/nn.h"
 #include "kernels/cuda/nn_body.h"
 
@@ -16,7 +18,7 @@ namespace chorus::kernels::cuda::nn {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kTile = 16;
+constexpr int kTile = body::kGemmTile;
 
 void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess)
@@ -47,33 +49,42 @@ struct Scratch {
     return p;
   }
 };
-Scratch g_col, g_mat, g_small, g_rows;
-std::mutex g_mu;
+Scratch g_col, g_mat, g_small, g_rows, g_split;
+std::mutex g_mu, g_split_mu;  // g_split_mu is taken inside g_mu (conv2d's GEMMs), never around it
 
 // ---- kernels ------------------------------------------------------------------------------
 
-__device__ inline float op_at(const float* m, int ld, bool trans, int i, int j) {
-  return trans ? m[long(j) * ld + i] : m[long(i) * ld + j];
-}
-
-// C = alpha op(A) op(B) + beta C, row-major; C not read when beta is 0. Each output's k-sum runs
-// in k order.
-__global__ void gemm_kernel(bool ta, bool tb, int m, int n, int k, float alpha, const float* a,
-                            int lda, const float* b, int ldb, float beta, float* c, int ldc) {
-  __shared__ float as[kTile][kTile + 1];
-  __shared__ float bs[kTile][kTile + 1];
-  const int row = blockIdx.y * kTile + threadIdx.y, col = blockIdx.x * kTile + threadIdx.x;
+// C = alpha op(A) op(B) + beta C, row-major; C not read when beta is 0 (gemm_body.h). Block z
+// of several splits writes its partial tile to `partial` instead; gemm_gather_kernel adds them.
+__global__ void gemm_kernel(body::GemmArgs g, int chunk, float alpha, float beta, float* c, int ldc,
+                            float* partial) {
+  __shared__ body::GemmTileBuf as, bs;
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const int k0 = blockIdx.z * chunk, kend = min(g.k, k0 + chunk);
   float acc = 0.0f;
-  for (int t = 0; t < k; t += kTile) {
-    const int ak = t + threadIdx.x, bk = t + threadIdx.y;
-    as[threadIdx.y][threadIdx.x] = row < m && ak < k ? op_at(a, lda, ta, row, ak) : 0.0f;
-    bs[threadIdx.y][threadIdx.x] = bk < k && col < n ? op_at(b, ldb, tb, bk, col) : 0.0f;
+  for (int t = k0; t < kend; t += kTile) {
+    body::gemm_load(g, blockIdx.x, blockIdx.y, tx, ty, t, kend, as, bs);
     __syncthreads();
-    for (int e = 0; e < kTile; ++e) acc += as[threadIdx.y][e] * bs[e][threadIdx.x];
+    acc = body::gemm_fma(acc, tx, ty, as, bs);
     __syncthreads();
   }
-  if (row < m && col < n) {
-    float* out = c + long(row) * ldc + col;
+  const int row = blockIdx.y * kTile + ty, col = blockIdx.x * kTile + tx;
+  if (row >= g.m || col >= g.n) return;
+  if (partial) {
+    partial[long(blockIdx.z) * g.m * g.n + long(row) * g.n + col] = acc;
+    return;
+  }
+  float* out = c + long(row) * ldc + col;
+  *out = beta == 0.0f ? alpha * acc : alpha * acc + beta * *out;
+}
+
+__global__ void gemm_gather_kernel(const float* partial, int splits, int m, int n, float alpha,
+                                   float beta, float* c, int ldc) {
+  const long mn = long(m) * n;
+  for (long i = blockIdx.x * long(blockDim.x) + threadIdx.x; i < mn;
+       i += long(gridDim.x) * blockDim.x) {
+    const float acc = body::gemm_gather(partial, splits, mn, i);
+    float* out = c + (i / n) * ldc + i % n;
     *out = beta == 0.0f ? alpha * acc : alpha * acc + beta * *out;
   }
 }
@@ -255,10 +266,14 @@ void elementwise(Ew op, long n, float alpha, const float* a, const float* b, flo
   launched(what);
 }
 
-// Labels (host) into device memory.
+// Labels (host) into device memory, queued on the legacy default stream behind the kernels
+// already there. cudaMemcpy from pageable memory first waits for every kernel queued (a stall of
+// the host in the middle of each step); cudaMemcpyAsync need not (CUDA's "API synchronization
+// behavior": it may still, where the driver must stage the bytes).
 const int32_t* labels_on_device(int rows, const int32_t* labels) {
   auto* d = static_cast<int32_t*>(g_small.get(sizeof(int32_t) * rows, "nll labels"));
-  check(cudaMemcpy(d, labels, sizeof(int32_t) * rows, cudaMemcpyHostToDevice), "nll labels");
+  check(cudaMemcpyAsync(d, labels, sizeof(int32_t) * rows, cudaMemcpyHostToDevice, 0),
+        "nll labels");
   return d;
 }
 
@@ -278,10 +293,22 @@ void set_device(int device) {
 void gemm(Trans ta, Trans tb, int m, int n, int k, float alpha, const float* a, int lda,
           const float* b, int ldb, float beta, float* c, int ldc) {
   if (m <= 0 || n <= 0) return;
-  dim3 grid((n + kTile - 1) / kTile, (m + kTile - 1) / kTile), block(kTile, kTile);
-  gemm_kernel<<<grid, block>>>(ta == Trans::kYes, tb == Trans::kYes, m, n, k, alpha, a, lda, b, ldb,
-                               beta, c, ldc);
+  const body::GemmArgs g{ta == Trans::kYes, tb == Trans::kYes, m, n, k, a, lda, b, ldb};
+  const body::GemmSplit split = body::gemm_split(m, n, k);
+  dim3 grid((n + kTile - 1) / kTile, (m + kTile - 1) / kTile, split.splits), block(kTile, kTile);
+  if (split.splits == 1) {
+    gemm_kernel<<<grid, block>>>(g, split.chunk, alpha, beta, c, ldc, nullptr);
+    launched("gemm");
+    return;
+  }
+  std::lock_guard<std::mutex> lock(g_split_mu);
+  auto* partial = static_cast<float*>(
+      g_split.get(sizeof(float) * size_t(split.splits) * size_t(m) * size_t(n), "gemm split"));
+  gemm_kernel<<<grid, block>>>(g, split.chunk, alpha, beta, c, ldc, partial);
   launched("gemm");
+  gemm_gather_kernel<<<blocks_for(long(m) * n), kThreads>>>(partial, split.splits, m, n, alpha,
+                                                            beta, c, ldc);
+  launched("gemm split sums");
 }
 
 void conv2d_forward(const Conv2dShape& s, const float* x, const float* w, const float* b, float* y,

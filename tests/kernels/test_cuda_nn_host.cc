@@ -2,15 +2,20 @@
 // the CPU kernels: im2col + GEMM + unpack against the direct convolution forward, col2im and the
 // weight GEMM against its backward (strides 1-2, padding 0-2, odd sizes); pooling windows and
 // their gradient with and without the argmax bytes, overlapping windows included; a softmax row
-// and argmax. The GPU runs the same lines (tests/cuda/test_cuda_nn.cu compares there).
+// and argmax. The GPU runs the same lines (tests/cuda/test_cuda_nn.cu compares there). The tiled,
+// k-split GEMM (gemm_body.h) runs here block by block, its __syncthreads as phases: bit for bit
+// the sum of each split's k-ordered sum in split order, every transpose, odd shapes, strides.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "kernels/cpu/conv2d.h"
 #include "kernels/cpu/pool.h"
 #include "kernels/cpu/softmax.h"
+#include "kernels/cuda/gemm_body.h"
 #include "kernels/cuda/nn_body.h"
 
 namespace cpu = chorus::kernels::cpu;
@@ -37,19 +42,84 @@ std::vector<float> random_vec(size_t n, std::mt19937& rng) {
   return v;
 }
 
-// out (m, n) = a (m, k) x b (k, n), or with a and b read transposed, in k order.
-std::vector<float> matmul(const std::vector<float>& a, bool ta, const std::vector<float>& b,
-                          bool tb, long m, long n, long k) {
+// nn.cu's gemm on the host: every block of the grid, its threads' loads, then (after what is a
+// __syncthreads on the GPU) their multiply-adds, tile by tile; then the split sums.
+void tiled_gemm(const body::GemmArgs& g, float alpha, float beta, float* c, int ldc) {
+  const body::GemmSplit sp = body::gemm_split(g.m, g.n, g.k);
+  const int T = body::kGemmTile, gx = (g.n + T - 1) / T, gy = (g.m + T - 1) / T;
+  const long mn = long(g.m) * g.n;
+  std::vector<float> partial(size_t(sp.splits * mn));
+  for (int z = 0; z < sp.splits; ++z)
+    for (int by = 0; by < gy; ++by)
+      for (int bx = 0; bx < gx; ++bx) {
+        body::GemmTileBuf as, bs;
+        float acc[body::kGemmTile][body::kGemmTile] = {};
+        const int k0 = z * sp.chunk, kend = std::min(g.k, k0 + sp.chunk);
+        for (int t = k0; t < kend; t += T) {
+          for (int ty = 0; ty < T; ++ty)
+            for (int tx = 0; tx < T; ++tx) body::gemm_load(g, bx, by, tx, ty, t, kend, as, bs);
+          for (int ty = 0; ty < T; ++ty)
+            for (int tx = 0; tx < T; ++tx)
+              acc[ty][tx] = body::gemm_fma(acc[ty][tx], tx, ty, as, bs);
+        }
+        for (int ty = 0; ty < T; ++ty)
+          for (int tx = 0; tx < T; ++tx) {
+            const int row = by * T + ty, col = bx * T + tx;
+            if (row < g.m && col < g.n)
+              partial[size_t(z * mn + long(row) * g.n + col)] = acc[ty][tx];
+          }
+      }
+  for (long i = 0; i < mn; ++i) {
+    const float acc = body::gemm_gather(partial.data(), sp.splits, mn, i);
+    float* out = c + (i / g.n) * ldc + i % g.n;
+    *out = beta == 0.0f ? alpha * acc : alpha * acc + beta * *out;
+  }
+}
+
+std::vector<float> tiled_matmul(const std::vector<float>& a, bool ta, const std::vector<float>& b,
+                                bool tb, long m, long n, long k) {
   std::vector<float> c(size_t(m * n));
-  for (long i = 0; i < m; ++i)
-    for (long j = 0; j < n; ++j) {
-      float acc = 0.0f;
-      for (long e = 0; e < k; ++e)
-        acc += (ta ? a[size_t(e * m + i)] : a[size_t(i * k + e)]) *
-               (tb ? b[size_t(j * k + e)] : b[size_t(e * n + j)]);
-      c[size_t(i * n + j)] = acc;
-    }
+  tiled_gemm(body::GemmArgs{ta, tb, int(m), int(n), int(k), a.data(), int(ta ? m : k), b.data(),
+                            int(tb ? k : n)},
+             1.0f, 0.0f, c.data(), int(n));
   return c;
+}
+
+// One GEMM with leading dimensions past the matrices' widths, alpha and beta, against the sum in
+// the same order (each split's k in order, the splits in order): bit for bit.
+void gemm_case(bool ta, bool tb, int m, int n, int k, std::mt19937& rng, int* split_cases) {
+  const int lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 5, ldc = n + 2;
+  auto a = random_vec(size_t((ta ? k : m) * lda), rng);
+  auto b = random_vec(size_t((tb ? n : k) * ldb), rng);
+  auto c = random_vec(size_t(m * ldc), rng);
+  auto want = c;
+  const float alpha = 0.5f, beta = m % 2 ? 0.0f : -1.25f;
+  const body::GemmSplit sp = body::gemm_split(m, n, k);
+  if (sp.chunk % body::kGemmTile || long(sp.chunk) * sp.splits < k ||
+      (sp.splits > 1 && long(sp.chunk) * (sp.splits - 1) >= k)) {
+    if (g_failed++ < 10)
+      std::printf("FAIL gemm split of %dx%dx%d: %d x %d\n", m, n, k, sp.splits, sp.chunk);
+  }
+  if (sp.splits > 1) ++*split_cases;
+  for (int i = 0; i < m; ++i)
+    for (int j = 0; j < n; ++j) {
+      float total = 0.0f;
+      for (int z = 0; z < sp.splits; ++z) {
+        float acc = 0.0f;
+        for (int e = z * sp.chunk; e < std::min(k, (z + 1) * sp.chunk); ++e)
+          acc += (ta ? a[size_t(e * lda + i)] : a[size_t(i * lda + e)]) *
+                 (tb ? b[size_t(j * ldb + e)] : b[size_t(e * ldb + j)]);
+        total = z == 0 ? acc : total + acc;
+      }
+      float& out = want[size_t(i * ldc + j)];
+      out = beta == 0.0f ? alpha * total : alpha * total + beta * out;
+    }
+  tiled_gemm(body::GemmArgs{ta, tb, m, n, k, a.data(), lda, b.data(), ldb}, alpha, beta, c.data(),
+             ldc);
+  char what[96];
+  std::snprintf(what, sizeof what, "gemm %c%c %dx%dx%d (%d splits)", ta ? 'T' : 'N', tb ? 'T' : 'N',
+                m, n, k, sp.splits);
+  expect_close(what, c, want, 0.0f);
 }
 
 void conv_case(const cpu::Conv2dShape& s, std::mt19937& rng) {
@@ -62,7 +132,7 @@ void conv_case(const cpu::Conv2dShape& s, std::mt19937& rng) {
   for (long k = 0; k < K; ++k)
     for (long j = 0; j < cols; ++j) col[size_t(k * cols + j)] = body::im2col_at(s, x.data(), k, j);
   // forward: (OC, cols) -> (N, OC, P) + bias
-  auto mat = matmul(w, false, col, false, s.oc, cols, K);
+  auto mat = tiled_matmul(w, false, col, false, s.oc, cols, K);
   std::vector<float> y(size_t(s.n * s.oc * P)), want(y.size());
   for (long n = 0; n < s.n; ++n)
     for (long c = 0; c < s.oc; ++c)
@@ -76,8 +146,8 @@ void conv_case(const cpu::Conv2dShape& s, std::mt19937& rng) {
     for (long c = 0; c < s.oc; ++c)
       for (long q = 0; q < P; ++q)
         dmat[size_t(c * cols + n * P + q)] = dy[size_t((n * s.oc + c) * P + q)];
-  auto dw = matmul(dmat, false, col, true, s.oc, K, cols);
-  auto dcol = matmul(w, true, dmat, false, K, cols, s.oc);
+  auto dw = tiled_matmul(dmat, false, col, true, s.oc, K, cols);
+  auto dcol = tiled_matmul(w, true, dmat, false, K, cols, s.oc);
   std::vector<float> dx(x.size());
   for (size_t i = 0; i < dx.size(); ++i) dx[i] = body::col2im_at(s, dcol.data(), long(i));
   std::vector<float> want_dx(x.size()), want_dw(w.size()), want_db(b.size());
@@ -126,6 +196,28 @@ int main() {
         conv_case(s, rng);
         ++cases;
       }
+  // GEMMs: every transpose; one tile and less, odd edges, the convolutions' weight gradients
+  // (6 x 75 and 16 x 150 over 784 and 100 pixels a sample, batch 16 and 64: k split), a
+  // linear layer's (120 x 400 over a batch of 256: enough tiles, k whole).
+  int split_cases = 0;
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (auto [m, n, k] : {std::tuple{1, 1, 1},
+                             {5, 3, 0},
+                             {17, 33, 5},
+                             {6, 75, 784 * 16},
+                             {16, 150, 100 * 64},
+                             {120, 400, 256},
+                             {33, 17, 1000}}) {
+        gemm_case(ta, tb, m, n, k, rng, &split_cases);
+        ++cases;
+      }
+  if (split_cases < 8 && g_failed++ < 10)
+    std::printf("FAIL only %d GEMM cases split k\n", split_cases);
+  if (const body::GemmSplit sp = body::gemm_split(6, 75, 784 * 256); sp.splits < 64) {
+    if (g_failed++ < 10)  // batch 256's conv1 weight gradient: 5 tiles need many splits
+      std::printf("FAIL 6x75x%d: %d splits\n", 784 * 256, sp.splits);
+  }
   cpu::Conv2dShape lenet;  // the tutorial net's layers
   lenet.n = 4, lenet.c = 3, lenet.h = 32, lenet.w = 32, lenet.oc = 6, lenet.kh = lenet.kw = 5;
   conv_case(lenet, rng);
