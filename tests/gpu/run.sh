@@ -14,10 +14,10 @@
 #      checked, with the efficiency column (all-reduce also on 3 ranks); NCCL's all-reduce beside
 #      it (nccl-perf, where the nvidia-nccl wheel is; a launch's latency where NCCL refuses);
 #   7. training on the GPU: every CNN operator forward and backward against the cpu, steps of the
-#      net on both (test_cuda_ops); train_cnn --device cuda on 1 rank, and DDP on 2 ranks sharing
-#      the GPU, on synthetic CIFAR-shaped data; the model-parallel example split cpu + cuda and
-#      cuda + cuda; then images/s against PyTorch eager on the same
-#      GPU (bench/gpu/train_compare.py, batch 64 and 256).
+#      net on both (test_cuda_ops); the step's time op by op (op-times); train_cnn --device cuda
+#      on 1 rank, and DDP on 2 ranks sharing the GPU, on synthetic CIFAR-shaped data; the
+#      model-parallel example split cpu + cuda and cuda + cuda; then images/s against PyTorch
+#      eager on the same GPU (bench/gpu/train_compare.py, batch 64 and 256).
 # Each step has a limit that keeps the whole run inside a 15-minute device lease.
 # Every step's log goes into one file, $OUT/suite.log (or ./gpu-logs/suite.log: the device tool
 # brings back 8 files at most); the last line is "gpu suite: N passed, N failed".
@@ -83,6 +83,9 @@ done
 fi
 if want train; then
 step cuda_ops 120 "$bin/test_cuda_ops"
+# Where a step's time goes, op by op, batch 64 and 256 (bench/gpu/op_times.cc).
+step op_times 90 "$bin/op-times" --device cuda:0
+grep -h "^op-times" "$logs/op_times.log" 2>/dev/null
 train() {  # name, ranks, batch
   step "train_$1" 120 env CHORUS_ALLOW_SHARED_GPU=1 "$bin/chorus-run" -n "$2" "$bin/train_cnn" \
     --device cuda:0 --data synthetic --synthetic-size 8192 --synthetic-shape 3x32x32 --epochs 1 \

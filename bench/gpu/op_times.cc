@@ -1,0 +1,155 @@
+// op-times: where a training step of the tutorial CNN spends its time on a device, op by op
+// (issue 12: "where missed, show where the time goes"). For batch 64 and 256: the whole step
+// (zero_grad, forward, loss, backward, SGD), then each layer's forward and forward + backward,
+// the loss, the optimizer step, and the GEMMs of the convolutions' weight gradients on their
+// own (the shapes that ran on 5 and 10 blocks before the GEMM split k). Each figure: the median
+// over rounds of (time of `reps` calls, the device drained before and after) / reps, in us.
+//
+//   op-times [--device cuda:0|cpu] [--reps 20] [--rounds 5] [--batches 64,256]
+//
+// Exits 77 with the reason where the device has no kernels (no CUDA build, no GPU).
+// tests/gpu/run.sh runs it on a lent GPU; the test suite runs it once on the cpu, small.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "ddp/nn/modules.h"
+#include "ddp/nn/optim.h"
+#include "ddp/ops/kernel_table.h"
+#include "ddp/ops/ops.h"
+
+using namespace chorus;
+
+namespace {
+
+struct Options {
+  Device device = Device::cuda(0);
+  int reps = 20, rounds = 5;
+  std::vector<int> batches{64, 256};
+};
+
+Tensor random(const Shape& shape, Device device, std::mt19937& rng) {
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> v(static_cast<size_t>(shape.numel()));
+  for (float& x : v) x = u(rng);
+  return Tensor::from(shape, v).to(device);
+}
+
+// Waits for the device: a copy to the host is queued behind everything before it.
+void drain(const Tensor& t) {
+  (void)t.detach().to(Device::cpu());
+}
+
+void time_it(const Options& o, int batch, const std::string& what, const Tensor& anchor,
+             const std::function<void()>& fn) {
+  fn();  // warm: scratch, the allocator's cache
+  drain(anchor);
+  std::vector<double> us;
+  for (int r = 0; r < o.rounds; ++r) {
+    drain(anchor);
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < o.reps; ++i) fn();
+    drain(anchor);
+    us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
+                     .count() /
+                 o.reps);
+  }
+  std::sort(us.begin(), us.end());
+  std::printf("op-times %s batch %3d  %-34s %10.1f us  (%.1f-%.1f)\n", o.device.str().c_str(),
+              batch, what.c_str(), us[us.size() / 2], us.front(), us.back());
+}
+
+void run_batch(const Options& o, int B) {
+  std::mt19937 rng(5);
+  const Device d = o.device;
+  Net net(3, 32, 5);
+  net.to(d);
+  Sgd opt(net.parameters(), SgdOptions{.lr = 0.01f, .momentum = 0.9f, .weight_decay = 0.0f});
+  Tensor x = random(Shape{B, 3, 32, 32}, d, rng);
+  std::vector<int32_t> labels(static_cast<size_t>(B));
+  for (int i = 0; i < B; ++i) labels[size_t(i)] = int32_t(rng() % 10);
+  const Tensor w1 = net.conv1->parameters()[0];
+  time_it(o, B, "step (fwd, loss, bwd, sgd)", w1, [&] {
+    opt.zero_grad();
+    Tensor loss = cross_entropy(net.forward(x), labels);
+    loss.backward();
+    opt.step();
+  });
+  // Layer by layer, on inputs of the shapes the net gives them.
+  Tensor a1 = random(Shape{B, 6, 14, 14}, d, rng), f0 = random(Shape{B, 400}, d, rng);
+  Tensor c1 = random(Shape{B, 6, 28, 28}, d, rng), logits = random(Shape{B, 10}, d, rng);
+  auto fwd_bwd = [&](const std::string& name, const std::function<Tensor()>& f) {
+    time_it(o, B, name + " forward", w1, [&] { (void)f(); });
+    time_it(o, B, name + " forward+backward", w1, [&] {
+      opt.zero_grad();
+      sum(f()).backward();
+    });
+  };
+  fwd_bwd("conv1 3->6 5x5", [&] { return net.conv1->forward(x); });
+  fwd_bwd("conv2 6->16 5x5", [&] { return net.conv2->forward(a1); });
+  Tensor c1g = c1.detach();
+  c1g.set_requires_grad(true);
+  fwd_bwd("pool+relu 6x28x28", [&] { return max_pool2d(relu(c1g), 2, 2); });
+  fwd_bwd("fc1 400->120", [&] { return net.fc1->forward(f0); });
+  Tensor lg = logits.detach();
+  lg.set_requires_grad(true);
+  fwd_bwd("cross_entropy", [&] { return cross_entropy(lg, labels); });
+  time_it(o, B, "sgd step (all parameters)", w1, [&] { opt.step(); });
+  // The weight gradients' GEMMs alone: dw (OC, K) = dy (OC, N*P) x col^T.
+  const KernelTable& kt = kernel_table_for(d);
+  for (auto [oc, K, P] : {std::tuple{6, 75, 784}, {16, 150, 100}}) {
+    const long cols = long(B) * P;
+    Tensor dy = random(Shape{oc, cols}, d, rng), col = random(Shape{K, cols}, d, rng);
+    Tensor dw = Tensor::empty(Shape{oc, K}, d);
+    std::ostringstream name;
+    name << "gemm dw " << oc << "x" << K << "x" << cols;
+    time_it(o, B, name.str(), w1, [&] {
+      kt.gemm(Trans::kNo, Trans::kYes, oc, K, int(cols), 1.0f, dy.data(), int(cols), col.data(),
+              int(cols), 0.0f, dw.data(), K);
+    });
+  }
+}
+
+std::vector<int> parse_ints(const std::string& s) {
+  std::vector<int> v;
+  std::stringstream in(s);
+  for (std::string t; std::getline(in, t, ',');) v.push_back(std::atoi(t.c_str()));
+  return v;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string k = argv[i], v = argv[i + 1];
+    if (k == "--device") {
+      o.device = Device::parse(v, 0);
+    } else if (k == "--reps") {
+      o.reps = std::max(1, std::atoi(v.c_str()));
+    } else if (k == "--rounds") {
+      o.rounds = std::max(1, std::atoi(v.c_str()));
+    } else if (k == "--batches") {
+      o.batches = parse_ints(v);
+    } else {
+      std::fprintf(stderr, "op-times: unknown option %s\n", k.c_str());
+      return 2;
+    }
+  }
+  if (argc % 2 == 0) {
+    std::fprintf(stderr, "op-times: %s needs a value\n", argv[argc - 1]);
+    return 2;
+  }
+  if (const std::string why = kernels_unavailable(o.device); !why.empty()) {
+    std::printf("skip: %s\n", why.c_str());
+    return 77;
+  }
+  for (int b : o.batches) run_batch(o, b);
+  return 0;
+}
