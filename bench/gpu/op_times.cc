@@ -5,7 +5,11 @@
 // own (the shapes that ran on 5 and 10 blocks before the GEMM split k). Each figure: the median
 // over rounds of (time of `reps` calls, the device drained before and after) / reps, in us.
 //
-//   op-times [--device cuda:0|cpu] [--reps 20] [--rounds 5] [--batches 64,256]
+//   op-times [--device cuda:0|cpu|null] [--reps 20] [--rounds 5] [--batches 64,256]
+//
+// `null`: cuda:0 served by kernels and a device that do nothing (host memory, no copies): the
+// step's figure is then the host's own cost of it -- the tensor layer, autograd, the caching
+// allocator, the optimizer -- which no GPU can take away.
 //
 // Exits 77 with the reason where the device has no kernels (no CUDA build, no GPU).
 // tests/gpu/run.sh runs it on a lent GPU; the test suite runs it once on the cpu, small.
@@ -23,6 +27,7 @@
 #include "ddp/nn/optim.h"
 #include "ddp/ops/kernel_table.h"
 #include "ddp/ops/ops.h"
+#include "ddp/tensor/device_cache.h"
 
 using namespace chorus;
 
@@ -32,6 +37,7 @@ struct Options {
   Device device = Device::cuda(0);
   int reps = 20, rounds = 5;
   std::vector<int> batches{64, 256};
+  bool null_device = false;  // --device null
 };
 
 Tensor random(const Shape& shape, Device device, std::mt19937& rng) {
@@ -56,13 +62,55 @@ void time_it(const Options& o, int batch, const std::string& what, const Tensor&
     const auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < o.reps; ++i) fn();
     drain(anchor);
-    us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
-                     .count() /
-                 o.reps);
+    us.push_back(
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
+        o.reps);
   }
   std::sort(us.begin(), us.end());
-  std::printf("op-times %s batch %3d  %-34s %10.1f us  (%.1f-%.1f)\n", o.device.str().c_str(),
-              batch, what.c_str(), us[us.size() / 2], us.front(), us.back());
+  std::printf("op-times %s batch %3d  %-34s %10.1f us  (%.1f-%.1f)\n",
+              o.null_device ? "null" : o.device.str().c_str(), batch, what.c_str(),
+              us[us.size() / 2], us.front(), us.back());
+}
+
+// --device null: a device whose kernels and copies do nothing.
+class NullGpu final : public DeviceBackend {
+ public:
+  int count() override { return 1; }
+  void* alloc(Device, size_t bytes) override { return std::malloc(bytes); }
+  void free(Device, void* p) override { std::free(p); }
+  void copy(void*, Device, const void*, Device, size_t) override {}
+  void add(Device, long, const float*, const float*, float*) override {}
+};
+
+long g_null_calls = 0;  // kernel-table calls made on the null device
+
+template <typename R, typename... A>
+constexpr auto nothing(R (*)(A...)) {
+  return +[](A...) -> R {
+    ++g_null_calls;
+    return R();
+  };
+}
+
+const KernelTable& null_kernels() {
+  static const KernelTable t = [] {
+    KernelTable k{};
+    const KernelTable& c = kernel_table_for(Device::cpu());  // for the signatures only
+    k.gemm = nothing(c.gemm), k.conv2d_forward = nothing(c.conv2d_forward);
+    k.conv2d_backward = nothing(c.conv2d_backward);
+    k.max_pool2d_forward = nothing(c.max_pool2d_forward);
+    k.max_pool2d_backward = nothing(c.max_pool2d_backward);
+    k.relu_forward = nothing(c.relu_forward), k.relu_backward = nothing(c.relu_backward);
+    k.add = nothing(c.add), k.mul = nothing(c.mul), k.scale = nothing(c.scale);
+    k.div_scalar = nothing(c.div_scalar), k.fill = nothing(c.fill), k.sum = nothing(c.sum);
+    k.add_row_bias = nothing(c.add_row_bias), k.sum_rows = nothing(c.sum_rows);
+    k.log_softmax_forward = nothing(c.log_softmax_forward);
+    k.log_softmax_backward = nothing(c.log_softmax_backward);
+    k.nll_forward = nothing(c.nll_forward), k.nll_backward = nothing(c.nll_backward);
+    k.argmax_rows = nothing(c.argmax_rows), k.sgd_update = nothing(c.sgd_update);
+    return k;
+  }();
+  return t;
 }
 
 void run_batch(const Options& o, int B) {
@@ -75,12 +123,22 @@ void run_batch(const Options& o, int B) {
   std::vector<int32_t> labels(static_cast<size_t>(B));
   for (int i = 0; i < B; ++i) labels[size_t(i)] = int32_t(rng() % 10);
   const Tensor w1 = net.conv1->parameters()[0];
-  time_it(o, B, "step (fwd, loss, bwd, sgd)", w1, [&] {
+  time_it(o, B, o.null_device ? "step, host side only" : "step (fwd, loss, bwd, sgd)", w1, [&] {
     opt.zero_grad();
     Tensor loss = cross_entropy(net.forward(x), labels);
     loss.backward();
     opt.step();
   });
+  if (o.null_device) {  // every other figure would be the same bookkeeping
+    const long before = g_null_calls;
+    opt.zero_grad();
+    Tensor loss = cross_entropy(net.forward(x), labels);
+    loss.backward();
+    opt.step();
+    std::printf("op-times null batch %3d  kernel-table calls per step: %ld\n", B,
+                g_null_calls - before);
+    return;
+  }
   // Layer by layer, on inputs of the shapes the net gives them.
   Tensor a1 = random(Shape{B, 6, 14, 14}, d, rng), f0 = random(Shape{B, 400}, d, rng);
   Tensor c1 = random(Shape{B, 6, 28, 28}, d, rng), logits = random(Shape{B, 10}, d, rng);
@@ -129,7 +187,10 @@ int main(int argc, char** argv) {
   Options o;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
-    if (k == "--device") {
+    if (k == "--device" && v == "null") {
+      o.null_device = true;
+      o.device = Device::cuda(0);
+    } else if (k == "--device") {
       o.device = Device::parse(v, 0);
     } else if (k == "--reps") {
       o.reps = std::max(1, std::atoi(v.c_str()));
@@ -146,7 +207,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "op-times: %s needs a value\n", argv[argc - 1]);
     return 2;
   }
-  if (const std::string why = kernels_unavailable(o.device); !why.empty()) {
+  static NullGpu null_gpu;
+  if (o.null_device) {
+    set_cuda_backend_for_test(&null_gpu);
+    set_cuda_kernel_table_for_test(&null_kernels());
+  }
+  if (const std::string why = o.null_device ? "" : kernels_unavailable(o.device); !why.empty()) {
     std::printf("skip: %s\n", why.c_str());
     return 77;
   }

@@ -85,7 +85,8 @@ if want train; then
 step cuda_ops 120 "$bin/test_cuda_ops"
 # Where a step's time goes, op by op, batch 64 and 256 (bench/gpu/op_times.cc).
 step op_times 90 "$bin/op-times" --device cuda:0
-grep -h "^op-times" "$logs/op_times.log" 2>/dev/null
+step op_times_host 30 "$bin/op-times" --device null --reps 200  # the host's share of a step
+grep -h "^op-times" "$logs/op_times.log" "$logs/op_times_host.log" 2>/dev/null
 train() {  # name, ranks, batch
   step "train_$1" 120 env CHORUS_ALLOW_SHARED_GPU=1 "$bin/chorus-run" -n "$2" "$bin/train_cnn" \
     --device cuda:0 --data synthetic --synthetic-size 8192 --synthetic-shape 3x32x32 --epochs 1 \
