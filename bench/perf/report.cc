@@ -34,6 +34,7 @@ nlohmann::json measure_json(const Measure& m) {
                       {"iters", m.iters},    {"algbw_GBps", m.algbw},    {"busbw_GBps", m.busbw}};
   j["wrong"] = m.wrong < 0 ? nlohmann::json(nullptr) : nlohmann::json(m.wrong);
   if (m.eff >= 0) j["efficiency"] = m.eff;
+  if (m.host_us >= 0) j["host_us"] = m.host_us;
   return j;
 }
 
@@ -61,7 +62,7 @@ void Reporter::header(const std::vector<std::string>& rank_lines) {
   if (dev)
     std::printf(
         "# buffers on the GPU; local copy traffic %.0f GB/s; eff = least traffic / time / that "
-        "rate\n",
+        "rate;\n# host = the host's time per call (enqueueing; time - host: the GPU's alone)\n",
         opt_.copy_gbs);
   std::printf("#\n# Using ranks\n");
   for (const auto& line : rank_lines) std::printf("#  %s\n", line.c_str());
@@ -73,12 +74,12 @@ void Reporter::header(const std::vector<std::string>& rank_lines) {
   std::printf("# %10s  %12s  %8s  %6s  %6s", "size", "count", "type", "redop", "root");
   for (int v = 0; v < 2; ++v) {
     std::printf("  %7s  %6s  %6s  %6s", "time", "algbw", "busbw", "#wrong");
-    if (dev) std::printf("  %5s", "eff");
+    if (dev) std::printf("  %5s  %7s", "eff", "host");
   }
   std::printf("\n# %10s  %12s  %8s  %6s  %6s", "(B)", "(elements)", "", "", "");
   for (int v = 0; v < 2; ++v) {
     std::printf("  %7s  %6s  %6s  %5s", "(us)", "(GB/s)", "(GB/s)", "");
-    if (dev) std::printf("  %5s", "");
+    if (dev) std::printf("  %5s  %7s", "", "(us)");
   }
   std::printf("\n");
   std::fflush(stdout);
@@ -114,6 +115,7 @@ void Reporter::row(const Row& r) {
       std::printf("  %7s  %6.2f  %6.2f  %5s", time_str(m->avg_us).c_str(), m->algbw, m->busbw,
                   wrong_str(m->wrong).c_str());
       if (m->eff >= 0) std::printf("  %5.3f", m->eff);
+      if (m->host_us >= 0) std::printf("  %7s", time_str(m->host_us).c_str());
     }
     std::printf("\n");
   }

@@ -24,6 +24,7 @@ struct Measure {
   double busbw = 0;
   long long wrong = -1;  // elements wrong, summed over ranks; -1: not checked (N/A)
   double eff = -1;       // --device cuda: traffic_factor x size / time / copy rate; -1: none
+  double host_us = -1;   // --device cuda: the host's time per call (enqueueing), slowest rank
 };
 
 struct Row {
