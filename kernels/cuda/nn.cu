@@ -49,7 +49,7 @@ struct Scratch {
     return p;
   }
 };
-Scratch g_col, g_mat, g_small, g_rows, g_split;
+Scratch g_col, g_mat, g_small, g_rows, g_split, g_rowsum;
 std::mutex g_mu, g_split_mu;  // g_split_mu is taken inside g_mu (conv2d's GEMMs), never around it
 
 // ---- kernels ------------------------------------------------------------------------------
@@ -118,19 +118,33 @@ __global__ void pack_kernel(const float* dy, float* mat, int oc, long p, long to
   }
 }
 
-// Row sums of a (rows, cols) matrix, one block per row, a fixed tree: out[r] (= or +=).
-__global__ void row_sums_kernel(const float* mat, long cols, float* out) {
+// Row sums of a (rows, cols) matrix in two passes, in a fixed order whatever the GPU: pass 1
+// sums each kRowChunk-wide piece of a row in a block (a fixed tree, in double), pass 2 adds a
+// row's pieces in order. (One block per row was 6 blocks over 784 x batch columns for conv1's
+// bias: a GPU's SMs mostly idle, each thread's loads one after another.)
+constexpr long kRowChunk = 8192;
+
+__global__ void row_chunk_sums_kernel(const float* mat, long cols, int chunks, double* partial) {
   __shared__ double part[kThreads];
-  const float* r = mat + long(blockIdx.x) * cols;
+  const long c0 = long(blockIdx.x) * kRowChunk, c1 = min(cols, c0 + kRowChunk);
+  const float* r = mat + long(blockIdx.y) * cols;
   double acc = 0.0;
-  for (long j = threadIdx.x; j < cols; j += blockDim.x) acc += r[j];
+  for (long j = c0 + threadIdx.x; j < c1; j += blockDim.x) acc += r[j];
   part[threadIdx.x] = acc;
   __syncthreads();
   for (int w = blockDim.x / 2; w > 0; w /= 2) {
     if (threadIdx.x < w) part[threadIdx.x] += part[threadIdx.x + w];
     __syncthreads();
   }
-  if (threadIdx.x == 0) out[blockIdx.x] = float(part[0]);
+  if (threadIdx.x == 0) partial[long(blockIdx.y) * chunks + blockIdx.x] = part[0];
+}
+
+__global__ void row_sums_kernel(const double* partial, int rows, int chunks, float* out) {
+  const int r = blockIdx.x * blockDim.x + threadIdx.x;
+  if (r >= rows) return;
+  double acc = 0.0;
+  for (int c = 0; c < chunks; ++c) acc += partial[long(r) * chunks + c];
+  out[r] = float(acc);
 }
 
 __global__ void pool_forward_kernel(PoolShape s, const float* x, float* y, uint8_t* argmax,
@@ -342,7 +356,12 @@ void conv2d_backward(const Conv2dShape& s, const float* x, const float* w, const
   nn::gemm(Trans::kNo, Trans::kYes, s.oc, int(K), int(cols), 1.0f, mat, int(cols), col, int(cols),
            0.0f, dw, int(K));
   if (db) {
-    row_sums_kernel<<<s.oc, kThreads>>>(mat, cols, db);
+    const int chunks = int(std::max(1L, (cols + kRowChunk - 1) / kRowChunk));
+    auto* partial = static_cast<double*>(
+        g_rowsum.get(sizeof(double) * size_t(chunks) * size_t(s.oc), "conv2d db"));
+    row_chunk_sums_kernel<<<dim3(chunks, s.oc), kThreads>>>(mat, cols, chunks, partial);
+    launched("conv2d db");
+    row_sums_kernel<<<(s.oc + kThreads - 1) / kThreads, kThreads>>>(partial, s.oc, chunks, db);
     launched("conv2d db");
   }
   if (dx) {
