@@ -27,6 +27,14 @@ for p in "${progs[@]}"; do
     esac
   done
 done
+# Fashion-MNIST for bench/gpu/train_compare.py (the GPU machine has no Debian packages): 30 MiB
+# of .gz, which xz leaves as they are.
+fm=${FASHION_MNIST_DIR:-/usr/share/datasets/fashion-mnist}
+if [ -f "$fm/train-images-idx3-ubyte.gz" ]; then
+  mkdir -p "$bundle/data/fashion-mnist" && cp "$fm"/*-ubyte.gz "$bundle/data/fashion-mnist/"
+else
+  echo "pack.sh: no Fashion-MNIST in $fm: the GPU bench will use synthetic data only" >&2
+fi
 # Symbols only: the device tool carries 64 MiB at most (OpenBLAS alone is 35).
 strip --strip-unneeded "$bundle"/bin/* "$bundle"/lib/* 2>/dev/null || true
 tar -C "$(dirname "$bundle")" -cJf "$bundle.tar.xz" "$(basename "$bundle")"

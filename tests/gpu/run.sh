@@ -17,7 +17,8 @@
 #      net on both (test_cuda_ops); the step's time op by op (op-times); train_cnn --device cuda
 #      on 1 rank, and DDP on 2 ranks sharing the GPU, on synthetic CIFAR-shaped data; the
 #      model-parallel example split cpu + cuda and cuda + cuda; then images/s against PyTorch
-#      eager on the same GPU (bench/gpu/train_compare.py, batch 64 and 256).
+#      eager on the same GPU, synthetic and Fashion-MNIST, and the test accuracy of each after 3
+#      epochs (bench/gpu/train_compare.py, batch 64 and 256).
 # Each step has a limit that keeps the whole run inside a 15-minute device lease.
 # Every step's log goes into one file, $OUT/suite.log (or ./gpu-logs/suite.log: the device tool
 # brings back 8 files at most); the last line is "gpu suite: N passed, N failed".
@@ -101,8 +102,9 @@ step model_parallel_cpu_cuda 60 env CHORUS_ALLOW_SHARED_GPU=1 "$bin/chorus-run" 
   "$bin/ddp_model_parallel" cpu cuda:0
 step model_parallel_cuda_cuda 60 env CHORUS_ALLOW_SHARED_GPU=1 "$bin/chorus-run" -n 2 \
   "$bin/ddp_model_parallel" cuda:0 cuda:0
-step train_bench 300 python3 bench/gpu/train_compare.py "$bin" --steps 100 --rounds 2
-grep -h "^#\|^  " "$logs/train_bench.log" 2>/dev/null
+step train_bench 420 python3 bench/gpu/train_compare.py "$bin" --steps 100 --rounds 2 \
+  --fashion-dir "$bundle/data/fashion-mnist" --accuracy-epochs 3
+grep -h "^#\|^  \|accuracy" "$logs/train_bench.log" 2>/dev/null
 if PATH=$PATH:/usr/local/cuda/bin command -v compute-sanitizer >/dev/null; then
   step sanitizer_cuda_ops 120 env PATH="$PATH:/usr/local/cuda/bin" compute-sanitizer --tool memcheck \
     --error-exitcode 1 "$bin/test_cuda_ops"
