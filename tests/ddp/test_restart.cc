@@ -1,6 +1,8 @@
 // Fault tolerance end to end: train_cnn under chorus-run --max-restarts 1, one rank SIGKILLed
 // mid-epoch, resumes from the newest snapshot and ends with exactly the parameters of a run that
 // was never interrupted (deterministic settings: fixed seeds, one thread per rank).
+// CHORUS_TEST_TRAIN_DEVICE=cuda:0 trains on the GPU instead, both ranks sharing it
+// (tests/gpu/run.sh: issue 12's "resume continues bit for bit where the same devices are used").
 #include <catch2/catch.hpp>
 
 #include <unistd.h>
@@ -28,7 +30,10 @@ std::string train_cmd(const std::string& dir, const std::string& extra) {
   const char* train = std::getenv("TRAIN_CNN");
   REQUIRE(run != nullptr);
   REQUIRE(train != nullptr);
-  return std::string(run) + " -n 2 " + extra + " " + train +
+  const char* device = std::getenv("CHORUS_TEST_TRAIN_DEVICE");
+  const std::string on = device && *device ? device : "cpu";
+  return (on == "cpu" ? std::string() : std::string("CHORUS_ALLOW_SHARED_GPU=1 ")) + run +
+         " -n 2 " + extra + " " + train + " --device " + on +
          " --data synthetic --synthetic-size 384 --synthetic-shape 1x16x16 --batch-size 8"
          " --lr 0.05 --no-progress --log-every 8 --checkpoint-every 5 --checkpoint-dir " +
          dir;

@@ -15,7 +15,8 @@
 #      it (nccl-perf, where the nvidia-nccl wheel is; a launch's latency where NCCL refuses);
 #   7. training on the GPU: every CNN operator forward and backward against the cpu, steps of the
 #      net on both (test_cuda_ops); the step's time op by op (op-times); train_cnn --device cuda
-#      on 1 rank, and DDP on 2 ranks sharing the GPU, on synthetic CIFAR-shaped data; the
+#      on 1 rank, and DDP on 2 ranks sharing the GPU, on synthetic CIFAR-shaped data; a kill -9
+#      and restart from a snapshot ending bit for bit as an uninterrupted run (test_restart); the
 #      model-parallel example split cpu + cuda and cuda + cuda; then images/s against PyTorch
 #      eager on the same GPU, synthetic and Fashion-MNIST, and the test accuracy of each after 3
 #      epochs (bench/gpu/train_compare.py, batch 64 and 256).
@@ -97,6 +98,10 @@ train() {  # name, ranks, batch
 train p1_b64 1 64
 train p1_b256 1 256
 train p2_b32 2 32
+# A kill -9 mid-epoch and the restart from the newest snapshot end with the parameters of an
+# uninterrupted run, bit for bit, on the GPU (2 ranks sharing it; tests/ddp/test_restart.cc).
+step train_resume 150 env CHORUS_TEST_TRAIN_DEVICE=cuda:0 CHORUS_RUN="$bin/chorus-run" \
+  TRAIN_CNN="$bin/train_cnn" "$bin/test_restart" "kill -9 mid-epoch*"
 # The model split inside each rank (examples/ddp_model_parallel): cpu + GPU, and the GPU twice.
 step model_parallel_cpu_cuda 60 env CHORUS_ALLOW_SHARED_GPU=1 "$bin/chorus-run" -n 2 \
   "$bin/ddp_model_parallel" cpu cuda:0
