@@ -27,12 +27,15 @@ except ImportError:
 
 
 class Net(nn.Module):
-    def __init__(self):
+    """The tutorial's net; in_ch=1, side=28 is its Fashion-MNIST variant (fc1 256 -> 120)."""
+
+    def __init__(self, in_ch=3, side=32):
         super().__init__()
-        self.conv1 = nn.Conv2d(3, 6, 5)
+        self.conv1 = nn.Conv2d(in_ch, 6, 5)
         self.pool = nn.MaxPool2d(2, 2)
         self.conv2 = nn.Conv2d(6, 16, 5)
-        self.fc1 = nn.Linear(16 * 5 * 5, 120)
+        f = ((side - 4) // 2 - 4) // 2
+        self.fc1 = nn.Linear(16 * f * f, 120)
         self.fc2 = nn.Linear(120, 84)
         self.fc3 = nn.Linear(84, 10)
 

@@ -35,27 +35,10 @@ import time
 
 
 def net_class():
-    import torch.nn as nn
-    import torch.nn.functional as F
-
-    class Net(nn.Module):  # the tutorial net; in_ch 1 and side 28 for Fashion-MNIST
-        def __init__(self, in_ch=3, side=32):
-            super().__init__()
-            self.conv1 = nn.Conv2d(in_ch, 6, 5)
-            self.pool = nn.MaxPool2d(2, 2)
-            self.conv2 = nn.Conv2d(6, 16, 5)
-            f = ((side - 4) // 2 - 4) // 2
-            self.fc1 = nn.Linear(16 * f * f, 120)
-            self.fc2 = nn.Linear(120, 84)
-            self.fc3 = nn.Linear(84, 10)
-
-        def forward(self, x):
-            import torch
-            x = self.pool(F.relu(self.conv1(x)))
-            x = self.pool(F.relu(self.conv2(x)))
-            x = torch.flatten(x, 1)
-            return self.fc3(F.relu(self.fc2(F.relu(self.fc1(x)))))
-
+    """The tutorial's net, as examples/torch_ddp.py defines it: Net(in_ch, side)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                    "examples"))
+    from torch_ddp import Net
     return Net
 
 
