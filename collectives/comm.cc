@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "collectives/device_vmm.h"
 #include "collectives/job.h"
 #include "common/env.h"
 #include "common/log.h"
@@ -646,6 +647,7 @@ Status CommImpl::destroy() {
     log_error("{}", joined.message());
     return joined;
   }
+  vmm_close(device_ipc_);  // no call runs any more: the registry's retains end
   std::vector<std::unique_ptr<Channel>> channels;
   std::shared_ptr<Job> job;
   std::deque<std::pair<std::shared_ptr<Request>, OpFn>> queue;

@@ -5,7 +5,7 @@
 // of the bounce buffer before the ready signal, peers read and write the pieces instead of the
 // user's memory, and the output is copied out after the done wait, all on the call's stream.
 // One copy in and one out per staged buffer: correct for any device memory, slower than mapping
-// it (mapping VMM memory by passing its file descriptors is not built yet).
+// it -- which VMM memory that CUDA exports as a file descriptor is instead (device_vmm.h).
 //
 // The bounce buffer is this rank's, device memory that CUDA IPC maps, grown when a call needs
 // more (never freed, as the flag words: peers may hold it mapped, and their streams may still

@@ -35,11 +35,15 @@
 // every flag word of each survivor is set to its largest value on a stream of its own
 // (release_device_waits), so that their streams go on (on void results) instead of waiting for
 // ever, and their calls fail naming the dead rank. Ranks on several hosts (or more than 32) go
-// through host memory instead (device_staged.cc). VMM (cuMem) and stream-ordered memory, which
-// CUDA IPC cannot map, go through a bounce buffer (device_bounce.h).
+// through host memory instead (device_staged.cc). VMM (cuMem) memory, which CUDA IPC cannot
+// map, is mapped by the peers through its file descriptor where CUDA exports it as one
+// (device_vmm.h: after the record exchange and before any GPU work, each allocation once per
+// peer over a Unix socket); the rest -- stream-ordered memory, VMM memory without that handle
+// type -- goes through a bounce buffer (device_bounce.h).
 #include "collectives/device_ops.h"
 
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -50,6 +54,7 @@
 #include "collectives/comm.h"
 #include "collectives/device_bounce.h"
 #include "collectives/device_plan.h"
+#include "collectives/device_vmm.h"
 #include "collectives/op.h"
 #include "common/log.h"
 #include "kernels/cuda/device.h"
@@ -120,6 +125,7 @@ struct Record {
   int32_t ok;    // 0: `why` says what this rank could not do
   char why[180];
   char gpu[48];  // the UUID of this rank's GPU ("" if unknown)
+  int32_t pid;   // for the descriptor sockets of VMM memory (device_vmm.h)
   kc::IpcHandle flags, send, recv;
 };
 
@@ -139,12 +145,14 @@ std::string ipc_error(int rc) {
 }
 
 // This rank's part of the record: the buffers it uses device memory of the current device,
-// exported (memory that CUDA IPC cannot map: staged, device_bounce.h); its flag words allocated
-// (at its first device call) and exported. `bufs` says where the GPU work finds each buffer.
-void describe_self(DeviceIpc& st, CallBuffers& bufs, Record& me) {
+// exported (memory that CUDA IPC cannot map: VMM allocations by file descriptor, device_vmm.h,
+// the rest staged, device_bounce.h); its flag words allocated (at its first device call) and
+// exported. `bufs` says where the GPU work finds each buffer.
+void describe_self(DeviceIpc& st, CallBuffers& bufs, Record& me, int rank) {
   const kc::IpcBackend& ipc = kc::ipc();
   const int dev = ipc.current_device();
   me.ok = 1;
+  me.pid = int32_t(getpid());
   for (const LocalBuffer* b : {&bufs.send, &bufs.recv}) {
     if (!b->used) continue;
     kc::PointerInfo i = kc::classify_pointer(b->user);
@@ -175,14 +183,31 @@ void describe_self(DeviceIpc& st, CallBuffers& bufs, Record& me) {
     b->at = const_cast<void*>(b->user);
     if (!b->used || !b->shared) continue;
     const int rc = ipc.export_buffer(b->user, h);
-    if (rc == kc::kNotLegacyIpc) {
+    if (rc == kc::kNotLegacyIpc && !vmm_describe(st, *b, h, rank)) {
       b->staged = true;
       b->handle = h;
-    } else if (rc != 0) {
+    } else if (rc != 0 && rc != kc::kNotLegacyIpc) {
       return set_why(me, fmt::format("{} {} cannot be shared with other processes ({})", b->name,
                                      b->user, ipc_error(rc)));
     }
   }
+}
+
+// Where rank q's buffer of handle h is mapped here: by CUDA IPC, or its VMM allocation mapped by
+// descriptor (device_vmm.h).
+Result<void*> open_peer(DeviceIpc& st, int q, const kc::IpcHandle& h) {
+  if (is_vmm_handle(h)) return vmm_open(st, q, h);
+  void* p = nullptr;
+  if (int rc = kc::ipc().open(h, &p); rc != 0)
+    return make_error(Code::kSystemError, "{}", ipc_error(rc));
+  return p;
+}
+
+// VMM buffers go to the ranks of the call that lack them, before the GPU work.
+Status pass_vmm(CommImpl& comm, DeviceIpc& st, std::vector<VmmTransfer> moves,
+                std::vector<int32_t> pids) {
+  if (moves.empty()) return Status::ok();
+  return vmm_pass(comm, st, moves, pids, Deadline::after_seconds(comm.timeout_seconds()));
 }
 
 // Checks a record after the exchange: a rank that could not take part fails every rank.
@@ -381,7 +406,7 @@ chorusResult_t device_collective(chorusComm_t h, CommImpl& comm, const Call& cal
   bufs.recv.user = a.recvbuff;
   bufs.recv.used = uses_recv;
   bufs.recv.bytes = device_recv_count(call.kind, a.count, p) * es;
-  describe_self(st, bufs, me);
+  describe_self(st, bufs, me, r);
   if (me.ok)
     if (Status s = place_staged(st, std::array{&bufs.send, &bufs.recv}, r, call.name); !s.is_ok())
       set_why(me, s.message());
@@ -426,6 +451,18 @@ chorusResult_t device_collective(chorusComm_t h, CommImpl& comm, const Call& cal
       if (q != r)
         for (FlagBlock b : {kReady, kDone})
           if (b == kReady || !barrier) owed.push_back({word(st.peer_flags[q], b, r), seq});
+  if (s.is_ok()) {  // every VMM buffer to every other rank
+    std::vector<VmmTransfer> moves;
+    std::vector<int32_t> pids(p);
+    for (int q = 0; q < p; ++q) {
+      pids[q] = all[q].pid;
+      for (const kc::IpcHandle* x : {&all[q].send, &all[q].recv})
+        if (is_vmm_handle(*x))
+          for (int t = 0; t < p; ++t)
+            if (t != q) moves.push_back({q, t, x});
+    }
+    s = pass_vmm(comm, st, std::move(moves), std::move(pids));
+  }
 
   // The tasks' buffers, mapped (own buffers are used as they are).
   std::map<std::pair<int, bool>, char*> mapped;
@@ -433,10 +470,13 @@ chorusResult_t device_collective(chorusComm_t h, CommImpl& comm, const Call& cal
     auto key = std::make_pair(b.rank, b.recv);
     if (auto it = mapped.find(key); it != mapped.end()) return it->second + b.elem * es;
     void* ptr = b.recv ? bufs.recv.at : bufs.send.at;
-    if (b.rank != r)
-      if (int rc = kc::ipc().open(b.recv ? all[b.rank].recv : all[b.rank].send, &ptr); rc != 0)
+    if (b.rank != r) {
+      Result<void*> at = open_peer(st, b.rank, b.recv ? all[b.rank].recv : all[b.rank].send);
+      if (!at.is_ok())
         return make_error(Code::kSystemError, "mapping rank {}'s {} failed: {}", b.rank,
-                          b.recv ? "recvbuff" : "sendbuff", ipc_error(rc));
+                          b.recv ? "recvbuff" : "sendbuff", at.status().message());
+      ptr = *at;
+    }
     mapped[key] = static_cast<char*>(ptr);
     return static_cast<char*>(ptr) + b.elem * es;
   };
@@ -492,7 +532,7 @@ namespace {
 // A send/recv item's record: what it moves and to or from whom. Only a send's buffer is shared
 // (the receiver copies from it into its own).
 // `me` stays where it is: a staged buffer's handle is exported into it later (place_staged).
-void p2p_record(DeviceIpc& st, const DeviceP2p& it, CallBuffers& bufs, Record& me) {
+void p2p_record(DeviceIpc& st, const DeviceP2p& it, CallBuffers& bufs, Record& me, int rank) {
   const bool send = it.call.kind == OpKind::kSend;
   me = Record{};
   me.count = it.args.count;
@@ -505,7 +545,7 @@ void p2p_record(DeviceIpc& st, const DeviceP2p& it, CallBuffers& bufs, Record& m
   b.used = me.count > 0;
   b.shared = send;
   b.bytes = me.count * dtype_size(me.datatype);
-  describe_self(st, bufs, me);
+  describe_self(st, bufs, me, rank);
 }
 
 std::string describe_p2p(const Record& x, int owner) {
@@ -537,7 +577,7 @@ chorusResult_t device_p2p(chorusComm_t h, CommImpl& comm, const std::vector<Devi
   std::vector<CallBuffers> bufs(n);
   std::vector<LocalBuffer*> sends;
   for (size_t i = 0; i < n; ++i) {
-    p2p_record(st, items[i], bufs[i], mine[i]);
+    p2p_record(st, items[i], bufs[i], mine[i], r);
     sends.push_back(&bufs[i].send);
   }
   // The group's staged sends share the bounce buffer, a piece each.
@@ -612,6 +652,21 @@ chorusResult_t device_p2p(chorusComm_t h, CommImpl& comm, const std::vector<Devi
       owed.push_back({word(st.peer_flags[q], kRxDone, r), seq[i]});
     }
   }
+  if (s.is_ok()) {  // the VMM sendbuffs to their receivers
+    std::vector<VmmTransfer> moves;
+    std::vector<int32_t> pids(p, 0);
+    pids[r] = mine[0].pid;
+    for (size_t i = 0; i < n; ++i) {
+      const int q = items[i].args.peer;
+      pids[q] = match[i]->pid;
+      if (mine[i].count == 0) continue;
+      if (items[i].call.kind == OpKind::kSend && is_vmm_handle(mine[i].send))
+        moves.push_back({r, q, &mine[i].send});
+      if (items[i].call.kind == OpKind::kRecv && is_vmm_handle(match[i]->send))
+        moves.push_back({q, r, &match[i]->send});
+    }
+    s = pass_vmm(comm, st, std::move(moves), std::move(pids));
+  }
   auto each = [&](bool sends, auto&& fn) {
     for (size_t i = 0; i < n && s.is_ok(); ++i)
       if (mine[i].count > 0 && (items[i].call.kind == OpKind::kSend) == sends)
@@ -626,11 +681,11 @@ chorusResult_t device_p2p(chorusComm_t h, CommImpl& comm, const std::vector<Devi
   each(true, [&](size_t i, int q) { return gpu.wait(q, kRxReady, seq[i], "buffer free"); });
   each(false, [&](size_t i, int q) { return gpu.wait(q, kTxReady, seq[i], "data ready"); });
   each(false, [&](size_t i, int q) -> Status {
-    void* src = nullptr;
-    if (int e = kc::ipc().open(match[i]->send, &src); e != 0)
+    Result<void*> src = open_peer(st, q, match[i]->send);
+    if (!src.is_ok())
       return make_error(Code::kSystemError, "mapping rank {}'s sendbuff failed: {}", q,
-                        ipc_error(e));
-    const void* in = src;
+                        src.status().message());
+    const void* in = *src;
     return gpu.fold(kernels::DType::kU8, kernels::RedOp::kSum, {in}, {items[i].args.recvbuff},
                     mine[i].count * dtype_size(mine[i].datatype), 0,
                     fmt::format("copying from rank {}", q));

@@ -5,6 +5,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,8 @@ class CommImpl;
 constexpr int kMaxDeviceRanks = 32;
 
 // A communicator's state for device operations, made at its first device call.
+struct VmmState;  // device_vmm.cc: VMM allocations shared by file descriptor
+
 struct DeviceIpc {
   int device = -1;
   std::string gpu;                    // its UUID, when the driver says
@@ -39,6 +42,9 @@ struct DeviceIpc {
   size_t bounce_bytes = 0;
   void* bounce_mark = nullptr;
   bool bounce_said = false;
+  // VMM memory mapped by file descriptor (device_vmm.h): this rank's registry, its peers'
+  // allocations mapped here, the descriptor sockets.
+  std::shared_ptr<VmmState> vmm;
 };
 
 // When the communicator fails (a peer died or failed, a revoke, a timeout): every flag word of

@@ -26,7 +26,12 @@ const IpcBackend kDriverIpc{.export_buffer = ipc_export,
                             .to_host = copy_to_host,
                             .to_device = copy_to_device,
                             .current_device = current_device,
-                            .error_string = ipc_error_string};
+                            .error_string = ipc_error_string,
+                            .vmm_identify = vmm_identify,
+                            .vmm_release = vmm_release,
+                            .vmm_export_fd = vmm_export_fd,
+                            .vmm_map = vmm_map,
+                            .vmm_unmap = vmm_unmap};
 std::atomic<const IpcBackend*> g_test_ipc{nullptr};
 
 }  // namespace

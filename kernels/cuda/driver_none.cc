@@ -51,6 +51,23 @@ int ipc_open(const IpcHandle&, void** out) {
   return kNoCuda;
 }
 void ipc_close_all() {}
+int vmm_identify(const void*, size_t, VmmAllocation*) {
+  return kNoCuda;
+}
+int vmm_release(uint64_t) {
+  return kNoCuda;
+}
+int vmm_export_fd(uint64_t, int* fd) {
+  *fd = -1;
+  return kNoCuda;
+}
+int vmm_map(int, uint64_t, void** out) {
+  *out = nullptr;
+  return kNoCuda;
+}
+int vmm_unmap(void*, uint64_t) {
+  return kNoCuda;
+}
 int flags_alloc(size_t, void** out) {
   *out = nullptr;
   return kNoCuda;

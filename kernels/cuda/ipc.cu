@@ -184,6 +184,8 @@ int current_device() {
 
 std::string ipc_error_string(int rc) {
   if (rc == 0) return "no error";
+  if (rc == kNotFdExportable)
+    return "not inside one VMM allocation that CUDA exports as a file descriptor";
   if (rc < 0) return "CUDA driver error " + std::to_string(-rc);
   return std::string(cudaGetErrorName(cudaError_t(rc))) + ": " +
          cudaGetErrorString(cudaError_t(rc));

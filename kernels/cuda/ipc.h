@@ -23,6 +23,11 @@ inline constexpr int kNoCuda = 100;  // cudaErrorNoDevice: no CUDA build, driver
 // collectives then stage through a buffer of their own (collectives/device_ops.cc).
 inline constexpr int kNotLegacyIpc = 801;  // cudaErrorNotSupported
 
+// vmm_identify's answer for memory that is not inside one VMM allocation that CUDA can export as
+// a POSIX file descriptor (cudaMallocAsync memory; cuMem memory created without that handle
+// type; a buffer across two allocations): it goes through the bounce buffer instead.
+inline constexpr int kNotFdExportable = 803;
+
 // What a peer needs to map a buffer: the legacy IPC handle of the allocation holding it and the
 // buffer's offset inside that allocation. Exchanged as raw bytes.
 struct IpcHandle {
@@ -39,6 +44,26 @@ int ipc_export(const void* p, IpcHandle* out);
 int ipc_open(const IpcHandle& h, void** out);
 // Closes every allocation ipc_open mapped (tests; a process that ends needs nothing).
 void ipc_close_all();
+
+// VMM (cuMem) memory -- PyTorch's expandable segments -- shared by file descriptor: its
+// allocation exported as a POSIX fd (CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR), passed to the
+// peers over a Unix socket (transport/fd_pass.h), imported and mapped there.
+struct VmmAllocation {
+  uint64_t identity = 0;  // the allocation's handle, retained: no other allocation has it while
+                          // the retain lasts (vmm_release ends it)
+  uint64_t base = 0;      // where it is mapped here, and its size
+  uint64_t size = 0;
+};
+// The allocation holding [p, p + bytes), retained; kNotFdExportable (nothing retained) when there
+// is none that CUDA can export as a file descriptor.
+int vmm_identify(const void* p, size_t bytes, VmmAllocation* out);
+int vmm_release(uint64_t identity);
+// A new descriptor of the allocation (the caller closes it).
+int vmm_export_fd(uint64_t identity, int* fd);
+// Maps a peer's allocation of `size` bytes from its descriptor onto the current device, readable
+// and writable; the mapping holds the memory until vmm_unmap (fd may be closed at once).
+int vmm_map(int fd, uint64_t size, void** out);
+int vmm_unmap(void* p, uint64_t size);
 
 // `bytes` of zeroed device memory on the current device that ipc_export can share: flag words
 // peers write into, and the staging buffers of memory that cannot be shared.
@@ -92,6 +117,11 @@ struct IpcBackend {
   int (*to_device)(void* dst, const void* src, size_t bytes, void* stream);
   int (*current_device)();
   std::string (*error_string)(int rc);
+  int (*vmm_identify)(const void* p, size_t bytes, VmmAllocation* out);
+  int (*vmm_release)(uint64_t identity);
+  int (*vmm_export_fd)(uint64_t identity, int* fd);
+  int (*vmm_map)(int fd, uint64_t size, void** out);
+  int (*vmm_unmap)(void* p, uint64_t size);
 };
 const IpcBackend& ipc();
 // Tests: replace the table (nullptr: back to the driver's). Set before the first device call.

@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <fcntl.h>
 #include <sched.h>
+#include <sys/mman.h>
 
 #include <atomic>
 #include <chrono>
@@ -46,6 +48,66 @@ bool is_unmapped(const void* p) {
   if (it == u.blocks.begin()) return false;
   --it;
   return static_cast<const char*>(p) < it->first + it->second;
+}
+
+// fake_vmm_alloc's blocks (their starts), the retains of each allocation (by its SharedRef id),
+// where each identity's allocation starts, and the descriptors exported.
+struct Vmm {
+  std::mutex mu;
+  std::map<const void*, bool> blocks;
+  std::map<uint64_t, int> retains;
+  std::map<uint64_t, const char*> base_of;
+  int exported = 0;
+};
+Vmm& vmm() {
+  static Vmm* v = new Vmm;
+  return *v;
+}
+
+int vmm_identify(const void* p, size_t bytes, kc::VmmAllocation* out) {
+  std::optional<transport::SharedRef> ref = transport::find_shared(p, bytes == 0 ? 1 : bytes);
+  if (!ref) return kc::kNotFdExportable;
+  const char* base = static_cast<const char*>(p) - ref->offset;
+  Vmm& v = vmm();
+  std::lock_guard<std::mutex> lock(v.mu);
+  if (!v.blocks.count(base)) return kc::kNotFdExportable;
+  ++v.retains[ref->id];
+  v.base_of[ref->id] = base;
+  *out = kc::VmmAllocation{ref->id, uint64_t(reinterpret_cast<uintptr_t>(base)), ref->size};
+  return 0;
+}
+
+int vmm_release(uint64_t identity) {
+  Vmm& v = vmm();
+  std::lock_guard<std::mutex> lock(v.mu);
+  auto it = v.retains.find(identity);
+  if (it == v.retains.end() || it->second == 0) return 1;
+  --it->second;
+  return 0;
+}
+
+int vmm_export_fd(uint64_t identity, int* fd) {
+  *fd = -1;
+  Vmm& v = vmm();
+  std::lock_guard<std::mutex> lock(v.mu);
+  if (!v.retains.count(identity) || v.retains[identity] == 0) return 1;  // not retained
+  std::optional<transport::SharedRef> ref = transport::find_shared(v.base_of[identity], 1);
+  if (!ref || ref->id != identity) return 1;
+  *fd = fcntl(ref->fd, F_DUPFD_CLOEXEC, 0);
+  if (*fd < 0) return 2;
+  ++v.exported;
+  return 0;
+}
+
+int vmm_map(int fd, uint64_t size, void** out) {
+  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) return 2;
+  *out = p;
+  return 0;
+}
+
+int vmm_unmap(void* p, uint64_t size) {
+  return munmap(p, size) == 0 ? 0 : 1;
 }
 
 int export_buffer(const void* p, kc::IpcHandle* out) {
@@ -161,7 +223,12 @@ const kc::IpcBackend kFake{.export_buffer = export_buffer,
                            .to_host = copy,
                            .to_device = copy,
                            .current_device = current_device,
-                           .error_string = error_string};
+                           .error_string = error_string,
+                           .vmm_identify = vmm_identify,
+                           .vmm_release = vmm_release,
+                           .vmm_export_fd = vmm_export_fd,
+                           .vmm_map = vmm_map,
+                           .vmm_unmap = vmm_unmap};
 
 }  // namespace
 
@@ -185,6 +252,11 @@ void fake_device_free(void* p) {
     std::lock_guard<std::mutex> lock(u.mu);
     u.blocks.erase(static_cast<const char*>(p));
   }
+  {
+    Vmm& v = vmm();
+    std::lock_guard<std::mutex> lock(v.mu);
+    v.blocks.erase(p);
+  }
   (void)transport::shared_free(p);
 }
 
@@ -205,6 +277,34 @@ void* fake_unmapped_alloc(size_t bytes) {
     u.blocks[static_cast<const char*>(p)] = bytes == 0 ? 1 : bytes;
   }
   return p;
+}
+
+}  // namespace chorus::test
+
+namespace chorus::test {
+
+void* fake_vmm_alloc(size_t bytes) {
+  void* p = fake_unmapped_alloc(bytes);
+  if (p != nullptr) {
+    Vmm& v = vmm();
+    std::lock_guard<std::mutex> lock(v.mu);
+    v.blocks[p] = true;
+  }
+  return p;
+}
+
+int fake_vmm_retained() {
+  Vmm& v = vmm();
+  std::lock_guard<std::mutex> lock(v.mu);
+  int n = 0;
+  for (const auto& [id, count] : v.retains) n += count;
+  return n;
+}
+
+int fake_vmm_exported() {
+  Vmm& v = vmm();
+  std::lock_guard<std::mutex> lock(v.mu);
+  return v.exported;
 }
 
 }  // namespace chorus::test

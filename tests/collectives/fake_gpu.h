@@ -7,8 +7,9 @@
 // plans, the ready/done words, the pairing of sends and receives -- runs as on a GPU; only the
 // asynchrony is missing (the host returns after the work, not before). Memory that CUDA IPC
 // cannot map (VMM, cudaMallocAsync) is emulated too: device memory whose export fails with
-// kNotLegacyIpc. Marks (events) order nothing here: each stream operation is done when enqueued;
-// the emulation checks only that a mark waited for is one recorded.
+// kNotLegacyIpc, and VMM memory that also exports as a file descriptor. Marks (events) order
+// nothing here: each stream operation is done when enqueued; the emulation checks only that a mark
+// waited for is one recorded.
 #pragma once
 
 #include <cstddef>
@@ -25,6 +26,14 @@ void fake_device_free(void* p);
 // Emulated device memory that CUDA IPC cannot map (as VMM memory): the same, but ipc_export
 // refuses it with kNotLegacyIpc. Freed with fake_device_free.
 void* fake_unmapped_alloc(size_t bytes);
+// Emulated VMM memory that CUDA exports as a file descriptor (PyTorch's expandable segments): no
+// legacy IPC handle either, but vmm_identify/vmm_export_fd take it (its memfd), and a peer maps
+// the descriptor it is passed. Freed with fake_device_free.
+void* fake_vmm_alloc(size_t bytes);
+// In this process: the retains of VMM allocations not yet released, and the descriptors
+// exported so far.
+int fake_vmm_retained();
+int fake_vmm_exported();
 // The stream of the last operation enqueued through the emulation (a write, a wait or a kernel),
 // in this process.
 void* fake_last_stream();

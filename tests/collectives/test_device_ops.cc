@@ -15,6 +15,7 @@
 
 #include "chorus/chorus.h"
 #include "collectives/device_ops.h"
+#include "collectives/device_vmm.h"
 #include "fake_gpu.h"
 #include "harness.h"
 #include "kernels/cpu/reduce.h"
@@ -219,15 +220,18 @@ TEST_CASE("device collectives: every call x type x op x count x in place, bit fo
     // Ranks (bits) whose buffers CUDA IPC cannot map (VMM, cudaMallocAsync): through the bounce
     // buffer (collectives/device_bounce.h).
     unsigned unmapped = 0;
+    // Ranks (bits) whose buffers are VMM memory that exports as a file descriptor: mapped by the
+    // peers through it (collectives/device_vmm.h).
+    unsigned vmm = 0;
   };
   for (Config c : {Config{2, false, false}, Config{2, true, false}, Config{3, false, false},
                    Config{3, true, false}, Config{3, false, true}, Config{2, false, false, 0b10},
-                   Config{3, true, false, 0b111}}) {
+                   Config{3, true, false, 0b111}, Config{3, true, false, 0, 0b011}}) {
     INFO(c.p << " ranks, " << (c.one_gpu ? "one GPU" : "a GPU each")
              << (c.two_hosts ? ", two hosts" : "") << ", unmapped memory on ranks (bits) "
-             << c.unmapped);
+             << c.unmapped << ", VMM memory on ranks (bits) " << c.vmm);
     RunOptions o = opts(c.one_gpu);
-    if (c.unmapped) o.env["CHORUS_DEBUG"] = "INFO";
+    if (c.unmapped || c.vmm) o.env["CHORUS_DEBUG"] = "INFO";
     auto res = run_ranks(
         c.p,
         [c](int r) {
@@ -236,6 +240,7 @@ TEST_CASE("device collectives: every call x type x op x count x in place, bit fo
           if (!comm) return 1;
           constexpr size_t kMaxCount = 4099;
           auto alloc = c.unmapped >> r & 1 ? chorus::test::fake_unmapped_alloc
+                       : c.vmm >> r & 1    ? chorus::test::fake_vmm_alloc
                                            : chorus::test::fake_device_alloc;
           char* send = static_cast<char*>(alloc(kMaxCount * 8 * 3));
           char* recv = static_cast<char*>(alloc(kMaxCount * 8 * 3));
@@ -255,6 +260,14 @@ TEST_CASE("device collectives: every call x type x op x count x in place, bit fo
           chorus::test::fake_device_free(send);
           chorus::test::fake_device_free(recv);
           chorusCommDestroy(comm);
+          // Each of the two allocations went to each peer once; the retains ended at destroy.
+          const int exported = chorus::test::fake_vmm_exported(),
+                    want = c.vmm >> r & 1 ? 2 * (c.p - 1) : 0;
+          if (exported != want)
+            return fail_with(r, "VMM",
+                             fmt::format("{} descriptors exported, want {}", exported, want));
+          if (chorus::test::fake_vmm_retained() != 0)
+            return fail_with(r, "VMM", "allocations still retained after destroy");
           return failures == 0 ? 0 : 1;
         },
         o);
@@ -263,6 +276,8 @@ TEST_CASE("device collectives: every call x type x op x count x in place, bit fo
       INFO("rank " << r << ":\n" << res[r].output);
       // Said once per communicator, by the ranks whose memory went through it.
       CHECK(occurrences(res[r].output, "through a bounce buffer") == int(c.unmapped >> r & 1));
+      CHECK(occurrences(res[r].output, "map it through its file descriptor") ==
+            int(c.vmm >> r & 1));
     }
   }
 }
@@ -316,18 +331,23 @@ TEST_CASE("through the bounce buffer on two streams: each call waits for the las
 TEST_CASE("device send/recv: alone, a ring in a group, both ways in a group", "[device]") {
   const bool two_hosts = GENERATE(false, true);  // rank 2 on a host of its own: staged
   // Memory that CUDA IPC cannot map on every rank: the sends through the bounce buffer, a piece
-  // each (one for the two sends of `a`).
-  const bool unmapped = GENERATE(false, true);
-  INFO((two_hosts ? "two hosts" : "one host") << (unmapped ? ", unmapped memory" : ""));
+  // each (one for the two sends of `a`); or VMM memory, mapped by its descriptors.
+  const int memory = GENERATE(0, 1, 2);
+  const bool unmapped = memory == 1, vmm = memory == 2;
+  INFO((two_hosts ? "two hosts" : "one host") << (unmapped ? ", unmapped memory"
+                                                  : vmm    ? ", VMM memory"
+                                                           : ""));
   auto res = run_ranks(
       3,
-      [two_hosts, unmapped](int r) {
+      [two_hosts, unmapped, vmm](int r) {
         if (two_hosts) setenv("CHORUS_HOSTID", r == 2 ? "host-b" : "host-a", 1);
         chorusComm_t comm = init(r);
         if (!comm) return 1;
         const int p = 3, right = (r + 1) % p, left = (r + p - 1) % p;
         const size_t n = 1001;
-        auto alloc = unmapped ? chorus::test::fake_unmapped_alloc : chorus::test::fake_device_alloc;
+        auto alloc = unmapped ? chorus::test::fake_unmapped_alloc
+                     : vmm    ? chorus::test::fake_vmm_alloc
+                              : chorus::test::fake_device_alloc;
         auto* a = static_cast<float*>(alloc(n * 4));
         auto* b = static_cast<float*>(alloc(n * 4));
         auto* c = static_cast<float*>(alloc(n * 4));
@@ -380,6 +400,62 @@ TEST_CASE("device send/recv: alone, a ring in a group, both ways in a group", "[
       },
       opts(false));
   check_all(res);
+}
+
+TEST_CASE("VMM memory by descriptor: a reused address is a new allocation; a full registry bounces",
+          "[device]") {
+  RunOptions o = opts(false);
+  o.env["CHORUS_DEBUG"] = "INFO";
+  auto res = run_ranks(
+      2,
+      [](int r) {
+        chorusComm_t comm = init(r);
+        if (!comm) return 1;
+        const size_t n = 1000;
+        auto all_reduce = [&](float* x, int salt, const char* what) {
+          for (size_t j = 0; j < n; ++j) x[j] = float(r + salt + j);
+          if (chorusAllReduce(x, x, n, chorusFloat32, chorusSum, comm, kStream) != chorusSuccess)
+            return fail_with(r, what, chorusGetLastError(comm));
+          for (size_t j = 0; j < n; ++j)
+            if (x[j] != float(2 * (salt + j) + 1))
+              return fail_with(r, what, fmt::format("element {}: {}", j, x[j]));
+          return 0;
+        };
+        // An allocation, freed, and another (at the same address, as often as not): the peer must
+        // map the new one, not read the old.
+        auto* a = static_cast<float*>(chorus::test::fake_vmm_alloc(n * 4));
+        if (all_reduce(a, 1, "first allocation") != 0) return 1;
+        chorus::test::fake_device_free(a);
+        auto* b = static_cast<float*>(chorus::test::fake_vmm_alloc(n * 4));
+        std::fprintf(stderr, "rank %d: second allocation %s\n", r,
+                     a == b ? "at the first one's address" : "elsewhere");
+        if (all_reduce(b, 2, "second allocation") != 0) return 1;
+        if (all_reduce(b, 3, "second allocation again") != 0) return 1;
+        if (chorus::test::fake_vmm_exported() != 2)
+          return fail_with(
+              r, "VMM",
+              fmt::format("{} descriptors exported, want 2", chorus::test::fake_vmm_exported()));
+        // More allocations alive at once than the registry keeps: the rest through the bounce
+        // buffer, every result right.
+        std::vector<float*> many;
+        for (int i = 0; i < chorus::kMaxVmmLive + 4; ++i) {
+          many.push_back(static_cast<float*>(chorus::test::fake_vmm_alloc(n * 4)));
+          if (all_reduce(many.back(), 10 + i, "many allocations") != 0) return 1;
+        }
+        for (float* x : many) chorus::test::fake_device_free(x);
+        chorus::test::fake_device_free(b);
+        chorusCommDestroy(comm);
+        if (chorus::test::fake_vmm_retained() != 0)
+          return fail_with(r, "VMM", "allocations still retained after destroy");
+        return 0;
+      },
+      o);
+  check_all(res);
+  for (int r = 0; r < 2; ++r) {
+    INFO("rank " << r << ":\n" << res[r].output);
+    CHECK(occurrences(res[r].output, "map it through its file descriptor") == 1);
+    CHECK(occurrences(res[r].output, "the rest go through the bounce buffer") == 1);
+  }
 }
 
 TEST_CASE("device send met by a send: named on both ranks, the communicator goes on", "[device]") {

@@ -8,9 +8,11 @@
 //   device_allreduce_probe --worker                 one rank: every type x op x count x in/out of
 //                                                   place x offset against a host reference;
 //                                                   the other calls on cudaMalloc,
-//                                                   cudaMallocAsync and VMM memory (the last
-//                                                   two through the bounce buffer, calls
-//                                                   alternating between streams too);
+//                                                   cudaMallocAsync and VMM memory (VMM that
+//                                                   exports as a file descriptor mapped by the
+//                                                   peers through it, the rest through the
+//                                                   bounce buffer; calls alternating between
+//                                                   streams too);
 //                                                   stream order without host synchronisation;
 //                                                   errors named on every rank; bandwidth.
 // Exits 77 with the reason where no GPU is visible.
@@ -223,10 +225,15 @@ int correctness(chorusComm_t comm, cudaStream_t stream) {
 
 // Device memory of each kind a caller may hand over: cudaMalloc (CUDA IPC maps it), stream-ordered
 // (cudaMallocAsync, the default pool) and VMM (cuMem, as PyTorch's expandable segments), which
-// CUDA IPC cannot map: chorus takes those through its bounce buffer (collectives/device_bounce.h).
-enum class Mem { kMalloc, kAsync, kVmm };
+// CUDA IPC cannot map: VMM memory that exports as a file descriptor is mapped by the peers through
+// it (collectives/device_vmm.h), the rest goes through the bounce buffer
+// (collectives/device_bounce.h).
+enum class Mem { kMalloc, kAsync, kVmm, kVmmNoFd };
 const char* mem_name(Mem m) {
-  return m == Mem::kMalloc ? "cudaMalloc" : m == Mem::kAsync ? "cudaMallocAsync" : "VMM (cuMem)";
+  return m == Mem::kMalloc  ? "cudaMalloc"
+         : m == Mem::kAsync ? "cudaMallocAsync"
+         : m == Mem::kVmm   ? "VMM (cuMem, exported by file descriptor)"
+                            : "VMM (cuMem, no shareable handle)";
 }
 
 template <class Fn>
@@ -250,9 +257,9 @@ Fn driver_fn(const char* name) {
     }                                                                                       \
   } while (0)
 
-// cuMem memory on device 0 that exports as a POSIX file descriptor, as PyTorch's expandable
-// segments make it; never unmapped (the probe's process ends soon).
-void* vmm_alloc(size_t bytes) {
+// cuMem memory on device 0 that exports as a POSIX file descriptor (fd), as PyTorch's expandable
+// segments make it, or that exports as nothing; never unmapped (the probe's process ends soon).
+void* vmm_alloc(size_t bytes, bool fd) {
   using Granularity =
       CUresult (*)(size_t*, const CUmemAllocationProp*, CUmemAllocationGranularity_flags);
   using Create = CUresult (*)(CUmemGenericAllocationHandle*, size_t, const CUmemAllocationProp*,
@@ -265,7 +272,8 @@ void* vmm_alloc(size_t bytes) {
   prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
   prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   prop.location.id = 0;
-  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  prop.requestedHandleTypes =
+      fd ? CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR : CU_MEM_HANDLE_TYPE_NONE;
   size_t gran = 0;
   CU(driver_fn<Granularity>("cuMemGetAllocationGranularity")(&gran, &prop,
                                                              CU_MEM_ALLOC_GRANULARITY_MINIMUM));
@@ -289,7 +297,7 @@ void* mem_alloc(Mem m, size_t bytes, cudaStream_t stream) {
     CK(cudaMallocAsync(&p, bytes, stream));
     CK(cudaStreamSynchronize(stream));
   }
-  if (m == Mem::kVmm) p = vmm_alloc(bytes);
+  if (m == Mem::kVmm || m == Mem::kVmmNoFd) p = vmm_alloc(bytes, m == Mem::kVmm);
   return p;
 }
 
@@ -595,7 +603,7 @@ int worker() {
   if (g_rank == 0) std::printf("%d ranks: %d cases in %.1f s\n", g_size, cases, took);
   if (!g_failed) cases = other_collectives(comm, stream);
   if (g_rank == 0) std::printf("%d ranks: %d cases of the other calls\n", g_size, cases);
-  for (Mem m : {Mem::kAsync, Mem::kVmm}) {
+  for (Mem m : {Mem::kAsync, Mem::kVmm, Mem::kVmmNoFd}) {
     if (!g_failed) cases = other_collectives(comm, stream, m);
     if (!g_failed) alternating_streams(comm, stream, m);
     if (g_rank == 0)
