@@ -1,8 +1,10 @@
 // VMM memory by file descriptor (device_vmm.h).
 #include "collectives/device_vmm.h"
 
+#include <poll.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <set>
@@ -43,7 +45,7 @@ struct VmmRecord {  // in an IpcHandle's bytes
 };
 static_assert(sizeof(VmmRecord) <= sizeof(kc::IpcHandle::bytes));
 
-VmmRecord read(const kc::IpcHandle& h) {
+VmmRecord record_of(const kc::IpcHandle& h) {
   VmmRecord v;
   std::memcpy(&v, h.bytes, sizeof v);
   return v;
@@ -99,9 +101,31 @@ VmmState::Exported* registered(VmmState& v, const kc::VmmAllocation& a, int rank
   return &v.exported.back();
 }
 
-Status fail(int rank, int q, const std::string& what, const Status& s) {
+// A failure with peer q. Its socket may have ended because q failed, or died: the news of why
+// (the watch channel's, or q's abort) usually follows within milliseconds and says more than a
+// reset connection, so it is waited for a little and added.
+Status fail(CommImpl& comm, int q, const std::string& what, const Status& s) {
+  Status why = comm.error();
+  for (int i = 0; i < 200 && why.is_ok(); ++i) {
+    usleep(10000);
+    why = comm.error();
+  }
   return make_error(s.code() == Code::kOk ? Code::kSystemError : s.code(),
-                    "rank {}: {} rank {} failed: {}", rank, what, q, s.message());
+                    "rank {}: {} rank {} failed: {}{}", comm.rank(), what, q, s.message(),
+                    why.is_ok() ? std::string() : "; the communicator failed: " + why.message());
+}
+
+// fn(slice) with slices of at most 100 ms until it succeeds, fails otherwise than by a timeout,
+// `deadline` passes, or the communicator fails (a peer that died is named by the watch channel
+// within its deadline; its socket would only be given up at the communicator's timeout).
+template <class T, class Fn>
+Result<T> until(CommImpl& comm, Deadline deadline, Fn fn) {
+  while (true) {
+    Result<T> r = fn(Deadline::after_seconds(std::min(0.1, std::max(0.0, deadline.remaining()))));
+    if (r.is_ok() || r.status().code() != Code::kTimeout || deadline.expired()) return r;
+    if (Status e = comm.error(); !e.is_ok())
+      return make_error(e.code(), "the communicator failed meanwhile: {}", e.message());
+  }
 }
 
 // The pair's socket, set up at its first use: the lower rank listens, the higher connects.
@@ -113,12 +137,13 @@ Status pair_socket(CommImpl& comm, VmmState& v, int q, const std::vector<int32_t
   const std::string name = fmt::format("v{:x}-{}-{}", comm.uid(), pids[lo], pids[hi]);
   if (r == lo) {
     Result<Fd> l = transport::fd_listen(name);
-    if (!l.is_ok()) return fail(r, q, "listening for descriptors of", l.status());
+    if (!l.is_ok()) return fail(comm, q, "listening for descriptors of", l.status());
     (*listening)[q] = std::move(*l);
     return Status::ok();
   }
-  Result<Fd> s = transport::fd_connect(name, deadline);
-  if (!s.is_ok()) return fail(r, q, "connecting to pass descriptors with", s.status());
+  Result<Fd> s =
+      until<Fd>(comm, deadline, [&](Deadline d) { return transport::fd_connect(name, d); });
+  if (!s.is_ok()) return fail(comm, q, "connecting to pass descriptors with", s.status());
   v.sockets[q] = std::move(*s);
   return Status::ok();
 }
@@ -167,7 +192,7 @@ Status pass(CommImpl& comm, VmmState& v, const std::vector<VmmTransfer>& transfe
   std::set<std::tuple<int, int, uint64_t>> seen;           // (from, to, id)
   for (const VmmTransfer& t : transfers) {
     if (t.from == t.to || (t.from != r && t.to != r)) continue;
-    const VmmRecord rec = read(*t.handle);
+    const VmmRecord rec = record_of(*t.handle);
     if (!seen.insert({t.from, t.to, rec.id}).second) continue;
     if (t.from == r) {
       for (VmmState::Exported& e : v.exported)
@@ -192,9 +217,11 @@ Status pass(CommImpl& comm, VmmState& v, const std::vector<VmmTransfer>& transfe
   for (const auto& [q, x] : peers)
     if (q < r)
       if (Status s = pair_socket(comm, v, q, pids, &listening, deadline); !s.is_ok()) return s;
-  for (auto& [q, l] : listening) {
-    Result<Fd> s = transport::fd_accept(l.get(), pids[size_t(q)], deadline);
-    if (!s.is_ok()) return fail(r, q, "accepting the descriptor socket of", s.status());
+  for (auto& [peer, l] : listening) {
+    const int q = peer, lfd = l.get();  // (a lambda of clang 14 takes no structured binding)
+    Result<Fd> s = until<Fd>(
+        comm, deadline, [&](Deadline d) { return transport::fd_accept(lfd, pids[size_t(q)], d); });
+    if (!s.is_ok()) return fail(comm, q, "accepting the descriptor socket of", s.status());
     v.sockets[q] = std::move(*s);
   }
   // Every send before any receive: the messages are small, the socket buffers hold them.
@@ -207,13 +234,21 @@ Status pass(CommImpl& comm, VmmState& v, const std::vector<VmmTransfer>& transfe
     Fd owned(fd);
     const int one[] = {fd};
     if (Status s = transport::send_fds(v.sockets[q].get(), e->id, one, deadline); !s.is_ok())
-      return fail(r, q, "passing a VMM allocation's descriptor to", s);
+      return fail(comm, q, "passing a VMM allocation's descriptor to", s);
     e->sent[size_t(q)] = true;
   }
-  for (const auto& [q, rec] : maps) {
-    Result<transport::PassedFds> got = transport::recv_fds(v.sockets[q].get(), deadline);
+  for (const auto& [peer, rec] : maps) {
+    const int q = peer, sock = v.sockets[q].get();
+    Result<bool> readable = until<bool>(comm, deadline, [&](Deadline d) -> Result<bool> {
+      Result<bool> w = poll_fd(sock, POLLIN, int(d.remaining() * 1000));
+      if (w.is_ok() && !*w) return make_error(Code::kTimeout, "no descriptor from rank {}", q);
+      return w;
+    });
+    if (!readable.is_ok())
+      return fail(comm, q, "receiving a VMM allocation's descriptor from", readable.status());
+    Result<transport::PassedFds> got = transport::recv_fds(sock, deadline);
     if (!got.is_ok())
-      return fail(r, q, "receiving a VMM allocation's descriptor from", got.status());
+      return fail(comm, q, "receiving a VMM allocation's descriptor from", got.status());
     if (got->tag != rec.id || got->fds.size() != 1)
       return make_error(Code::kRemoteError,
                         "rank {}: rank {} passed {} descriptor(s) of VMM allocation {}, expected "
@@ -240,7 +275,7 @@ Status vmm_pass(CommImpl& comm, DeviceIpc& st, const std::vector<VmmTransfer>& t
 }
 
 Result<void*> vmm_open(DeviceIpc& st, int q, const kc::IpcHandle& h) {
-  const VmmRecord rec = read(h);
+  const VmmRecord rec = record_of(h);
   VmmState& v = state(st);
   auto it = v.imported.find({q, rec.id});
   if (it == v.imported.end())
