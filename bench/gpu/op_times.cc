@@ -161,7 +161,8 @@ void run_batch(const Options& o, int B) {
   time_it(o, B, "sgd step (all parameters)", w1, [&] { opt.step(); });
   // The weight gradients' GEMMs alone: dw (OC, K) = dy (OC, N*P) x col^T.
   const KernelTable& kt = kernel_table_for(d);
-  for (auto [oc, K, P] : {std::tuple{6, 75, 784}, {16, 150, 100}}) {
+  for (auto [oc_, K_, P] : {std::tuple{6, 75, 784}, {16, 150, 100}}) {
+    const int oc = oc_, K = K_;  // a lambda of clang 14 takes no structured binding
     const long cols = long(B) * P;
     Tensor dy = random(Shape{oc, cols}, d, rng), col = random(Shape{K, cols}, d, rng);
     Tensor dw = Tensor::empty(Shape{oc, K}, d);
