@@ -22,7 +22,7 @@ int index_of(const std::vector<int>& v, int x) {
 
 class ShmTransport final : public Transport {
  public:
-  explicit ShmTransport(ShmConfig cfg) : cfg_(cfg) {}
+  ShmTransport(ShmConfig cfg, int die_rank) : cfg_(cfg), die_rank_(die_rank) {}
   const char* name() const override { return "shm"; }
   int preference() const override { return 100; }
   bool can_connect(const PeerInfo& a, const PeerInfo& b) const override { return a.host == b.host; }
@@ -36,6 +36,7 @@ class ShmTransport final : public Transport {
 
  private:
   ShmConfig cfg_;
+  int die_rank_;  // CHORUS_TEST_SHM_DIE: this rank kills itself once its segment exists
 };
 
 // `local`: the peers on my host, in rank order; index = their ring number in my segment.
@@ -44,6 +45,9 @@ Status ShmTransport::connect(const ConnectCtx& ctx, const std::vector<int>& loca
   std::string name = shm_segment_name(getpid(), ctx.prefix, rank);
   CHORUS_ASSIGN_OR_RETURN(std::unique_ptr<ShmSegment> own,
                           ShmSegment::create(name, static_cast<int>(local.size()), cfg_));
+  // The test hook: dead before any peer knows the segment's name (only its pid tells it), which
+  // clean_up_after_failure must unlink.
+  if (rank == die_rank_) raise(SIGKILL);
   auto wake = std::make_unique<ShmWake>(std::move(own));
   ShmWake* mine = wake.get();
   set.wake_sources.push_back(std::move(wake));
@@ -105,7 +109,8 @@ Result<std::unique_ptr<Transport>> make_shm_transport() {
   CHORUS_ASSIGN_OR_RETURN(int64_t nslots, env_int_in("CHORUS_SHM_SLOTS", cfg.nslots, 2, 1024));
   cfg.slot_bytes = static_cast<size_t>(slot);
   cfg.nslots = static_cast<int>(nslots);
-  return std::unique_ptr<Transport>(new ShmTransport(cfg));
+  CHORUS_ASSIGN_OR_RETURN(int64_t die, env_int_in("CHORUS_TEST_SHM_DIE", -1, -1, 65535));
+  return std::unique_ptr<Transport>(new ShmTransport(cfg, static_cast<int>(die)));
 }
 
 }  // namespace chorus::transport
