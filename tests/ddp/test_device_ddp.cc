@@ -21,6 +21,7 @@
 #include "ddp/ops/kernel_table.h"
 #include "ddp/ops/ops.h"
 #include "ddp/tensor/device_cache.h"
+#include "emulated_gpu.h"
 #include "harness.h"
 
 using namespace chorus;
@@ -29,55 +30,9 @@ using chorus::test::RunOptions;
 
 namespace {
 
-// cuda:0 of the emulation: fake_gpu's shared memory, which the CPU reads and writes.
-class EmulatedGpu final : public DeviceBackend {
- public:
-  int count() override { return 1; }
-  void* alloc(Device, size_t bytes) override { return chorus::test::fake_device_alloc(bytes); }
-  void free(Device, void* p) override { chorus::test::fake_device_free(p); }
-  void copy(void* dst, Device, const void* src, Device, size_t bytes) override {
-    std::memmove(dst, src, bytes);
-  }
-  void add(Device, long n, const float* a, const float* b, float* y) override {
-    for (long i = 0; i < n; ++i) y[i] = a[i] + b[i];
-  }
-  // Streams and events order nothing here (every operation is done when enqueued): what DDP
-  // asks of them is written down instead, as "new comm", "record e1 on default",
-  // "wait comm for e1".
-  static inline void* const kCommStream = reinterpret_cast<void*>(0x5c);
-  std::vector<std::string> trace;
-  void* new_stream(Device) override {
-    trace.push_back("new comm");
-    return kCommStream;
-  }
-  void record_event(Device, void* stream, void** event) override {
-    if (*event == nullptr) *event = reinterpret_cast<void*>(++events_);
-    trace.push_back("record " + name(*event) + " on " + name_stream(stream));
-  }
-  void wait_event(Device, void* stream, void* event) override {
-    trace.push_back("wait " + name_stream(stream) + " for " + name(event));
-  }
-  static std::string name(void* event) {
-    return "e" + std::to_string(reinterpret_cast<uintptr_t>(event));
-  }
-  static std::string name_stream(void* s) {
-    return s == nullptr ? "default" : s == kCommStream ? "comm" : "another stream";
-  }
-
- private:
-  uintptr_t events_ = 0;
-};
-
-EmulatedGpu& emulated_gpu() {
-  static EmulatedGpu gpu;
-  return gpu;
-}
-
-void use_emulated_gpu() {
-  chorus::test::install_fake_gpu();
-  set_cuda_backend_for_test(&emulated_gpu());
-  set_cuda_kernel_table_for_test(&kernel_table_for(Device::cpu()));
-}
+using chorus::test::emulated_gpu;
+using chorus::test::EmulatedGpu;
+using chorus::test::use_emulated_gpu;
 
 RunOptions opts() {
   RunOptions o;

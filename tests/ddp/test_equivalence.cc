@@ -20,6 +20,12 @@
 // and set to none, under every OpenBLAS kernel family this CPU runs, and with ranks slowed at
 // random points (grad-ready hooks and micro-batches that sleep, plus CHORUS_TEST_JITTER_US in
 // the progress engine). The synthetic data is Gaussian: no exact ties.
+//
+// On a device, the same three checks with every computation there (W = 2 and 3 ranks sharing it,
+// with and without no_sync, tiny and default buckets): on a GPU where CHORUS_TEST_TRAIN_DEVICE
+// names one (tests/gpu/run.sh; the GPU's kernels have no atomics, so a recomputed gradient has
+// the same bits too), else on the emulated cuda:0 of ddp_device_ddp (the CPU's kernels over the
+// device path of DDP and of the communicator).
 #include <catch2/catch.hpp>
 
 #include <strings.h>
@@ -40,6 +46,7 @@
 #include "ddp/nn/optim.h"
 #include "ddp/ops/kernel_table.h"
 #include "ddp/ops/ops.h"
+#include "emulated_gpu.h"
 #include "harness.h"
 
 // OpenBLAS's own query, when the build links it (kernels/cpu/gemm.cc: optional).
@@ -61,12 +68,20 @@ struct Case {
   int world = 2;
   int accum = 1;
   bool tiny_buckets = false;
-  bool jitter = false;  // ranks sleep at random points
+  bool jitter = false;         // ranks sleep at random points
+  std::string device = "cpu";  // where every computation runs, as Device::parse reads it
+  bool emulated = false;       // cuda:0 is the emulated GPU (use_emulated_gpu)
 };
 
 std::string name(const Case& c) {
   return "W=" + std::to_string(c.world) + " accum=" + std::to_string(c.accum) +
-         (c.tiny_buckets ? " tiny" : " default") + " buckets" + (c.jitter ? " jitter" : "");
+         (c.tiny_buckets ? " tiny" : " default") + " buckets" + (c.jitter ? " jitter" : "") +
+         (c.device == "cpu" ? "" : " on " + c.device + (c.emulated ? " (emulated)" : ""));
+}
+
+// `t` on device `d` (the batches are made on the cpu).
+Tensor on(const Tensor& t, const Device& d) {
+  return d.is_cpu() ? t : t.to(d);
 }
 
 std::shared_ptr<TensorDataset> data() {
@@ -118,11 +133,11 @@ void zero_grads(Module& m) {
 }
 
 // The gradient `accum` micro-batches of `feed` leave in `net` (summed, as autograd accumulates).
-std::vector<std::vector<float>> local_gradient(Net& net, Feed& feed, int accum) {
+std::vector<std::vector<float>> local_gradient(Net& net, Feed& feed, int accum, const Device& d) {
   zero_grads(net);
   for (int k = 0; k < accum; ++k) {
     const Batch& b = feed.next();
-    cross_entropy(net.forward(b.images), b.labels).backward();
+    cross_entropy(net.forward(on(b.images, d)), b.labels).backward();
   }
   std::vector<std::vector<float>> g;
   for (auto& t : net.parameters()) g.push_back(t.grad().to_vector());
@@ -133,15 +148,17 @@ std::vector<std::vector<float>> local_gradient(Net& net, Feed& feed, int accum) 
 struct StepChecker {
   const Case& c;
   std::shared_ptr<TensorDataset> ds;
+  Device dev;
   Net probe{1, 16, 0};
   std::vector<std::unique_ptr<Feed>> rank_feeds;  // every rank's share, replayed on rank 0
   Feed single_feed;                               // one process at batch W*B
   double worst_exact = 0, worst_single = 0;
 
-  StepChecker(const Case& cs, std::shared_ptr<TensorDataset> d)
-      : c(cs), ds(d), single_feed(d, 1, 0, kB * cs.world) {
+  StepChecker(const Case& cs, std::shared_ptr<TensorDataset> d, const Device& device)
+      : c(cs), ds(d), dev(device), single_feed(d, 1, 0, kB * cs.world) {
     for (int r = 0; r < c.world; ++r)
       rank_feeds.push_back(std::make_unique<Feed>(d, c.world, r, kB));
+    probe.to(dev);
   }
 
   // `params`: the step's starting parameters; `ddp_grads`: what DDP left in the buckets.
@@ -151,7 +168,7 @@ struct StepChecker {
     std::vector<std::vector<double>> sum(np), abs_sum(np);
     for (int r = 0; r < c.world; ++r) {
       copy_parameters(params, probe);
-      auto g = local_gradient(probe, *rank_feeds[static_cast<size_t>(r)], c.accum);
+      auto g = local_gradient(probe, *rank_feeds[static_cast<size_t>(r)], c.accum, dev);
       for (size_t i = 0; i < np; ++i) {
         sum[i].resize(g[i].size());
         abs_sum[i].resize(g[i].size());
@@ -164,7 +181,7 @@ struct StepChecker {
     }
     // 2. One process at batch W*B from the same parameters.
     copy_parameters(params, probe);
-    auto single = local_gradient(probe, single_feed, c.accum);
+    auto single = local_gradient(probe, single_feed, c.accum, dev);
     for (size_t i = 0; i < np; ++i) {
       const auto got = ddp_grads[i].second.grad().to_vector();
       const double bound_factor = (c.world - 1) * kU / (1 - (c.world - 1) * kU);
@@ -227,15 +244,17 @@ void ddp_step(DistributedDataParallel& ddp, Sgd& opt, Feed& feed, int accum, boo
 }
 
 // One process at batch W*B, kTrajectorySteps steps from rank 0's initial parameters.
-std::vector<float> single_trajectory(const Case& c, const std::shared_ptr<TensorDataset>& ds) {
+std::vector<float> single_trajectory(const Case& c, const std::shared_ptr<TensorDataset>& ds,
+                                     const Device& dev) {
   Net net(1, 16, 100);
+  net.to(dev);
   Sgd opt(net.parameters(), {.lr = 0.05f / static_cast<float>(c.accum), .momentum = 0.9f});
   Feed feed(ds, 1, 0, kB * c.world);
   for (int step = 0; step < kTrajectorySteps; ++step) {
     opt.zero_grad();
     for (int k = 0; k < c.accum; ++k) {
       const Batch& b = feed.next();
-      cross_entropy(net.forward(b.images), b.labels).backward();
+      cross_entropy(net.forward(on(b.images, dev)), b.labels).backward();
     }
     opt.step();
   }
@@ -244,10 +263,14 @@ std::vector<float> single_trajectory(const Case& c, const std::shared_ptr<Tensor
 
 int equivalence_rank(int rank, const Case& c) {
   set_cpu_threads(1);  // one summation order inside each process (OpenBLAS included)
+  if (c.emulated) chorus::test::use_emulated_gpu();
+  const Device dev = Device::parse(c.device, 0);
   auto comm = Communicator::from_env();
   auto ds = data();
   Net net(1, 16, 100 + rank);  // rank 0's seed wins the broadcast
+  net.to(dev);
   DdpOptions o;
+  o.device = dev.str();
   if (c.tiny_buckets) {
     o.reducer.first_bucket_bytes = 512;
     o.reducer.bucket_cap_bytes = 2048;  // ~25 buckets for this 9k-parameter net
@@ -261,7 +284,8 @@ int equivalence_rank(int rank, const Case& c) {
   Feed feed(ds, c.world, rank, kB);
   std::unique_ptr<StepChecker> checker;
   Net start(1, 16, 0);
-  if (rank == 0) checker = std::make_unique<StepChecker>(c, ds);
+  start.to(dev);
+  if (rank == 0) checker = std::make_unique<StepChecker>(c, ds, dev);
   std::vector<float> at_trajectory_end;
   for (int step = 0; step < kSteps; ++step) {
     if (checker) copy_parameters(net, start);
@@ -284,7 +308,7 @@ int equivalence_rank(int rank, const Case& c) {
     return 5;
   }
   if (rank != 0) return 0;
-  const auto single = single_trajectory(c, ds);
+  const auto single = single_trajectory(c, ds, dev);
   double diff = 0;
   for (size_t i = 0; i < single.size(); ++i)
     diff = std::max(diff, double(std::fabs(single[i] - at_trajectory_end[i])));
@@ -367,4 +391,28 @@ TEST_CASE("the equivalence holds with ranks slowed at random points",
   opt.env["CHORUS_TEST_JITTER_US"] = "1500";
   for (int w : {3, 4})
     for (int accum : {2, 3}) run_case({w, accum, true, true}, opt);
+}
+
+TEST_CASE(
+    "the equivalence holds on a device: a GPU where CHORUS_TEST_TRAIN_DEVICE names one, else the "
+    "emulated cuda:0",
+    "[ddp][equivalence][device]") {
+  const char* named = std::getenv("CHORUS_TEST_TRAIN_DEVICE");
+  const bool real = named != nullptr && *named != '\0';
+  RunOptions opt;
+  opt.env["CHORUS_ALLOW_SHARED_GPU"] = "1";  // the ranks share the one GPU
+  if (!real) opt.env["CHORUS_TEST_GPU_UUID"] = "GPU-emulated-0";
+  if (!real)
+    std::printf(
+        "on the emulated cuda:0 (CHORUS_TEST_TRAIN_DEVICE names no device): 2 of the 8 "
+        "cases, the device path's mechanics; tests/gpu/run.sh runs all 8 on a GPU\n");
+  for (int w : {2, 3})
+    for (int accum : {1, 2})
+      for (bool tiny : {true, false}) {
+        if (!real && !((w == 2 && accum == 2 && tiny) || (w == 3 && accum == 1 && !tiny))) continue;
+        Case c{w, accum, tiny, false};
+        c.device = real ? named : "cuda:0";
+        c.emulated = !real;
+        run_case(c, opt);
+      }
 }

@@ -85,6 +85,9 @@ done
 fi
 if want train; then
 step cuda_ops 120 "$bin/test_cuda_ops"
+# DDP against one process at batch W*B on the GPU, step by step, W = 2 and 3 ranks sharing it,
+# with and without no_sync (tests/ddp/test_equivalence.cc, its [device] case).
+step ddp_equivalence 150 env CHORUS_TEST_TRAIN_DEVICE=cuda:0 "$bin/test_equivalence" '[device]'
 # Where a step's time goes, op by op, batch 64 and 256 (bench/gpu/op_times.cc).
 step op_times 90 "$bin/op-times" --device cuda:0
 step op_times_host 30 "$bin/op-times" --device null --reps 200  # the host's share of a step
