@@ -37,7 +37,7 @@ TSAN_TESTS ?= transport_*,collectives_*,!collectives_large,!collectives_reductio
 # Under ASan+UBSan everything, the fuzz targets included, except the qemu run (emulating ASan's
 # shadow memory takes qemu-user past the test's 4-minute limit for test_reduce alone; the plain
 # build's qemu run covers the CPU without AVX-512), the whole elastic-training set (7 minutes
-# there; its light five run), the deterministic matrix (its light case runs), the three
+# there; its light three run), the deterministic matrix (its light case runs), the three
 # namespace hosts (51 s there) and the type x op x ranks matrix (70 s there; the kernels' own
 # tests check the reductions under UBSan), and DDP's equivalence under each OpenBLAS kernel
 # family (ddp_equivalence_light runs the rest): the plain build runs those. The CI run's 30 minutes.

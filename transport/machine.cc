@@ -71,8 +71,10 @@ PciInfo pci_info(hwloc_topology_t t, hwloc_obj_t o) {
   p.bus_id = fmt::format("{:04x}:{:02x}:{:02x}.{:x}", a.domain, a.bus, a.dev, a.func);
   p.vendor_device = fmt::format("{:04x}:{:04x}", a.vendor_id, a.device_id);
   for (hwloc_obj_t c = o->io_first_child; c; c = c->next_sibling)
-    if (c->type == HWLOC_OBJ_OS_DEVICE && c->name)
-      p.names += (p.names.empty() ? "" : ",") + std::string(c->name);
+    if (c->type == HWLOC_OBJ_OS_DEVICE && c->name) {
+      if (!p.names.empty()) p.names += ',';
+      p.names += c->name;
+    }
   hwloc_obj_t host = hwloc_get_non_io_ancestor_obj(t, o);
   if (host) {
     p.cpus = list(host->cpuset);
