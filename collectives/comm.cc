@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "collectives/device_timing.h"
 #include "collectives/device_vmm.h"
 #include "collectives/job.h"
 #include "common/env.h"
@@ -79,6 +80,8 @@ Result<std::shared_ptr<CommImpl>> CommImpl::create(std::shared_ptr<Job> job, std
     CHORUS_ASSIGN_OR_RETURN(int64_t device_die,
                             env_int_in("CHORUS_TEST_DEVICE_DIE", -1, -1, CHORUS_MAX_RANKS - 1));
     c->device_die_ = static_cast<int>(device_die);
+    CHORUS_ASSIGN_OR_RETURN(int64_t timing, env_int_in("CHORUS_DEVICE_TIMING", 0, 0, 10000));
+    c->device_timing_ = static_cast<int>(timing);
     c->send_seq_.assign(c->size(), 0);
     c->recv_seq_.assign(c->size(), 0);
     CHORUS_ASSIGN_OR_RETURN(auto transports, transport::Transports::from_env());
@@ -648,6 +651,7 @@ Status CommImpl::destroy() {
     return joined;
   }
   vmm_close(device_ipc_);  // no call runs any more: the registry's retains end
+  if (device_ipc_.timing) device_timing_report(*device_ipc_.timing, rank(), timeout_s_);
   std::vector<std::unique_ptr<Channel>> channels;
   std::shared_ptr<Job> job;
   std::deque<std::pair<std::shared_ptr<Request>, OpFn>> queue;

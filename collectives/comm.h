@@ -198,6 +198,9 @@ class CommImpl : public std::enable_shared_from_this<CommImpl> {
   // after the host exchange of its second device collective, before it signals (the first has
   // mapped the peers' memory, as in a running job); -1: none.
   int device_die_for_test() const { return device_die_; }
+  // CHORUS_DEVICE_TIMING: how many of this communicator's first device calls (CUDA IPC path) have
+  // their GPU stages timed and printed at destroy (device_timing.h); 0: none.
+  int device_timing_calls() const { return device_timing_; }
   // chorusCommRevoke: every pending and later operation fails with kRevoked, here and on every
   // peer; the communicator stays valid for destroy (and, later, shrink). Any thread.
   void revoke();
@@ -249,6 +252,7 @@ class CommImpl : public std::enable_shared_from_this<CommImpl> {
   HostLayout hosts_;
   DeviceIpc device_ipc_;
   int device_die_ = -1;
+  int device_timing_ = 0;
   std::atomic<bool> shared_buffers_{true};
   bool shared_map_fail_ = false;
   transport::LinkModel local_link_model_{};  // of the links inside the largest host

@@ -54,6 +54,7 @@
 #include "collectives/comm.h"
 #include "collectives/device_bounce.h"
 #include "collectives/device_plan.h"
+#include "collectives/device_timing.h"
 #include "collectives/device_vmm.h"
 #include "collectives/op.h"
 #include "common/log.h"
@@ -242,7 +243,9 @@ void size_state(DeviceIpc& st, int p) {
 // still write every signal (release()).
 class Enqueuer {
  public:
-  Enqueuer(DeviceIpc& st, int rank, void* stream) : st_(st), r_(rank), stream_(stream) {}
+  // `call`: what the call is, for CHORUS_DEVICE_TIMING's report.
+  Enqueuer(CommImpl& comm, DeviceIpc& st, int rank, void* stream, const std::string& call)
+      : st_(st), r_(rank), stream_(stream), timer_(timing(comm, st), call, stream) {}
 
   // Rank q's flag words, mapped at first use from its exported handle.
   Status map_flags(int q, const kc::IpcHandle& h) {
@@ -261,6 +264,7 @@ class Enqueuer {
   Status signal(int q, FlagBlock block, uint32_t v, const char* name) {
     if (int rc = kc::ipc().write_u32(stream_, word(st_.peer_flags[q], block, r_), v); rc != 0)
       return failed(fmt::format("signalling {} to rank {}", name, q), rc);
+    if (timer_.on()) timer_.stamp(fmt::format("signal {} to rank {}", name, q));
     return Status::ok();
   }
   // Waits until q's word here in `block` is >= v.
@@ -269,6 +273,7 @@ class Enqueuer {
             kc::ipc().wait_u32_geq(stream_, word(static_cast<uint32_t*>(st_.flags), block, q), v);
         rc != 0)
       return failed(fmt::format("waiting for rank {}'s {}", q, name), rc);
+    if (timer_.on()) timer_.stamp(fmt::format("wait for rank {}'s {}", q, name));
     return Status::ok();
   }
   // One kernel: the fold of `in` into every one of `out` (a copy: one input, op sum, and no
@@ -281,6 +286,10 @@ class Enqueuer {
                                 avg_n, stream_);
         rc != 0)
       return failed(what, rc);
+    if (timer_.on())  // "launching the reduction kernel" -> "reduction kernel"
+      timer_.stamp(fmt::format("{} ({} bytes)",
+                               what.starts_with("launching the ") ? what.substr(14) : what,
+                               n * kernels::dtype_size(dt)));
     return Status::ok();
   }
 
@@ -317,6 +326,14 @@ class Enqueuer {
   }
 
  private:
+  static DeviceTiming* timing(CommImpl& comm, DeviceIpc& st) {
+    if (comm.device_timing_calls() == 0) return nullptr;
+    if (!st.timing) {
+      st.timing = std::make_shared<DeviceTiming>();
+      st.timing->left = comm.device_timing_calls();
+    }
+    return st.timing.get();
+  }
   static bool any_staged(const std::vector<const LocalBuffer*>& bufs) {
     return std::any_of(bufs.begin(), bufs.end(), [](const LocalBuffer* b) { return b->staged; });
   }
@@ -332,6 +349,7 @@ class Enqueuer {
   DeviceIpc& st_;
   const int r_;
   void* const stream_;
+  CallTimer timer_;
 };
 
 // Whether CUDA IPC cannot join the communicator's ranks -- several hosts, or more ranks than the
@@ -443,7 +461,7 @@ chorusResult_t device_collective(chorusComm_t h, CommImpl& comm, const Call& cal
                             .count = a.count,
                             .align = std::max<size_t>(1, 16 / es),
                             .one_gpu = one_gpu});
-  Enqueuer gpu(st, r, a.stream);
+  Enqueuer gpu(comm, st, r, a.stream, fmt::format("{}: {}", call.name, describe(me)));
   Status s;
   for (int q = 0; q < p && s.is_ok(); ++q) s = gpu.map_flags(q, all[q].flags);
   if (s.is_ok())
@@ -634,7 +652,9 @@ chorusResult_t device_p2p(chorusComm_t h, CommImpl& comm, const std::vector<Devi
   }
 
   size_state(st, p);
-  Enqueuer gpu(st, r, items[0].args.stream);
+  std::string what = name;
+  for (size_t i = 0; i < n; ++i) what += (i ? "; " : ": ") + describe_p2p(mine[i], r);
+  Enqueuer gpu(comm, st, r, items[0].args.stream, what);
   Status s;
   std::vector<uint32_t> seq(n);
   std::vector<std::pair<uint32_t*, uint32_t>> owed;

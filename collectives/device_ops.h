@@ -20,7 +20,8 @@ class CommImpl;
 constexpr int kMaxDeviceRanks = 32;
 
 // A communicator's state for device operations, made at its first device call.
-struct VmmState;  // device_vmm.cc: VMM allocations shared by file descriptor
+struct VmmState;      // device_vmm.cc: VMM allocations shared by file descriptor
+struct DeviceTiming;  // device_timing.h: CHORUS_DEVICE_TIMING's stamps
 
 struct DeviceIpc {
   int device = -1;
@@ -45,6 +46,8 @@ struct DeviceIpc {
   // VMM memory mapped by file descriptor (device_vmm.h): this rank's registry, its peers'
   // allocations mapped here, the descriptor sockets.
   std::shared_ptr<VmmState> vmm;
+  // CHORUS_DEVICE_TIMING's stamps (device_timing.h), made at the first device call when it is on.
+  std::shared_ptr<DeviceTiming> timing;
 };
 
 // When the communicator fails (a peer died or failed, a revoke, a timeout): every flag word of

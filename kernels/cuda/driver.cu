@@ -154,6 +154,30 @@ int event_record(int device, void* stream, void** event) {
   });
 }
 
+int timed_event_record(int device, void* stream, void** event) {
+  return on_device(device, [&] {
+    if (*event == nullptr) {
+      cudaEvent_t e = nullptr;
+      if (cudaError_t rc = cudaEventCreate(&e); rc) return int(rc);
+      *event = e;
+    }
+    return int(
+        cudaEventRecord(static_cast<cudaEvent_t>(*event), static_cast<cudaStream_t>(stream)));
+  });
+}
+
+int event_elapsed_ms(void* from, void* to, float* ms) {
+  *ms = 0;
+  for (void* e : {from, to})
+    if (cudaError_t rc = cudaEventQuery(static_cast<cudaEvent_t>(e)); rc) return int(rc);
+  return int(
+      cudaEventElapsedTime(ms, static_cast<cudaEvent_t>(from), static_cast<cudaEvent_t>(to)));
+}
+
+void event_free(void* event) {
+  if (event != nullptr) (void)cudaEventDestroy(static_cast<cudaEvent_t>(event));
+}
+
 int stream_wait_event(int device, void* stream, void* event) {
   return on_device(device, [&] {
     return int(

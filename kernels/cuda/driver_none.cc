@@ -28,6 +28,14 @@ int event_record(int, void*, void**) {
 int stream_wait_event(int, void*, void*) {
   return kNoCuda;
 }
+int timed_event_record(int, void*, void**) {
+  return kNoCuda;
+}
+int event_elapsed_ms(void*, void*, float* ms) {
+  *ms = 0;
+  return kNoCuda;
+}
+void event_free(void*) {}
 int device_copy(void*, const void*, size_t) {
   return 100;
 }
@@ -81,6 +89,14 @@ int mark_record(void*, void**) {
 int mark_wait(void*, void*) {
   return kNoCuda;
 }
+int stamp_record(void*, void**) {
+  return kNoCuda;
+}
+int stamp_ms(void*, void*, float* ms) {
+  *ms = 0;
+  return kNoCuda;
+}
+void stamp_free(void*) {}
 int stream_write_u32(void*, void*, uint32_t) {
   return kNoCuda;
 }

@@ -144,6 +144,19 @@ int mark_wait(void* stream, void* mark) {
   return stream_wait_event(current_device(), stream, mark);
 }
 
+int stamp_record(void* stream, void** stamp) {
+  if (!ops().ok) return kNoCuda;
+  return timed_event_record(current_device(), stream, stamp);
+}
+
+int stamp_ms(void* from, void* to, float* ms) {
+  return event_elapsed_ms(from, to, ms);
+}
+
+void stamp_free(void* stamp) {
+  event_free(stamp);
+}
+
 int stream_write_u32(void* stream, void* word, uint32_t v) {
   const Ops& o = ops();
   if (!o.ok) return kNoCuda;

@@ -86,6 +86,14 @@ int stream_wait_u32_geq(void* stream, const void* word, uint32_t v);
 // for the latest record of `mark` (nullptr: nothing to wait for). Neither waits on the host.
 int mark_record(void* stream, void** mark);
 int mark_wait(void* stream, void* mark);
+// Time stamps on a stream (CHORUS_DEVICE_TIMING, collectives/device_timing.h): stamp_record
+// records one (made at the first call into *stamp) after the work already on `stream`;
+// stamp_ms gives the milliseconds between two once the GPU has reached both, and kStampNotReady
+// before (it does not wait); stamp_free releases one.
+inline constexpr int kStampNotReady = 600;  // cudaErrorNotReady
+int stamp_record(void* stream, void** stamp);
+int stamp_ms(void* from, void* to, float* ms);
+void stamp_free(void* stamp);
 // Host staging, for ranks that CUDA IPC cannot join (several hosts): `bytes` of device memory
 // into host memory after the work on `stream`, returning once they are there (bytes 0: waits for
 // the stream); and host memory into device memory on `stream`, returning once `src` may be
@@ -110,6 +118,9 @@ struct IpcBackend {
   int (*wait_u32_geq)(void* stream, const void* word, uint32_t v);
   int (*mark_record)(void* stream, void** mark);
   int (*mark_wait)(void* stream, void* mark);
+  int (*stamp_record)(void* stream, void** stamp);
+  int (*stamp_ms)(void* from, void* to, float* ms);
+  void (*stamp_free)(void* stamp);
   // reduce_fold_to's contract (reduce.h); a copy is a fold of one input.
   int (*fold)(DType t, RedOp op, const void* const* in, int w, void* const* out, int nout,
               size_t count, int avg_n, void* stream);

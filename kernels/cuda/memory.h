@@ -43,6 +43,12 @@ const char* memory_error_string(int rc);
 int stream_create(int device, void** out);
 int event_record(int device, void* stream, void** event);
 int stream_wait_event(int device, void* stream, void* event);
+// Timed events (CHORUS_DEVICE_TIMING): as event_record, but the event keeps its time; the
+// milliseconds from `from` to `to` once both are reached (600, cudaErrorNotReady, before: it
+// does not wait); an event's release.
+int timed_event_record(int device, void* stream, void** event);
+int event_elapsed_ms(void* from, void* to, float* ms);
+void event_free(void* event);
 
 // Tests: replace the classification (nullptr: back to the driver's).
 using PointerClassifier = PointerInfo (*)(const void* p);

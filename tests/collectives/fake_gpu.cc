@@ -188,6 +188,26 @@ int mark_wait(void* stream, void* mark) {
   return 0;
 }
 
+// A time stamp is the host's clock when it is enqueued: the work before it is done by then.
+int stamp_record(void* stream, void** stamp) {
+  g_last_stream.store(stream);
+  if (*stamp == nullptr) *stamp = new std::chrono::steady_clock::time_point;
+  *static_cast<std::chrono::steady_clock::time_point*>(*stamp) = std::chrono::steady_clock::now();
+  return 0;
+}
+
+int stamp_ms(void* from, void* to, float* ms) {
+  using Point = std::chrono::steady_clock::time_point;
+  *ms = std::chrono::duration<float, std::milli>(*static_cast<Point*>(to) -
+                                                 *static_cast<Point*>(from))
+            .count();
+  return 0;
+}
+
+void stamp_free(void* stamp) {
+  delete static_cast<std::chrono::steady_clock::time_point*>(stamp);
+}
+
 int fold(kernels::DType t, kernels::RedOp op, const void* const* in, int w, void* const* out,
          int nout, size_t n, int avg_n, void* stream) {
   g_last_stream.store(stream);
@@ -219,6 +239,9 @@ const kc::IpcBackend kFake{.export_buffer = export_buffer,
                            .wait_u32_geq = wait_u32_geq,
                            .mark_record = mark_record,
                            .mark_wait = mark_wait,
+                           .stamp_record = stamp_record,
+                           .stamp_ms = stamp_ms,
+                           .stamp_free = stamp_free,
                            .fold = fold,
                            .to_host = copy,
                            .to_device = copy,

@@ -488,6 +488,52 @@ TEST_CASE("device send met by a send: named on both ranks, the communicator goes
   check_all(res);
 }
 
+TEST_CASE("CHORUS_DEVICE_TIMING=3: the first 3 device calls' stages timed and printed at destroy",
+          "[device][timing]") {
+  RunOptions o = opts(false);
+  o.env.insert({"CHORUS_DEVICE_TIMING", "3"});
+  auto res = run_ranks(
+      2,
+      [](int r) {
+        chorusComm_t comm = init(r);
+        if (!comm) return 1;
+        auto* a = static_cast<float*>(chorus::test::fake_device_alloc(1000 * 4));
+        auto* b = static_cast<float*>(chorus::test::fake_device_alloc(1000 * 4));
+        bool ok =
+            chorusAllReduce(a, b, 1000, chorusFloat32, chorusSum, comm, kStream) == chorusSuccess;
+        ok = ok && (r == 0 ? chorusSend(a, 500, chorusFloat32, 1, comm, kStream)
+                           : chorusRecv(b, 500, chorusFloat32, 0, comm, kStream)) == chorusSuccess;
+        for (int i = 0; i < 2; ++i)  // the second is not timed
+          ok = ok && chorusAllReduce(a, b, 1000, chorusFloat32, chorusSum, comm, kStream) ==
+                         chorusSuccess;
+        if (!ok) return fail_with(r, "a call", chorusGetLastError(comm));
+        chorusCommDestroy(comm);
+        return 0;
+      },
+      o);
+  check_all(res);
+  for (int r = 0; r < 2; ++r) {
+    const std::string& out = res[size_t(r)].output;
+    INFO("rank " << r << ":\n" << out);
+    const std::string me = fmt::format("chorus: rank {}: device timing, ", r);
+    CHECK(contains(out, me +
+                            "call 1 (chorusAllReduce: all_reduce of count 1000 of f32 by sum)"
+                            " | signal ready to rank " +
+                            std::to_string(1 - r) + ": "));
+    CHECK(contains(out, fmt::format(" | wait for rank {}'s ready: ", 1 - r)));
+    CHECK(contains(out, " | reduction kernel (2000 bytes): "));
+    CHECK(contains(out, fmt::format(" | wait for rank {}'s done: ", 1 - r)));
+    CHECK(contains(out, r == 0 ? me + "call 2 (chorusSend: " : me + "call 2 (chorusRecv: "));
+    CHECK(contains(
+        out, r == 0 ? " | wait for rank 1's copied: " : " | copying from rank 0 (2000 bytes): "));
+    CHECK(contains(out, me + "call 3 (chorusAllReduce"));
+    CHECK(!contains(out, me + "call 4"));
+    CHECK(contains(out, me + "median of 2 call(s) (chorusAllReduce: all_reduce of count 1000"));
+    CHECK(contains(out, " ms | total "));
+    CHECK(!contains(out, "not reached"));
+  }
+}
+
 TEST_CASE("device collectives: disagreements named on every rank; I-calls, barrier, refusals",
           "[device]") {
   auto res = run_ranks(

@@ -72,6 +72,14 @@ perf() {  # name, ranks, collective
 perf allreduce_p2 2 all_reduce
 perf allreduce_p3 3 all_reduce
 for coll in broadcast reduce all_gather reduce_scatter send_recv; do perf "${coll}_p2" 2 "$coll"; done
+# Where a call's GPU time goes, stage by stage (CHORUS_DEVICE_TIMING: a timing event after each
+# signal, wait and kernel; printed at destroy): send/recv (~10 ms a call on the H200) against
+# the all-reduce (~20 us), 1 MiB, 2 ranks. The medians' lines say which wait holds the time.
+for coll in send_recv all_reduce; do
+  step "timing_$coll" 60 env CHORUS_ALLOW_SHARED_GPU=1 CHORUS_DEVICE_TIMING=40 \
+    "$bin/chorus-run" -n 2 "$bin/chorus-perf" --device cuda --coll "$coll" -b 1M -e 1M -n 10 -w 3
+  grep -h "median of" "$logs/timing_$coll.log" 2>/dev/null
+done
 # NCCL beside it (bench/gpu/nccl_perf.cu), from the nvidia-nccl wheel when python has one.
 nccl_lib=$(python3 -c 'import sys, os
 for d in sys.path:
