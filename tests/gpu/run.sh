@@ -23,11 +23,11 @@
 # Each step has a limit that keeps the whole run inside a 15-minute device lease.
 # Every step's log goes into one file, $OUT/suite.log (or ./gpu-logs/suite.log: the device tool
 # brings back 8 files at most); the last line is "gpu suite: N passed, N failed".
-#   tests/gpu/run.sh [BUNDLE [all|comm|train]]   (default: build-gpu, made here by tests/gpu/pack.sh; unpacked
+#   tests/gpu/run.sh [BUNDLE [all|comm|train|mps]]   (default: build-gpu, made here by tests/gpu/pack.sh; unpacked
 #                                   from BUNDLE.tar.xz when only that was carried)
 set -u
 bundle=${1:-build-gpu}
-part=${2:-all}  # all | comm (steps 1-6) | train (step 7): two calls fit the 10-minute limit
+part=${2:-all}  # all | comm (steps 1-6) | train (step 7): two calls fit the 10-minute limit | mps (8)
 want() { [ "$part" = all ] || [ "$part" = "$1" ]; }
 if [ ! -d "$bundle" ] && [ -f "$bundle.tar.xz" ]; then tar -xJf "$bundle.tar.xz"; fi
 bin=$bundle/bin
@@ -140,6 +140,36 @@ if command -v compute-sanitizer >/dev/null; then
 else
   echo "skip compute-sanitizer: not on PATH"
 fi
+fi
+# 8. Part "mps" only (never in "all": it starts a daemon): the GPU shared under MPS, where the
+#    driver has its control daemon, so that the ranks' kernels run side by side instead of taking
+#    turns by time slice (../shared/notes/gpu-collectives.md). Training on 1 rank at batch 64 and
+#    2 ranks at 32 (issue 12's bar: 2 ranks within 10% of 1), send/recv's stages timed.
+if [ "$part" = mps ]; then
+  if command -v nvidia-cuda-mps-control >/dev/null; then
+    mps=$(mktemp -d)
+    export CUDA_MPS_PIPE_DIRECTORY=$mps/pipe CUDA_MPS_LOG_DIRECTORY=$mps/log
+    mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+    if timeout 20 nvidia-cuda-mps-control -d; then
+      for cfg in "p1_b64 1 64" "p2_b32 2 32"; do
+        read -r name ranks batch <<<"$cfg"
+        step "mps_train_$name" 120 env CHORUS_ALLOW_SHARED_GPU=1 "$bin/chorus-run" -n "$ranks" \
+          "$bin/train_cnn" --device cuda:0 --data synthetic --synthetic-size 8192 \
+          --synthetic-shape 3x32x32 --epochs 1 --batch-size "$batch" --log-every 16 --no-progress
+        grep -h "images/s" "$logs/mps_train_$name.log" 2>/dev/null | tail -2
+      done
+      step mps_timing_send_recv 60 env CHORUS_ALLOW_SHARED_GPU=1 CHORUS_DEVICE_TIMING=40 \
+        "$bin/chorus-run" -n 2 "$bin/chorus-perf" --device cuda --coll send_recv -b 1M -e 1M -n 10 -w 3
+      grep -h "median of" "$logs/mps_timing_send_recv.log" 2>/dev/null
+      echo quit | timeout 20 nvidia-cuda-mps-control
+    else
+      echo "skip mps: nvidia-cuda-mps-control -d failed"
+      tail -5 "$CUDA_MPS_LOG_DIRECTORY"/* 2>/dev/null
+    fi
+    unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+  else
+    echo "skip mps: nvidia-cuda-mps-control is not on PATH"
+  fi
 fi
 echo "gpu suite: $passed passed, $failed failed"
 [ $failed = 0 ]
