@@ -243,7 +243,7 @@ void size_state(DeviceIpc& st, int p) {
 // still write every signal (release()).
 class Enqueuer {
  public:
-  // `call`: what the call is, for CHORUS_DEVICE_TIMING's report.
+  // `call`: what the call is, for CHORUS_DEVICE_TIMING's report (made only when it is on).
   Enqueuer(CommImpl& comm, DeviceIpc& st, int rank, void* stream, const std::string& call)
       : st_(st), r_(rank), stream_(stream), timer_(timing(comm, st), call, stream) {}
 
@@ -461,7 +461,8 @@ chorusResult_t device_collective(chorusComm_t h, CommImpl& comm, const Call& cal
                             .count = a.count,
                             .align = std::max<size_t>(1, 16 / es),
                             .one_gpu = one_gpu});
-  Enqueuer gpu(comm, st, r, a.stream, fmt::format("{}: {}", call.name, describe(me)));
+  Enqueuer gpu(comm, st, r, a.stream,
+               comm.device_timing_calls() ? fmt::format("{}: {}", call.name, describe(me)) : "");
   Status s;
   for (int q = 0; q < p && s.is_ok(); ++q) s = gpu.map_flags(q, all[q].flags);
   if (s.is_ok())
@@ -652,9 +653,10 @@ chorusResult_t device_p2p(chorusComm_t h, CommImpl& comm, const std::vector<Devi
   }
 
   size_state(st, p);
-  std::string what = name;
-  for (size_t i = 0; i < n; ++i) what += (i ? "; " : ": ") + describe_p2p(mine[i], r);
-  Enqueuer gpu(comm, st, r, items[0].args.stream, what);
+  std::string what;  // for CHORUS_DEVICE_TIMING only: not made on every call
+  if (comm.device_timing_calls())
+    for (size_t i = 0; i < n; ++i) what += (i ? "; " : ": ") + describe_p2p(mine[i], r);
+  Enqueuer gpu(comm, st, r, items[0].args.stream, name + what);
   Status s;
   std::vector<uint32_t> seq(n);
   std::vector<std::pair<uint32_t*, uint32_t>> owed;

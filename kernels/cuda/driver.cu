@@ -142,11 +142,14 @@ int stream_create(int device, void** out) {
   });
 }
 
-int event_record(int device, void* stream, void** event) {
+namespace {
+
+// Records *event (made with `flags` at the first call) after the work on `stream`.
+int record_event(int device, void* stream, void** event, unsigned flags) {
   return on_device(device, [&] {
     if (*event == nullptr) {
       cudaEvent_t e = nullptr;
-      if (cudaError_t rc = cudaEventCreateWithFlags(&e, cudaEventDisableTiming); rc) return int(rc);
+      if (cudaError_t rc = cudaEventCreateWithFlags(&e, flags); rc) return int(rc);
       *event = e;
     }
     return int(
@@ -154,16 +157,14 @@ int event_record(int device, void* stream, void** event) {
   });
 }
 
+}  // namespace
+
+int event_record(int device, void* stream, void** event) {
+  return record_event(device, stream, event, cudaEventDisableTiming);
+}
+
 int timed_event_record(int device, void* stream, void** event) {
-  return on_device(device, [&] {
-    if (*event == nullptr) {
-      cudaEvent_t e = nullptr;
-      if (cudaError_t rc = cudaEventCreate(&e); rc) return int(rc);
-      *event = e;
-    }
-    return int(
-        cudaEventRecord(static_cast<cudaEvent_t>(*event), static_cast<cudaStream_t>(stream)));
-  });
+  return record_event(device, stream, event, cudaEventDefault);
 }
 
 int event_elapsed_ms(void* from, void* to, float* ms) {
