@@ -10,6 +10,7 @@
 #include <xmmintrin.h>
 #endif
 
+#include "common/env.h"
 #include "ddp/ops/thread_pool.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/isa.h"
@@ -20,6 +21,16 @@ namespace chorus {
 namespace {
 
 namespace k = kernels::cpu;
+
+// nll's forward and backward with the loss and its gradient where the tensors are (here, host).
+void nll_forward_cpu(int rows, int cols, const float* logp, const int32_t* labels, float divisor,
+                     float* y) {
+  *y = k::nll_forward(rows, cols, logp, labels) / divisor;
+}
+void nll_backward_cpu(int rows, int cols, const int32_t* labels, const float* dy, float scale,
+                      float* dlogp) {
+  k::nll_backward(rows, cols, labels, *dy * scale, dlogp);
+}
 
 // The DDP reducer's division of each gradient by the world size (as PyTorch's: a true division).
 void div_scalar_cpu(long n, const float* x, float d, float* y) {
@@ -44,8 +55,8 @@ const KernelTable kCpuKernels = {
     .sum_rows = k::sum_rows,
     .log_softmax_forward = k::log_softmax_forward,
     .log_softmax_backward = k::log_softmax_backward,
-    .nll_forward = k::nll_forward,
-    .nll_backward = k::nll_backward,
+    .nll_forward = nll_forward_cpu,
+    .nll_backward = nll_backward_cpu,
     .argmax_rows = k::argmax_rows,
     .sgd_update = k::sgd_update,
 };
@@ -76,8 +87,26 @@ const KernelTable kCudaKernels = {
 };
 
 std::atomic<const KernelTable*> g_test_cuda_table{nullptr};
+std::atomic<int> g_allow_tf32{-1};  // -1: CHORUS_ALLOW_TF32 not read yet
 
 }  // namespace
+
+bool allow_tf32() {
+  int v = g_allow_tf32.load();
+  if (v >= 0) return v == 1;
+  Result<int64_t> env = env_int_in("CHORUS_ALLOW_TF32", 0, 0, 1);
+  if (!env.is_ok()) throw std::invalid_argument(env.status().message());
+  g_allow_tf32.compare_exchange_strong(v, static_cast<int>(*env));  // a set_allow_tf32 wins
+  return g_allow_tf32.load() == 1;
+}
+
+void set_allow_tf32(bool allow) {
+  g_allow_tf32.store(allow ? 1 : 0);
+}
+
+void reset_allow_tf32_for_test() {
+  g_allow_tf32.store(-1);
+}
 
 void set_cuda_kernel_table_for_test(const KernelTable* table) {
   g_test_cuda_table.store(table);
@@ -93,12 +122,14 @@ const KernelTable& kernel_table_for(Device device) {
     (void)isa_ok;
     return kCpuKernels;
   }
+  const bool tf32 = allow_tf32();
   if (const KernelTable* t = g_test_cuda_table.load()) return *t;
   if (const std::string why = kernels_unavailable(device); !why.empty())
     throw std::invalid_argument(
         fmt::format("dispatch: no kernels for {}: {} (move the tensors with .to(Device::cpu()))",
                     device.str(), why));
   cu::set_device(device.index);
+  cu::set_allow_tf32(tf32);
   return kCudaKernels;
 }
 

@@ -42,8 +42,13 @@ struct KernelTable {
   void (*sum_rows)(int rows, int cols, const float* dy, float* dbias);
   void (*log_softmax_forward)(int rows, int cols, const float* x, float* y);
   void (*log_softmax_backward)(int rows, int cols, const float* y, const float* dy, float* dx);
-  float (*nll_forward)(int rows, int cols, const float* logp, const int32_t* labels);
-  void (*nll_backward)(int rows, int cols, const int32_t* labels, float scale, float* dlogp);
+  // The loss and its gradient stay on the device (no host wait inside a step): y[0] = the sum
+  // of -logp[r, labels[r]] (in double, row order) rounded to float, / divisor; the backward reads
+  // dy[0]: dlogp[r, labels[r]] = -(dy[0] * scale), 0 elsewhere. labels: host memory.
+  void (*nll_forward)(int rows, int cols, const float* logp, const int32_t* labels, float divisor,
+                      float* y);
+  void (*nll_backward)(int rows, int cols, const int32_t* labels, const float* dy, float scale,
+                       float* dlogp);
   void (*argmax_rows)(int rows, int cols, const float* x, int32_t* out);  // out: host memory
   void (*sgd_update)(const kernels::cpu::SgdStep&, long n, float* w, const float* grad, float* buf,
                      bool first);
@@ -58,6 +63,16 @@ std::string kernels_unavailable(Device device);
 // Tests: the table cuda:N dispatches to (nullptr: CUDA's again). With an emulated GPU whose
 // memory the CPU reads (tests/ddp/test_device_ddp.cc), the CPU table serves.
 void set_cuda_kernel_table_for_test(const KernelTable* table);
+
+// TF32 for the GEMMs of cuda:N (linear and convolution layers; PyTorch's allow_tf32): off unless
+// CHORUS_ALLOW_TF32=1 (read at the first call of either; a value other than 0 or 1 throws
+// std::invalid_argument naming it, there and at every cuda dispatch until it is fixed) or
+// set_allow_tf32(true). Off, every product stays float and the GPU matches the CPU within 1e-5;
+// on, the tensor cores multiply operands rounded to 10 mantissa bits (relative error about 1e-3).
+// The CPU kernels never use it.
+bool allow_tf32();
+void set_allow_tf32(bool allow);
+void reset_allow_tf32_for_test();  // CHORUS_ALLOW_TF32 read again at the next allow_tf32()
 
 // Ops with several tensor inputs call this first: throws std::invalid_argument when the defined
 // ones are not all on one device, naming the op, two of the tensors and their devices.

@@ -36,8 +36,8 @@ class NllNode final : public Node {
   void backward(const Tensor& dy, std::span<Tensor> grads) override {
     Tensor dx = Tensor::empty(in_, dy.device());
     kernel_table_for(dy.device())
-        .nll_backward(static_cast<int>(in_[0]), static_cast<int>(in_[1]), labels_.data(),
-                      dy.item() * scale_, dx.data());
+        .nll_backward(static_cast<int>(in_[0]), static_cast<int>(in_[1]), labels_.data(), dy.data(),
+                      scale_, dx.data());  // dy read where it lies: no host wait
     grads[0] = dx;
   }
 
@@ -81,10 +81,9 @@ Tensor nll_loss(const Tensor& logp, std::span<const int32_t> labels, Reduction r
           fmt::format("nll_loss: expected labels in [0, {}), got {} at {}", k, labels[i], i));
   const float scale = reduction == Reduction::kMean ? 1.0f / static_cast<float>(n) : 1.0f;
   Tensor y = Tensor::empty(Shape{1}, logp.device());
-  const KernelTable& kt = kernel_table_for(logp.device());
-  const float total = kt.nll_forward(n, k, logp.data(), labels.data());
-  kt.fill(1, reduction == Reduction::kMean ? total / static_cast<float>(n) : total,
-          y.data());  // y may be device memory
+  kernel_table_for(logp.device())
+      .nll_forward(n, k, logp.data(), labels.data(),
+                   reduction == Reduction::kMean ? static_cast<float>(n) : 1.0f, y.data());
   if (any_requires_grad({&logp})) {
     auto node = std::make_shared<NllNode>(labels, logp.shape(), scale);
     node->set_inputs({&logp});

@@ -9,7 +9,15 @@
 //
 // Loads are coalesced for both layouts of each operand: consecutive threads (x) read consecutive
 // addresses, so a transposed operand is read with x along its rows and stored transposed.
+//
+// With TF32 allowed (CHORUS_ALLOW_TF32=1, set_allow_tf32), a second tiling feeds the tensor cores:
+// see "TF32" below.
 #pragma once
+
+#include <cstdint>
+#ifndef __CUDA_ARCH__
+#include <cstring>
+#endif
 
 #include "kernels/hd.h"
 
@@ -34,8 +42,9 @@ struct GemmSplit {
   int splits, chunk;
 };
 
-CHORUS_HD inline GemmSplit gemm_split(int m, int n, int k) {
-  const long tiles = long((m + kGemmTile - 1) / kGemmTile) * ((n + kGemmTile - 1) / kGemmTile);
+// `tile`: the side of the C tile one block computes (kGemmTile, or kTf32Tile below).
+CHORUS_HD inline GemmSplit gemm_split(int m, int n, int k, int tile = kGemmTile) {
+  const long tiles = long((m + tile - 1) / tile) * ((n + tile - 1) / tile);
   long splits = 1;
   if (tiles < kGemmTargetBlocks && k >= 2 * kGemmMinSplitK) {
     const long by_blocks = (kGemmTargetBlocks + tiles - 1) / tiles;
@@ -85,6 +94,83 @@ CHORUS_HD inline float gemm_gather(const float* partial, int splits, long mn, lo
   float acc = partial[at];
   for (int z = 1; z < splits; ++z) acc += partial[z * mn + at];
   return acc;
+}
+
+// ---- TF32 ------------------------------------------------------------------------------------
+// A block of kTf32Threads (4 warps) computes a kTf32Tile x kTf32Tile tile of C on the tensor
+// cores (wmma m16n16k8: TF32 inputs, float accumulation), each warp one 16 x 16 quarter, k split
+// as above (gemm_split with this tile). Both operands are rounded to TF32 as they are stored in
+// shared memory, by tf32_round on the GPU as here, so the tensor cores multiply exactly the
+// values the host test checks; only the order of a tensor core's float sums is the hardware's.
+// Leading dimensions keep the fragments' first rows 32-byte aligned, as wmma requires.
+constexpr int kTf32Tile = 32;
+constexpr int kTf32K = 16;  // k per load into shared memory (two mma steps of 8)
+constexpr int kTf32Threads = 128;
+constexpr int kTf32LdA = kTf32K + 4;     // a: kTf32Tile rows (i) of kTf32K (k)
+constexpr int kTf32LdB = kTf32Tile + 4;  // b: kTf32K rows (k) of kTf32Tile (j); also C's staging
+static_assert(kTf32K % 8 == 0, "a load must hold whole mma steps (k = 8)");
+
+struct Tf32Tiles {
+  float a[kTf32Tile * kTf32LdA];
+  float b[kTf32K * kTf32LdB];
+};
+
+// Round to TF32 (10 explicit mantissa bits) to nearest, ties away from zero: PTX's
+// cvt.rna.tf32.f32. Infinities and NaNs pass unchanged; a value past TF32's largest rounds to
+// infinity.
+CHORUS_HD inline float tf32_round(float x) {
+#ifdef __CUDA_ARCH__
+  uint32_t u = __float_as_uint(x);
+#else
+  uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+#endif
+  if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0x1000u) & 0xffffe000u;
+#ifdef __CUDA_ARCH__
+  return __uint_as_float(u);
+#else
+  float r;
+  std::memcpy(&r, &u, sizeof r);
+  return r;
+#endif
+}
+
+// Thread `tid` of the block of tile (bx, by): its elements of the A tile (i, kk) and the B tile
+// (kk, j) for k = t .. t + kTf32K, rounded, zero past kend or the matrix's edge. Consecutive
+// threads read consecutive addresses of either layout.
+CHORUS_HD inline void gemm_tf32_load(const GemmArgs& g, int bx, int by, int tid, int t, int kend,
+                                     Tf32Tiles& s) {
+  const int row0 = by * kTf32Tile, col0 = bx * kTf32Tile;
+  for (int e = tid; e < kTf32Tile * kTf32K; e += kTf32Threads) {
+    const int ai = g.ta ? e % kTf32Tile : e / kTf32K, ak = g.ta ? e / kTf32Tile : e % kTf32K;
+    const int i = row0 + ai, ka = t + ak;
+    s.a[ai * kTf32LdA + ak] = i < g.m && ka < kend ? tf32_round(g.ta ? g.a[long(ka) * g.lda + i]
+                                                                     : g.a[long(i) * g.lda + ka])
+                                                   : 0.0f;
+    const int bj = g.tb ? e / kTf32K : e % kTf32Tile, bk = g.tb ? e % kTf32K : e / kTf32Tile;
+    const int j = col0 + bj, kb = t + bk;
+    s.b[bk * kTf32LdB + bj] = kb < kend && j < g.n ? tf32_round(g.tb ? g.b[long(j) * g.ldb + kb]
+                                                                     : g.b[long(kb) * g.ldb + j])
+                                                   : 0.0f;
+  }
+}
+
+// Thread `tid`'s outputs once the warps' accumulators are staged in `cs` (kTf32Tile rows of
+// kTf32LdB): C = alpha acc + beta C (C not read when beta is 0), or the split's partial tile.
+CHORUS_HD inline void gemm_tf32_store(const GemmArgs& g, int bx, int by, int z, int tid,
+                                      const float* cs, float alpha, float beta, float* c, int ldc,
+                                      float* partial) {
+  for (int e = tid; e < kTf32Tile * kTf32Tile; e += kTf32Threads) {
+    const int row = by * kTf32Tile + e / kTf32Tile, col = bx * kTf32Tile + e % kTf32Tile;
+    if (row >= g.m || col >= g.n) continue;
+    const float acc = cs[(e / kTf32Tile) * kTf32LdB + e % kTf32Tile];
+    if (partial) {
+      partial[long(z) * g.m * g.n + long(row) * g.n + col] = acc;
+      continue;
+    }
+    float* out = c + long(row) * ldc + col;
+    *out = beta == 0.0f ? alpha * acc : alpha * acc + beta * *out;
+  }
 }
 
 }  // namespace chorus::kernels::cuda::nn::body

@@ -3,8 +3,10 @@
 // tile with k split where the tiles are few (gemm_body.h), every reduction runs in a fixed order
 // (the same bits on every run).
 #include <cuda_runtime.h>
+#include <mma.h>
 
 #include <algorithm>
+#include <atomic>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -51,6 +53,7 @@ struct Scratch {
 };
 Scratch g_col, g_mat, g_small, g_rows, g_split, g_rowsum;
 std::mutex g_mu, g_split_mu;  // g_split_mu is taken inside g_mu (conv2d's GEMMs), never around it
+std::atomic<bool> g_allow_tf32{false};
 
 // ---- kernels ------------------------------------------------------------------------------
 
@@ -76,6 +79,42 @@ __global__ void gemm_kernel(body::GemmArgs g, int chunk, float alpha, float beta
   }
   float* out = c + long(row) * ldc + col;
   *out = beta == 0.0f ? alpha * acc : alpha * acc + beta * *out;
+}
+
+// The same GEMM on the tensor cores with TF32 inputs (CHORUS_ALLOW_TF32=1): gemm_body.h's
+// "TF32". Every GPU this is built for (sm_80, sm_90) has TF32 tensor cores.
+__global__ void __launch_bounds__(body::kTf32Threads)
+    gemm_tf32_kernel(body::GemmArgs g, int chunk, float alpha, float beta, float* c, int ldc,
+                     float* partial) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  namespace wmma = nvcuda::wmma;
+  __shared__ __align__(32) body::Tf32Tiles s;
+  __shared__ __align__(32) float cs[body::kTf32Tile * body::kTf32LdB];
+  const int tid = threadIdx.x, warp = tid / 32;
+  const int wr = (warp / 2) * 16, wc = (warp % 2) * 16;  // this warp's quarter of the C tile
+  wmma::fragment<wmma::accumulator, 16, 16, 8, float> acc;
+  wmma::fill_fragment(acc, 0.0f);
+  const int k0 = blockIdx.z * chunk, kend = min(g.k, k0 + chunk);
+  for (int t = k0; t < kend; t += body::kTf32K) {
+    body::gemm_tf32_load(g, blockIdx.x, blockIdx.y, tid, t, kend, s);
+    __syncthreads();
+    for (int kk = 0; kk < body::kTf32K; kk += 8) {
+      wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::row_major> fa;
+      wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, wmma::row_major> fb;
+      wmma::load_matrix_sync(fa, s.a + wr * body::kTf32LdA + kk, body::kTf32LdA);
+      wmma::load_matrix_sync(fb, s.b + kk * body::kTf32LdB + wc, body::kTf32LdB);
+      // Already TF32 values (tf32_round): the conversion wmma asks for leaves them as they are.
+      for (int i = 0; i < fa.num_elements; ++i) fa.x[i] = wmma::__float_to_tf32(fa.x[i]);
+      for (int i = 0; i < fb.num_elements; ++i) fb.x[i] = wmma::__float_to_tf32(fb.x[i]);
+      wmma::mma_sync(acc, fa, fb, acc);
+    }
+    __syncthreads();
+  }
+  wmma::store_matrix_sync(cs + wr * body::kTf32LdB + wc, acc, body::kTf32LdB, wmma::mem_row_major);
+  __syncthreads();
+  body::gemm_tf32_store(g, blockIdx.x, blockIdx.y, blockIdx.z, tid, cs, alpha, beta, c, ldc,
+                        partial);
+#endif
 }
 
 __global__ void gemm_gather_kernel(const float* partial, int splits, int m, int n, float alpha,
@@ -240,18 +279,30 @@ __global__ void log_softmax_grad_kernel(int rows, int cols, const float* y, cons
     body::log_softmax_grad_row(cols, y + long(r) * cols, dy + long(r) * cols, dx + long(r) * cols);
 }
 
-__global__ void nll_pick_kernel(int rows, int cols, const float* logp, const int32_t* labels,
-                                float* out) {
-  const int r = blockIdx.x * blockDim.x + threadIdx.x;
-  if (r < rows) out[r] = logp[long(r) * cols + labels[r]];
+// The loss in one block, as the CPU sums it: -logp[r, labels[r]] in double, row by row (the
+// block loads a chunk of rows at once, one thread adds them in order), then / divisor in float.
+__global__ void nll_kernel(int rows, int cols, const float* logp, const int32_t* labels,
+                           float divisor, float* y) {
+  __shared__ float picked[kThreads];
+  double s = 0.0;
+  for (int r0 = 0; r0 < rows; r0 += kThreads) {
+    const int r = r0 + threadIdx.x;
+    if (r < rows) picked[threadIdx.x] = logp[long(r) * cols + labels[r]];
+    __syncthreads();
+    if (threadIdx.x == 0)
+      for (int i = 0; i < kThreads && r0 + i < rows; ++i) s -= picked[i];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) *y = float(s) / divisor;
 }
 
-__global__ void nll_grad_kernel(int rows, int cols, const int32_t* labels, float scale,
-                                float* dlogp) {
+__global__ void nll_grad_kernel(int rows, int cols, const int32_t* labels, const float* dy,
+                                float scale, float* dlogp) {
+  const float g = -(*dy * scale);
   const long total = long(rows) * cols;
   for (long i = blockIdx.x * long(blockDim.x) + threadIdx.x; i < total;
        i += long(gridDim.x) * blockDim.x)
-    dlogp[i] = i % cols == labels[i / cols] ? -scale : 0.0f;
+    dlogp[i] = i % cols == labels[i / cols] ? g : 0.0f;
 }
 
 __global__ void argmax_kernel(int rows, int cols, const float* x, int32_t* out) {
@@ -304,22 +355,33 @@ void set_device(int device) {
   check(cudaSetDevice(device), "cudaSetDevice");
 }
 
+void set_allow_tf32(bool allow) {
+  g_allow_tf32.store(allow);
+}
+
 void gemm(Trans ta, Trans tb, int m, int n, int k, float alpha, const float* a, int lda,
           const float* b, int ldb, float beta, float* c, int ldc) {
   if (m <= 0 || n <= 0) return;
   const body::GemmArgs g{ta == Trans::kYes, tb == Trans::kYes, m, n, k, a, lda, b, ldb};
-  const body::GemmSplit split = body::gemm_split(m, n, k);
-  dim3 grid((n + kTile - 1) / kTile, (m + kTile - 1) / kTile, split.splits), block(kTile, kTile);
+  const bool tf32 = g_allow_tf32.load(std::memory_order_relaxed);
+  const int tile = tf32 ? body::kTf32Tile : kTile;
+  const body::GemmSplit split = body::gemm_split(m, n, k, tile);
+  const dim3 grid((n + tile - 1) / tile, (m + tile - 1) / tile, split.splits);
+  auto launch = [&](float* partial) {
+    if (tf32)
+      gemm_tf32_kernel<<<grid, body::kTf32Threads>>>(g, split.chunk, alpha, beta, c, ldc, partial);
+    else
+      gemm_kernel<<<grid, dim3(kTile, kTile)>>>(g, split.chunk, alpha, beta, c, ldc, partial);
+    launched(tf32 ? "gemm (tf32)" : "gemm");
+  };
   if (split.splits == 1) {
-    gemm_kernel<<<grid, block>>>(g, split.chunk, alpha, beta, c, ldc, nullptr);
-    launched("gemm");
+    launch(nullptr);
     return;
   }
   std::lock_guard<std::mutex> lock(g_split_mu);
   auto* partial = static_cast<float*>(
       g_split.get(sizeof(float) * size_t(split.splits) * size_t(m) * size_t(n), "gemm split"));
-  gemm_kernel<<<grid, block>>>(g, split.chunk, alpha, beta, c, ldc, partial);
-  launched("gemm");
+  launch(partial);
   gemm_gather_kernel<<<blocks_for(long(m) * n), kThreads>>>(partial, split.splits, m, n, alpha,
                                                             beta, c, ldc);
   launched("gemm split sums");
@@ -448,26 +510,21 @@ void log_softmax_backward(int rows, int cols, const float* y, const float* dy, f
   launched("log_softmax backward");
 }
 
-float nll_forward(int rows, int cols, const float* logp, const int32_t* labels) {
-  if (rows == 0) return 0.0f;
+void nll_forward(int rows, int cols, const float* logp, const int32_t* labels, float divisor,
+                 float* y) {
   std::lock_guard<std::mutex> lock(g_mu);
-  const int32_t* d_labels = labels_on_device(rows, labels);
-  auto* picked = static_cast<float*>(g_rows.get(sizeof(float) * rows, "nll"));
-  nll_pick_kernel<<<(rows + kThreads - 1) / kThreads, kThreads>>>(rows, cols, logp, d_labels,
-                                                                  picked);
+  const int32_t* d_labels = rows ? labels_on_device(rows, labels) : nullptr;
+  nll_kernel<<<1, kThreads>>>(rows, cols, logp, d_labels, divisor, y);
   launched("nll");
-  std::vector<float> host(rows);
-  check(cudaMemcpy(host.data(), picked, sizeof(float) * rows, cudaMemcpyDeviceToHost), "nll");
-  double s = 0.0;  // as the CPU: in double, row order
-  for (float v : host) s -= v;
-  return float(s);
 }
 
-void nll_backward(int rows, int cols, const int32_t* labels, float scale, float* dlogp) {
+void nll_backward(int rows, int cols, const int32_t* labels, const float* dy, float scale,
+                  float* dlogp) {
   if (long(rows) * cols == 0) return;
   std::lock_guard<std::mutex> lock(g_mu);
   const int32_t* d_labels = labels_on_device(rows, labels);
-  nll_grad_kernel<<<blocks_for(long(rows) * cols), kThreads>>>(rows, cols, d_labels, scale, dlogp);
+  nll_grad_kernel<<<blocks_for(long(rows) * cols), kThreads>>>(rows, cols, d_labels, dy, scale,
+                                                               dlogp);
   launched("nll backward");
 }
 

@@ -3,8 +3,8 @@
 // device pointers. Plain C++ interface: nn.cu in CUDA builds, nn_none.cc elsewhere (available()
 // false, every call throws). Each enqueues on the legacy default stream -- the stream the device
 // all-reduce of a NULL stream and the chorusI* calls use -- so a step's kernels and its gradient
-// all-reduces are ordered without events. Calls that return a host value (sum, nll_forward,
-// argmax_rows) wait for it. Failures throw std::runtime_error naming the kernel and the CUDA
+// all-reduces are ordered without events. Calls that return a host value (sum, argmax_rows)
+// wait for it. Failures throw std::runtime_error naming the kernel and the CUDA
 // error. Row-major throughout, as the CPU kernels.
 //
 // The index arithmetic (im2col, col2im, pooling windows, a softmax row) is nn_body.h's, shared
@@ -30,6 +30,9 @@ using cpu::Trans;
 // Empty where the kernels can run (a CUDA build and a device); otherwise why not.
 std::string unavailable();
 void set_device(int device);  // the calling thread's current device
+// TF32 tensor cores for the GEMMs (linear and convolution layers) when true; false (the start)
+// keeps every product in float, within 1e-5 of the CPU. PyTorch's allow_tf32, process-wide.
+void set_allow_tf32(bool allow);
 
 void gemm(Trans ta, Trans tb, int m, int n, int k, float alpha, const float* a, int lda,
           const float* b, int ldb, float beta, float* c, int ldc);
@@ -56,9 +59,13 @@ void add_row_bias(int rows, int cols, const float* bias, float* y);
 void sum_rows(int rows, int cols, const float* dy, float* dbias);
 void log_softmax_forward(int rows, int cols, const float* x, float* y);
 void log_softmax_backward(int rows, int cols, const float* y, const float* dy, float* dx);
-// labels: host memory (rows values), as the CPU's.
-float nll_forward(int rows, int cols, const float* logp, const int32_t* labels);
-void nll_backward(int rows, int cols, const int32_t* labels, float scale, float* dlogp);
+// labels: host memory (rows values), as the CPU's. The loss stays on the device: y[0] = the
+// CPU's sum of -logp[r, labels[r]] (double, row order, rounded to float) / divisor; the backward
+// reads dy[0] there: dlogp[r, labels[r]] = -(dy[0] * scale). Neither waits for the GPU.
+void nll_forward(int rows, int cols, const float* logp, const int32_t* labels, float divisor,
+                 float* y);
+void nll_backward(int rows, int cols, const int32_t* labels, const float* dy, float scale,
+                  float* dlogp);
 void argmax_rows(int rows, int cols, const float* x, int32_t* out);  // out: host memory
 // kernels/cpu/sgd.h's step, rounded the same way: w, grad and buf (null without momentum) on the
 // device.

@@ -18,6 +18,7 @@ std::string unavailable() {
 void set_device(int) {
   none();
 }
+void set_allow_tf32(bool) {}  // a setting: nothing runs that it would change
 void gemm(Trans, Trans, int, int, int, float, const float*, int, const float*, int, float, float*,
           int) {
   none();
@@ -73,10 +74,10 @@ void log_softmax_forward(int, int, const float*, float*) {
 void log_softmax_backward(int, int, const float*, const float*, float*) {
   none();
 }
-float nll_forward(int, int, const float*, const int32_t*) {
+void nll_forward(int, int, const float*, const int32_t*, float, float*) {
   none();
 }
-void nll_backward(int, int, const int32_t*, float, float*) {
+void nll_backward(int, int, const int32_t*, const float*, float, float*) {
   none();
 }
 void argmax_rows(int, int, const float*, int32_t*) {

@@ -1,5 +1,6 @@
 // [cuda] Every operator of the CNN, forward and backward, on cuda:0 against the CPU (relative
-// error <= 1e-5 of the largest value: TF32 is never used, the GEMM sums in float), then a step
+// error <= 1e-5 of the largest value: TF32 off, the GEMM sums in float; with TF32 allowed, the
+// linear and convolution layers within 2e-3 and not the float bits), then a step
 // of the tutorial net (forward, loss, backward, SGD with momentum and weight decay) on both
 // devices, parameters compared after it. Exits 77 with the reason where the CUDA kernels cannot
 // run (no CUDA build, no device): tests/gpu/run.sh runs it where a GPU is lent.
@@ -21,6 +22,7 @@ using namespace chorus;
 namespace {
 
 int g_failed = 0, g_checked = 0;
+float g_tolerance = 1e-5f;  // of the largest value
 const Device kGpu = Device::cuda(0);
 
 Tensor random(const Shape& shape, std::mt19937& rng) {
@@ -42,7 +44,7 @@ void compare(const std::string& what, const Tensor& cpu, const Tensor& gpu) {
   float scale = 1e-6f;
   for (float x : a) scale = std::max(scale, std::fabs(x));
   for (size_t i = 0; i < a.size(); ++i)
-    if (!(std::fabs(a[i] - b[i]) <= 1e-5f * scale)) {
+    if (!(std::fabs(a[i] - b[i]) <= g_tolerance * scale)) {
       std::printf("FAIL %s: element %zu: cpu %.9g, gpu %.9g (scale %g)\n", what.c_str(), i, a[i],
                   b[i], scale);
       ++g_failed;
@@ -124,6 +126,37 @@ int main() {
     ++g_checked;
     if (argmax(x) != argmax(x.to(kGpu))) {
       std::printf("FAIL argmax\n");
+      ++g_failed;
+    }
+  }
+  // TF32 (CHORUS_ALLOW_TF32=1): the GEMMs on the tensor cores with operands rounded to 10
+  // mantissa bits, within 2e-3 of the largest value against the cpu (about 2^-11 a product);
+  // not the float GEMM's bits (the switch reached the kernels); off again, the float GEMM's bits.
+  {
+    set_allow_tf32(true);
+    g_tolerance = 2e-3f;
+    check_op(
+        "linear (tf32)",
+        {random(Shape{64, 400}, rng), random(Shape{120, 400}, rng), random(Shape{120}, rng)},
+        [](const std::vector<Tensor>& t) { return linear(t[0], t[1], t[2]); }, rng);
+    check_op(
+        "conv2d lenet (tf32)",
+        {random(Shape{64, 3, 32, 32}, rng), random(Shape{6, 3, 5, 5}, rng), random(Shape{6}, rng)},
+        [](const std::vector<Tensor>& t) { return conv2d(t[0], t[1], t[2]); }, rng);
+    Tensor x = random(Shape{64, 400}, rng).to(kGpu), w = random(Shape{120, 400}, rng).to(kGpu),
+           b = random(Shape{120}, rng).to(kGpu);
+    const std::vector<float> tf32 = linear(x, w, b).to_vector(),
+                             again = linear(x, w, b).to_vector();
+    set_allow_tf32(false);
+    g_tolerance = 1e-5f;
+    const std::vector<float> plain = linear(x, w, b).to_vector();
+    g_checked += 2;
+    if (tf32 == plain) {
+      std::printf("FAIL linear with TF32 allowed gave the float GEMM's bits\n");
+      ++g_failed;
+    }
+    if (tf32 != again) {
+      std::printf("FAIL linear with TF32: two runs differ\n");
       ++g_failed;
     }
   }

@@ -143,3 +143,37 @@ TEST_CASE("without a GPU, a cuda tensor is refused naming the device and the cou
   CHECK(error_of([] { Tensor::empty(Shape{4}, Device::cuda(2)); }) ==
         "device cuda:2: this process sees 2 CUDA device(s)");
 }
+
+TEST_CASE("CHORUS_ALLOW_TF32: off unless 1; another value is refused naming it at cuda dispatch",
+          "[device]") {
+  UseFake fake;
+  Tensor w = Tensor::full(Shape{4}, 1.0f, Device::cuda(0));
+  const char* before = std::getenv("CHORUS_ALLOW_TF32");
+  const std::string saved = before ? before : "";
+  auto restore = [&] {
+    if (before)
+      setenv("CHORUS_ALLOW_TF32", saved.c_str(), 1);
+    else
+      unsetenv("CHORUS_ALLOW_TF32");
+  };
+  set_allow_tf32(false);
+  CHECK_FALSE(allow_tf32());  // set_allow_tf32 wins over the environment, read or not
+  set_allow_tf32(true);
+  CHECK(allow_tf32());
+  // The environment is read where nothing was set: the test resets through the same door the
+  // first cuda dispatch of a process takes (allow_tf32 at kernel_table_for).
+  reset_allow_tf32_for_test();
+  setenv("CHORUS_ALLOW_TF32", "yes", 1);
+  CHECK_THAT(error_of([&] { kernel_table_for(Device::cuda(0)); }),
+             Catch::Contains("CHORUS_ALLOW_TF32") && Catch::Contains("yes"));
+  CHECK_THAT(error_of([] { allow_tf32(); }), Catch::Contains("CHORUS_ALLOW_TF32"));
+  // The cpu never reads it.
+  CHECK(error_of([] { kernel_table_for(Device::cpu()); }) == "no error");
+  setenv("CHORUS_ALLOW_TF32", "1", 1);
+  CHECK(allow_tf32());
+  reset_allow_tf32_for_test();
+  unsetenv("CHORUS_ALLOW_TF32");
+  CHECK_FALSE(allow_tf32());  // unset: off
+  restore();
+  set_allow_tf32(false);
+}

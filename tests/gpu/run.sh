@@ -100,8 +100,8 @@ step ddp_equivalence 150 env CHORUS_TEST_TRAIN_DEVICE=cuda:0 "$bin/test_equivale
 step op_times 90 "$bin/op-times" --device cuda:0
 step op_times_host 30 "$bin/op-times" --device null --reps 200  # the host's share of a step
 grep -h "^op-times" "$logs/op_times.log" "$logs/op_times_host.log" 2>/dev/null
-train() {  # name, ranks, batch
-  step "train_$1" 120 env CHORUS_ALLOW_SHARED_GPU=1 "$bin/chorus-run" -n "$2" "$bin/train_cnn" \
+train() {  # name, ranks, batch [, VAR=value for the run]
+  step "train_$1" 120 env CHORUS_ALLOW_SHARED_GPU=1 ${4:-} "$bin/chorus-run" -n "$2" "$bin/train_cnn" \
     --device cuda:0 --data synthetic --synthetic-size 8192 --synthetic-shape 3x32x32 --epochs 1 \
     --batch-size "$3" --log-every 16 --no-progress
   grep -h "images/s\|accuracy\|error" "$logs/train_$1.log" 2>/dev/null | tail -4
@@ -109,6 +109,7 @@ train() {  # name, ranks, batch
 train p1_b64 1 64
 train p1_b256 1 256
 train p2_b32 2 32
+train p1_b256_tf32 1 256 CHORUS_ALLOW_TF32=1  # the GEMMs on the tensor cores (images/s, accuracy)
 # A kill -9 mid-epoch and the restart from the newest snapshot end with the parameters of an
 # uninterrupted run, bit for bit, on the GPU (2 ranks sharing it; tests/ddp/test_restart.cc).
 step train_resume 150 env CHORUS_TEST_TRAIN_DEVICE=cuda:0 CHORUS_RUN="$bin/chorus-run" \

@@ -5,9 +5,13 @@
 // and argmax. The GPU runs the same lines (tests/cuda/test_cuda_nn.cu compares there). The tiled,
 // k-split GEMM (gemm_body.h) runs here block by block, its __syncthreads as phases: bit for bit
 // the sum of each split's k-ordered sum in split order, every transpose, odd shapes, strides.
+// The TF32 tiling likewise (loads, rounding, stores, splits; the tensor cores' products summed in
+// double here), and tf32_round value by value.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <iterator>
 #include <random>
 #include <tuple>
 #include <vector>
@@ -122,6 +126,110 @@ void gemm_case(bool ta, bool tb, int m, int n, int k, std::mt19937& rng, int* sp
   expect_close(what, c, want, 0.0f);
 }
 
+// tf32_round, value by value: PTX cvt.rna.tf32.f32 (nearest, ties away from zero).
+void tf32_round_cases() {
+  const struct {
+    uint32_t in, want;
+    const char* what;
+  } cases[] = {
+      {0x3f800000u, 0x3f800000u, "1"},
+      {0x3f801000u, 0x3f802000u, "1 + 2^-11 (a tie: away from zero)"},
+      {0x3f800fffu, 0x3f800000u, "just below the tie"},
+      {0x3f801001u, 0x3f802000u, "just above the tie"},
+      {0xbf801000u, 0xbf802000u, "-(1 + 2^-11) (a tie: away from zero)"},
+      {0x3fffffffu, 0x40000000u, "a carry into the exponent"},
+      {0x7f7fffffu, 0x7f800000u, "float's largest: past TF32's, infinity"},
+      {0x7f800000u, 0x7f800000u, "infinity"},
+      {0xff800000u, 0xff800000u, "-infinity"},
+      {0x7fc00001u, 0x7fc00001u, "a NaN, payload kept"},
+      {0x00000fffu, 0x00000000u, "a denormal rounded down"},
+      {0x00001000u, 0x00002000u, "a denormal tie"},
+  };
+  for (const auto& c : cases) {
+    float x, r;
+    uint32_t got;
+    std::memcpy(&x, &c.in, sizeof x);
+    r = body::tf32_round(x);
+    std::memcpy(&got, &r, sizeof got);
+    if (got != c.want && g_failed++ < 10)
+      std::printf("FAIL tf32_round(%s: 0x%08x) = 0x%08x, want 0x%08x\n", c.what, c.in, got, c.want);
+  }
+}
+
+// nn.cu's TF32 GEMM on the host: each block's loads (every thread's gemm_tf32_load, into tiles
+// filled with NaN first, so an element no thread writes shows), the tile's products summed in
+// double where the tensor cores sum in float, gemm_tf32_store, the split sums. Against the
+// products of the rounded operands summed in double: a wrong load, edge or split is an error of
+// the operands' size, the float partial sums about 1e-7 of it. And the operands must have been
+// rounded: against the unrounded products some element differs by more than that.
+void tf32_gemm_case(bool ta, bool tb, int m, int n, int k, std::mt19937& rng, int* split_cases) {
+  const int lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 5, ldc = n + 2;
+  auto a = random_vec(size_t((ta ? k : m) * lda), rng);
+  auto b = random_vec(size_t((tb ? n : k) * ldb), rng);
+  auto c = random_vec(size_t(m * ldc), rng);
+  auto want = c, unrounded = c;
+  const float alpha = 0.5f, beta = m % 2 ? 0.0f : -1.25f;
+  const body::GemmArgs g{ta, tb, m, n, k, a.data(), lda, b.data(), ldb};
+  const body::GemmSplit sp = body::gemm_split(m, n, k, body::kTf32Tile);
+  if (sp.splits > 1) ++*split_cases;
+  const int T = body::kTf32Tile, gx = (n + T - 1) / T, gy = (m + T - 1) / T;
+  const long mn = long(m) * n;
+  std::vector<float> partial(size_t(sp.splits * mn));
+  for (int z = 0; z < sp.splits; ++z)
+    for (int by = 0; by < gy; ++by)
+      for (int bx = 0; bx < gx; ++bx) {
+        std::vector<double> acc(size_t(T * T));
+        const int k0 = z * sp.chunk, kend = std::min(k, k0 + sp.chunk);
+        for (int t = k0; t < kend; t += body::kTf32K) {
+          body::Tf32Tiles s;
+          std::fill(std::begin(s.a), std::end(s.a), NAN);
+          std::fill(std::begin(s.b), std::end(s.b), NAN);
+          for (int tid = 0; tid < body::kTf32Threads; ++tid)
+            body::gemm_tf32_load(g, bx, by, tid, t, kend, s);
+          for (int i = 0; i < T; ++i)
+            for (int j = 0; j < T; ++j)
+              for (int e = 0; e < body::kTf32K; ++e)
+                acc[size_t(i * T + j)] +=
+                    double(s.a[i * body::kTf32LdA + e]) * s.b[e * body::kTf32LdB + j];
+        }
+        std::vector<float> cs(size_t(T * body::kTf32LdB));
+        for (int i = 0; i < T; ++i)
+          for (int j = 0; j < T; ++j)
+            cs[size_t(i * body::kTf32LdB + j)] = float(acc[size_t(i * T + j)]);
+        for (int tid = 0; tid < body::kTf32Threads; ++tid)
+          body::gemm_tf32_store(g, bx, by, z, tid, cs.data(), alpha, beta, c.data(), ldc,
+                                sp.splits > 1 ? partial.data() : nullptr);
+      }
+  if (sp.splits > 1)
+    for (long i = 0; i < mn; ++i) {
+      const float acc = body::gemm_gather(partial.data(), sp.splits, mn, i);
+      float* out = c.data() + (i / n) * ldc + i % n;
+      *out = beta == 0.0f ? alpha * acc : alpha * acc + beta * *out;
+    }
+  for (int i = 0; i < m; ++i)
+    for (int j = 0; j < n; ++j) {
+      double sum = 0.0, exact = 0.0;
+      for (int e = 0; e < k; ++e) {
+        const float x = ta ? a[size_t(e * lda + i)] : a[size_t(i * lda + e)];
+        const float y = tb ? b[size_t(j * ldb + e)] : b[size_t(e * ldb + j)];
+        sum += double(body::tf32_round(x)) * body::tf32_round(y);
+        exact += double(x) * y;
+      }
+      float& out = want[size_t(i * ldc + j)];
+      float& plain = unrounded[size_t(i * ldc + j)];
+      out = beta == 0.0f ? float(alpha * sum) : float(alpha * sum + beta * out);
+      plain = beta == 0.0f ? float(alpha * exact) : float(alpha * exact + beta * plain);
+    }
+  char what[96];
+  std::snprintf(what, sizeof what, "tf32 gemm %c%c %dx%dx%d (%d splits)", ta ? 'T' : 'N',
+                tb ? 'T' : 'N', m, n, k, sp.splits);
+  expect_close(what, c, want, 1e-5f);
+  float most = 0.0f;
+  for (size_t i = 0; i < c.size(); ++i) most = std::max(most, std::fabs(c[i] - unrounded[i]));
+  if (k >= 16 && !(most > 1e-4f) && g_failed++ < 10)
+    std::printf("FAIL %s: within %g of the unrounded products: not rounded to TF32?\n", what, most);
+}
+
 void conv_case(const cpu::Conv2dShape& s, std::mt19937& rng) {
   const long K = s.patch(), cols = s.pixels(), P = long(s.oh()) * s.ow();
   auto x = random_vec(size_t(s.n) * s.c * s.h * s.w, rng);
@@ -214,6 +322,22 @@ int main() {
       }
   if (split_cases < 8 && g_failed++ < 10)
     std::printf("FAIL only %d GEMM cases split k\n", split_cases);
+  tf32_round_cases();
+  int tf32_split_cases = 0;
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (auto [m, n, k] : {std::tuple{1, 1, 1},
+                             {5, 3, 0},
+                             {17, 33, 5},
+                             {33, 65, 40},
+                             {6, 75, 784 * 4},
+                             {16, 150, 100 * 16},
+                             {120, 400, 64}}) {
+        tf32_gemm_case(ta, tb, m, n, k, rng, &tf32_split_cases);
+        ++cases;
+      }
+  if (tf32_split_cases < 8 && g_failed++ < 10)
+    std::printf("FAIL only %d TF32 GEMM cases split k\n", tf32_split_cases);
   if (const body::GemmSplit sp = body::gemm_split(6, 75, 784 * 256); sp.splits < 64) {
     if (g_failed++ < 10)  // batch 256's conv1 weight gradient: 5 tiles need many splits
       std::printf("FAIL 6x75x%d: %d splits\n", 784 * 256, sp.splits);
