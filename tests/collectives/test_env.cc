@@ -100,6 +100,7 @@ const std::set<std::string> kFreeText = {
     "CHORUS_RESTART_COUNT",   // set by chorus-run; examples/train_cnn refuses a non-number
     "CHORUS_ELASTIC_DIR",     // a directory chorus-run makes (any path; tests/ddp/test_elastic.py)
     "CHORUS_ELASTIC_REJOIN",  // set by chorus-run; train_cnn refuses a non-count (test_elastic.py)
+    "CHORUS_ALLOW_TF32",  // read at cuda dispatch, not by a communicator: ddp_device refuses "yes"
 };
 
 int call(Entry entry) {
