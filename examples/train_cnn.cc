@@ -120,7 +120,7 @@ int main(int argc, char** argv) {
   std::string device = "cpu", checkpoint_dir;
   int64_t log_every = 0, checkpoint_every = 0, fail_at_step = -1;
   double first_bucket_mb = 1.0, bucket_cap_mb = 25.0;
-  bool per_rank = false, single = false;
+  bool per_rank = false, single = false, cuda_graph = false;
   int fail_rank = 0;
   app.add_option("--device", device,
                  "cpu | cuda | cuda:N | auto (cuda = cuda:$LOCAL_RANK; auto = that where a GPU "
@@ -139,6 +139,9 @@ int main(int argc, char** argv) {
   app.add_option("--bucket-cap-mb", bucket_cap_mb, "DDP: size cap of the other buckets, MiB")
       ->capture_default_str();
   app.add_flag("--single", single, "ignore launcher variables: train in this process alone");
+  app.add_flag("--cuda-graph", cuda_graph,
+               "capture the training step as a CUDA graph and replay it (one process on a GPU; "
+               "ddp/train/step_graph.h)");
   app.add_option("--fail-at-step", fail_at_step,
                  "testing: SIGKILL --fail-rank after this global step (first launch only)")
       ->group("");
@@ -252,10 +255,19 @@ int main(int argc, char** argv) {
       world = comm->size();
       newcomers();  // as the running ranks do in `grow` below
     }
+    if (cuda_graph && world > 1)
+      throw std::invalid_argument(fmt::format(
+          "train_cnn: --cuda-graph with {} ranks: DDP's gradient all-reduces are not captured in "
+          "the graph yet; train one rank, or drop --cuda-graph",
+          world));
+    if (cuda_graph && dev.is_cpu())
+      throw std::invalid_argument("train_cnn: --cuda-graph needs --device cuda, got " + dev.str());
+    // One rank under a launcher with --cuda-graph trains as one process (no DDP to capture).
+    chorus::Communicator* const train_comm = cuda_graph ? nullptr : comm;
     std::unique_ptr<chorus::DistributedDataParallel> ddp;
     chorus::DdpOptions dopt;
     if (rejoin > 0) dopt.broadcast_parameters = false;  // the trainer sends the state
-    if (comm) {
+    if (train_comm) {
       dopt.device = dev.str();
       dopt.reducer.first_bucket_bytes = static_cast<size_t>(first_bucket_mb * 1048576.0);
       dopt.reducer.bucket_cap_bytes = static_cast<size_t>(bucket_cap_mb * 1048576.0);
@@ -294,8 +306,9 @@ int main(int argc, char** argv) {
     to.epochs = epochs;
     to.max_steps_per_epoch = max_steps;
     to.progress = !no_progress;
-    to.comm = comm;
+    to.comm = train_comm;
     to.ddp = ddp.get();
+    to.cuda_graph = cuda_graph;
     to.log_every = log_every;
     to.per_rank_log = per_rank;
     to.checkpoint_dir = checkpoint_dir;

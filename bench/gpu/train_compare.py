@@ -13,7 +13,8 @@ TF32 on either side.
    at each batch, on synthetic CIFAR-shaped data (3x32x32) and on Fashion-MNIST (shuffled, fed from
    host memory batch by batch, as train_cnn feeds it): chorus on 1 rank and on 2 ranks sharing the
    GPU (CHORUS_ALLOW_SHARED_GPU=1, the same global batch), PyTorch on 1 (its NCCL refuses two ranks
-   on one GPU).
+   on one GPU); on a GPU also chorus on 1 rank with its step captured as a CUDA graph
+   (train_cnn --cuda-graph, "chorus 1 rank graph").
 2. Accuracy: --accuracy-epochs epochs of Fashion-MNIST at batch 64 on each side for each of
    --accuracy-seeds seeds, then the mean test accuracy of each and their difference (issue 12's
    bar: within 1 point; one seed alone wanders by more: 0.844-0.873 for chorus, 0.851-0.867 for
@@ -149,7 +150,7 @@ def run_chorus(a, ranks, args):
     return out.stdout
 
 
-def chorus_images_per_s(a, ranks, batch, steps, fashion_dir=None):
+def chorus_images_per_s(a, ranks, batch, steps, fashion_dir=None, extra=()):
     per_rank = batch // ranks
     if fashion_dir:
         data = ["--data", f"fashion-mnist:{fashion_dir}", "--max-steps", str(steps + 10)]
@@ -157,7 +158,8 @@ def chorus_images_per_s(a, ranks, batch, steps, fashion_dir=None):
         data = ["--data", "synthetic", "--synthetic-size", str((steps + 10) * batch),
                 "--synthetic-shape", "3x32x32"]
     out = run_chorus(a, ranks, data + ["--epochs", "1", "--batch-size", str(per_rank),
-                                       "--log-every", str(max(1, steps // 4)), "--no-progress"])
+                                       "--log-every", str(max(1, steps // 4)), "--no-progress"] +
+                     list(extra))
     rates = [float(m) for m in re.findall(r"step [0-9/]+: .*\| ([0-9.]+) images/s", out)]
     if not rates:
         raise RuntimeError(f"no images/s in the output of train_cnn:\n{out[-2000:]}")
@@ -213,20 +215,26 @@ def main():
     for data, fdir in datasets:
         for batch in (int(b) for b in a.batches.split(",")):
             results = {"torch 1 rank": [], "chorus 1 rank": [], "chorus 2 ranks": []}
+            graph = a.device.startswith("cuda")  # train_cnn --cuda-graph: one rank on a GPU
+            if graph:
+                results["chorus 1 rank graph"] = []
             for _ in range(a.rounds):  # interleaved, round by round
                 results["torch 1 rank"].append(
                     torch_images_per_s(a.device, batch, a.steps, fashion if fdir else None))
                 results["chorus 1 rank"].append(chorus_images_per_s(a, 1, batch, a.steps, fdir))
                 results["chorus 2 ranks"].append(chorus_images_per_s(a, 2, batch, a.steps, fdir))
+                if graph:
+                    results["chorus 1 rank graph"].append(
+                        chorus_images_per_s(a, 1, batch, a.steps, fdir, ["--cuda-graph"]))
             for name, v in results.items():
                 med = statistics.median(v)
                 rows.append((data, batch, name, med))
                 print(f"RESULT gpu_train data={data} batch={batch} who={name.replace(' ', '_')} "
                       f"images_per_s={med:.0f} ms_per_step={batch / med * 1e3:.3f}")
-    print(f"# {'data':<13} {'batch':>5}  {'who':<16} {'images/s':>10} {'ms/step':>8} {'vs torch':>8}")
+    print(f"# {'data':<13} {'batch':>5}  {'who':<20} {'images/s':>10} {'ms/step':>8} {'vs torch':>8}")
     for data, batch, name, med in rows:
         ref = next(m for d, b, n, m in rows if d == data and b == batch and n == "torch 1 rank")
-        print(f"  {data:<13} {batch:>5}  {name:<16} {med:>10.0f} {batch / med * 1e3:>8.3f} "
+        print(f"  {data:<13} {batch:>5}  {name:<20} {med:>10.0f} {batch / med * 1e3:>8.3f} "
               f"{med / ref:>8.2f}")
     if fashion and a.accuracy_epochs > 0:
         ts, cs = [], []

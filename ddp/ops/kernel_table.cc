@@ -23,11 +23,12 @@ namespace {
 namespace k = kernels::cpu;
 
 // nll's forward and backward with the loss and its gradient where the tensors are (here, host).
-void nll_forward_cpu(int rows, int cols, const float* logp, const int32_t* labels, float divisor,
-                     float* y) {
+// (On the cpu, the device's memory is the host's: on_device changes nothing.)
+void nll_forward_cpu(int rows, int cols, const float* logp, const int32_t* labels, bool,
+                     float divisor, float* y) {
   *y = k::nll_forward(rows, cols, logp, labels) / divisor;
 }
-void nll_backward_cpu(int rows, int cols, const int32_t* labels, const float* dy, float scale,
+void nll_backward_cpu(int rows, int cols, const int32_t* labels, bool, const float* dy, float scale,
                       float* dlogp) {
   k::nll_backward(rows, cols, labels, *dy * scale, dlogp);
 }

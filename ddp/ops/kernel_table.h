@@ -44,11 +44,12 @@ struct KernelTable {
   void (*log_softmax_backward)(int rows, int cols, const float* y, const float* dy, float* dx);
   // The loss and its gradient stay on the device (no host wait inside a step): y[0] = the sum
   // of -logp[r, labels[r]] (in double, row order) rounded to float, / divisor; the backward reads
-  // dy[0]: dlogp[r, labels[r]] = -(dy[0] * scale), 0 elsewhere. labels: host memory.
-  void (*nll_forward)(int rows, int cols, const float* logp, const int32_t* labels, float divisor,
-                      float* y);
-  void (*nll_backward)(int rows, int cols, const int32_t* labels, const float* dy, float scale,
-                       float* dlogp);
+  // dy[0]: dlogp[r, labels[r]] = -(dy[0] * scale), 0 elsewhere. labels: host memory, or the
+  // device's when on_device (Labels in ops.h: a captured step's static input).
+  void (*nll_forward)(int rows, int cols, const float* logp, const int32_t* labels, bool on_device,
+                      float divisor, float* y);
+  void (*nll_backward)(int rows, int cols, const int32_t* labels, bool on_device, const float* dy,
+                       float scale, float* dlogp);
   void (*argmax_rows)(int rows, int cols, const float* x, int32_t* out);  // out: host memory
   void (*sgd_update)(const kernels::cpu::SgdStep&, long n, float* w, const float* grad, float* buf,
                      bool first);

@@ -1,11 +1,13 @@
 // log_softmax, nll_loss, cross_entropy, argmax: forward and backward side by side.
 #include <fmt/format.h>
 
+#include <cstring>
 #include <stdexcept>
 
 #include "ddp/ops/kernel_table.h"
 #include "ddp/ops/ops.h"
 #include "ddp/tensor/autograd.h"
+#include "ddp/tensor/device_cache.h"
 
 namespace chorus {
 namespace {
@@ -27,25 +29,41 @@ class LogSoftmaxNode final : public Node {
   Tensor y_;
 };
 
-// Saved: labels (N), shape (N,K). dlogp[r, label r] = -dloss (sum) or -dloss / N (mean).
+// Saved: the labels (host values, or Labels on the device), shape (N,K).
+// dlogp[r, label r] = -dloss (sum) or -dloss / N (mean).
 class NllNode final : public Node {
  public:
   NllNode(std::span<const int32_t> labels, const Shape& in, float scale)
-      : labels_(labels.begin(), labels.end()), in_(in), scale_(scale) {}
+      : host_(labels.begin(), labels.end()), in_(in), scale_(scale) {}
+  NllNode(Labels labels, const Shape& in, float scale)
+      : device_(std::move(labels)), in_(in), scale_(scale) {}
   const char* name() const override { return "nll_loss"; }
   void backward(const Tensor& dy, std::span<Tensor> grads) override {
     Tensor dx = Tensor::empty(in_, dy.device());
+    const bool on_device = device_.size() > 0;
     kernel_table_for(dy.device())
-        .nll_backward(static_cast<int>(in_[0]), static_cast<int>(in_[1]), labels_.data(), dy.data(),
-                      scale_, dx.data());  // dy read where it lies: no host wait
+        .nll_backward(static_cast<int>(in_[0]), static_cast<int>(in_[1]),
+                      on_device ? device_.data() : host_.data(), on_device, dy.data(), scale_,
+                      dx.data());  // dy read where it lies: no host wait
     grads[0] = dx;
   }
 
  private:
-  std::vector<int32_t> labels_;
+  std::vector<int32_t> host_;
+  Labels device_;
   Shape in_;
   float scale_;
 };
+
+void check_labels(std::span<const int32_t> labels, int64_t n, int k) {
+  if (static_cast<int64_t>(labels.size()) != n)
+    throw std::invalid_argument(
+        fmt::format("nll_loss: expected {} labels, got {}", n, labels.size()));
+  for (size_t i = 0; i < labels.size(); ++i)
+    if (labels[i] < 0 || labels[i] >= k)
+      throw std::invalid_argument(
+          fmt::format("nll_loss: expected labels in [0, {}), got {} at {}", k, labels[i], i));
+}
 
 void check_matrix(const char* op, const Tensor& x) {
   if (x.ndim() != 2)
@@ -72,17 +90,37 @@ Tensor log_softmax(const Tensor& x) {
 Tensor nll_loss(const Tensor& logp, std::span<const int32_t> labels, Reduction reduction) {
   check_matrix("nll_loss", logp);
   const int n = static_cast<int>(logp.dim(0)), k = static_cast<int>(logp.dim(1));
-  if (static_cast<int64_t>(labels.size()) != n)
-    throw std::invalid_argument(
-        fmt::format("nll_loss: expected {} labels, got {}", n, labels.size()));
-  for (size_t i = 0; i < labels.size(); ++i)
-    if (labels[i] < 0 || labels[i] >= k)
-      throw std::invalid_argument(
-          fmt::format("nll_loss: expected labels in [0, {}), got {} at {}", k, labels[i], i));
+  check_labels(labels, n, k);
   const float scale = reduction == Reduction::kMean ? 1.0f / static_cast<float>(n) : 1.0f;
   Tensor y = Tensor::empty(Shape{1}, logp.device());
   kernel_table_for(logp.device())
-      .nll_forward(n, k, logp.data(), labels.data(),
+      .nll_forward(n, k, logp.data(), labels.data(), false,
+                   reduction == Reduction::kMean ? static_cast<float>(n) : 1.0f, y.data());
+  if (any_requires_grad({&logp})) {
+    auto node = std::make_shared<NllNode>(labels, logp.shape(), scale);
+    node->set_inputs({&logp});
+    record(y, std::move(node));
+  }
+  return y;
+}
+
+Tensor nll_loss(const Tensor& logp, const Labels& labels, Reduction reduction) {
+  check_matrix("nll_loss", logp);
+  const int n = static_cast<int>(logp.dim(0)), k = static_cast<int>(logp.dim(1));
+  if (labels.size() != n)
+    throw std::invalid_argument(
+        fmt::format("nll_loss: expected {} labels, got {}", n, labels.size()));
+  if (labels.classes() != k)
+    throw std::invalid_argument(
+        fmt::format("nll_loss: the labels were checked against {} classes, the input has {}",
+                    labels.classes(), k));
+  if (labels.device() != logp.device())
+    throw std::invalid_argument(fmt::format("nll_loss: input is on {} but labels are on {}",
+                                            logp.device().str(), labels.device().str()));
+  const float scale = reduction == Reduction::kMean ? 1.0f / static_cast<float>(n) : 1.0f;
+  Tensor y = Tensor::empty(Shape{1}, logp.device());
+  kernel_table_for(logp.device())
+      .nll_forward(n, k, logp.data(), labels.data(), true,
                    reduction == Reduction::kMean ? static_cast<float>(n) : 1.0f, y.data());
   if (any_requires_grad({&logp})) {
     auto node = std::make_shared<NllNode>(labels, logp.shape(), scale);
@@ -94,6 +132,30 @@ Tensor nll_loss(const Tensor& logp, std::span<const int32_t> labels, Reduction r
 
 Tensor cross_entropy(const Tensor& logits, std::span<const int32_t> labels, Reduction reduction) {
   return nll_loss(log_softmax(logits), labels, reduction);
+}
+
+Tensor cross_entropy(const Tensor& logits, const Labels& labels, Reduction reduction) {
+  return nll_loss(log_softmax(logits), labels, reduction);
+}
+
+Labels::Labels(int64_t n, Device device)
+    : values_(Tensor::empty(Shape{n > 0 ? n : 1}, device)), n_(n) {
+  static_assert(sizeof(int32_t) == sizeof(float), "labels live in a float tensor's bytes");
+  if (n <= 0) throw std::invalid_argument(fmt::format("Labels: expected n > 0, got {}", n));
+}
+
+void Labels::set(std::span<const int32_t> values, int classes) {
+  check_labels(values, n_, classes);
+  if (values_.device().is_cpu())
+    std::memcpy(values_.data(), values.data(), values.size_bytes());
+  else
+    cuda_backend().copy(values_.data(), values_.device(), values.data(), Device::cpu(),
+                        values.size_bytes());
+  classes_ = classes;
+}
+
+const int32_t* Labels::data() const {
+  return reinterpret_cast<const int32_t*>(values_.data());
 }
 
 std::vector<int32_t> argmax(const Tensor& x) {

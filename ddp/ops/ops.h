@@ -41,6 +41,30 @@ Tensor nll_loss(const Tensor& logp, std::span<const int32_t> labels,
                 Reduction reduction = Reduction::kMean);
 Tensor cross_entropy(const Tensor& logits, std::span<const int32_t> labels,
                      Reduction reduction = Reduction::kMean);
+
+// Class labels kept in a device's memory: a captured step's static input (ddp/train/
+// step_graph.h), filled with set() before each replay. On the cpu, host memory. Copies share
+// the values.
+class Labels {
+ public:
+  Labels() = default;
+  Labels(int64_t n, Device device);
+  // n values in [0, classes), copied to the device; throws std::invalid_argument naming the
+  // first one outside (as nll_loss does) or a count that differs.
+  void set(std::span<const int32_t> values, int classes);
+  const int32_t* data() const;
+  int64_t size() const { return n_; }
+  Device device() const { return values_.device(); }
+  int classes() const { return classes_; }  // as the last set() checked them (0 before)
+
+ private:
+  Tensor values_;  // n floats' bytes, holding int32 values
+  int64_t n_ = 0;
+  int classes_ = 0;
+};
+Tensor nll_loss(const Tensor& logp, const Labels& labels, Reduction reduction = Reduction::kMean);
+Tensor cross_entropy(const Tensor& logits, const Labels& labels,
+                     Reduction reduction = Reduction::kMean);
 std::vector<int32_t> argmax(const Tensor& x);  // x (N,K) -> N indices, first maximum wins
 
 }  // namespace chorus

@@ -28,6 +28,11 @@ class CudaBackend final : public DeviceBackend {
     check(kernels::cuda::device_free(d.index, p), "freeing", d, 0);
   }
   void copy(void* dst, Device dst_dev, const void* src, Device src_dev, size_t bytes) override {
+    if (kernels::cuda::nn::capturing())
+      throw std::runtime_error(fmt::format(
+          "copying {} bytes from {} to {} inside a captured step: copy into the step's static "
+          "inputs before the replay, read its outputs after it",
+          bytes, src_dev.str(), dst_dev.str()));
     int rc = kernels::cuda::device_copy(dst, src, bytes);
     if (rc)
       throw std::runtime_error(fmt::format("copying {} bytes from {} to {}: {}", bytes,
@@ -37,6 +42,10 @@ class CudaBackend final : public DeviceBackend {
   void add(Device d, long n, const float* a, const float* b, float* y) override {
     kernels::cuda::nn::set_device(d.index);
     kernels::cuda::nn::add(n, a, b, y);
+  }
+  void fill(Device d, long n, float value, float* y) override {
+    kernels::cuda::nn::set_device(d.index);
+    kernels::cuda::nn::fill(n, value, y);
   }
   void* new_stream(Device d) override {
     void* s = nullptr;
@@ -49,6 +58,13 @@ class CudaBackend final : public DeviceBackend {
   void wait_event(Device d, void* stream, void* event) override {
     check(kernels::cuda::stream_wait_event(d.index, stream, event), "waiting for an event", d);
   }
+  void capture_begin(Device d) override { kernels::cuda::nn::capture_begin(d.index); }
+  void* capture_end(Device) override { return kernels::cuda::nn::capture_end(); }
+  void graph_launch(Device d, void* graph) override {
+    kernels::cuda::nn::set_device(d.index);
+    kernels::cuda::nn::graph_launch(graph);
+  }
+  void graph_destroy(Device, void* graph) override { kernels::cuda::nn::graph_destroy(graph); }
 
  private:
   static void check(int rc, const char* what, Device d, size_t bytes) {
@@ -65,11 +81,22 @@ class CudaBackend final : public DeviceBackend {
 
 std::atomic<DeviceBackend*> g_test_backend{nullptr};
 
+struct Pool {
+  int device = 0;
+  bool released = false;
+  std::map<size_t, std::vector<void*>> idle;  // size class -> idle blocks
+  size_t blocks = 0;                          // owned, idle or in use
+};
+
 struct Cache {
   std::mutex mu;
   // (device index, size class) -> idle blocks
   std::map<std::pair<int, size_t>, std::vector<void*>> idle;
   DeviceCacheStats stats;
+  std::map<int, Pool> pools;
+  std::map<void*, int> owner;  // block -> the pool it belongs to
+  int capturing = -1;          // the pool that serves every get now
+  int next_pool = 0;
 };
 
 Cache& cache() {
@@ -83,11 +110,34 @@ void DeviceBackend::add(Device d, long, const float*, const float*, float*) {
   throw std::runtime_error(fmt::format("add on {}: this device backend has no kernels", d.str()));
 }
 
+void DeviceBackend::fill(Device d, long n, float value, float* y) {
+  std::vector<float> v(static_cast<size_t>(n), value);
+  copy(y, d, v.data(), Device::cpu(), v.size() * sizeof(float));
+}
+
 void* DeviceBackend::new_stream(Device) {
   return nullptr;
 }
 void DeviceBackend::record_event(Device, void*, void**) {}
 void DeviceBackend::wait_event(Device, void*, void*) {}
+
+namespace {
+[[noreturn]] void cannot_capture(Device d) {
+  throw std::runtime_error(
+      fmt::format("{}: this device backend cannot capture a CUDA graph", d.str()));
+}
+}  // namespace
+
+void DeviceBackend::capture_begin(Device d) {
+  cannot_capture(d);
+}
+void* DeviceBackend::capture_end(Device d) {
+  cannot_capture(d);
+}
+void DeviceBackend::graph_launch(Device d, void*) {
+  cannot_capture(d);
+}
+void DeviceBackend::graph_destroy(Device, void*) {}
 
 DeviceBackend& cuda_backend() {
   if (DeviceBackend* b = g_test_backend.load()) return *b;
@@ -115,6 +165,31 @@ void* device_cache_get(Device d, size_t bytes) {
                     n == 0 ? " (no GPU, no driver, or a build without CUDA)" : ""));
   const size_t cls = device_size_class(bytes);
   Cache& c = cache();
+  int pool = -1;
+  {
+    std::lock_guard<std::mutex> lock(c.mu);
+    if (c.capturing >= 0 && c.pools[c.capturing].device == d.index) {
+      pool = c.capturing;
+      std::vector<void*>& idle = c.pools[pool].idle[cls];
+      if (!idle.empty()) {
+        void* p = idle.back();
+        idle.pop_back();
+        c.stats.reused++;
+        c.stats.bytes_cached -= cls;
+        c.stats.bytes_in_use += cls;
+        return p;
+      }
+    }
+  }
+  if (pool >= 0) {  // a new block for the pool: never from the common cache's idle ones
+    void* p = backend.alloc(d, cls);
+    std::lock_guard<std::mutex> lock(c.mu);
+    c.owner[p] = pool;
+    c.pools[pool].blocks++;
+    c.stats.backend_allocs++;
+    c.stats.bytes_in_use += cls;
+    return p;
+  }
   {
     std::lock_guard<std::mutex> lock(c.mu);
     auto it = c.idle.find({d.index, cls});
@@ -139,9 +214,63 @@ void device_cache_put(Device d, void* p, size_t bytes) {
   const size_t cls = device_size_class(bytes);
   Cache& c = cache();
   std::lock_guard<std::mutex> lock(c.mu);
-  c.idle[{d.index, cls}].push_back(p);
   c.stats.bytes_in_use -= cls;
   c.stats.bytes_cached += cls;
+  if (auto o = c.owner.find(p); o != c.owner.end()) {
+    Pool& pool = c.pools[o->second];
+    if (!pool.released) {
+      pool.idle[cls].push_back(p);
+      return;
+    }
+    const int id = o->second;
+    pool.blocks--;
+    c.owner.erase(o);
+    if (pool.blocks == 0) c.pools.erase(id);
+  }
+  c.idle[{d.index, cls}].push_back(p);
+}
+
+int device_pool_begin(Device d) {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  if (c.capturing >= 0)
+    throw std::logic_error(
+        fmt::format("device_pool_begin on {}: pool {} is capturing already", d.str(), c.capturing));
+  const int id = c.next_pool++;
+  c.pools[id].device = d.index;
+  c.capturing = id;
+  return id;
+}
+
+void device_pool_end(int pool) {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  if (c.capturing == pool) c.capturing = -1;
+}
+
+void device_pool_release(int pool) {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  auto it = c.pools.find(pool);
+  if (it == c.pools.end() || it->second.released) return;
+  if (c.capturing == pool) c.capturing = -1;
+  Pool& p = it->second;
+  p.released = true;
+  for (auto& [cls, blocks] : p.idle)
+    for (void* b : blocks) {
+      c.owner.erase(b);
+      p.blocks--;
+      c.idle[{p.device, cls}].push_back(b);
+    }
+  p.idle.clear();
+  if (p.blocks == 0) c.pools.erase(it);
+}
+
+size_t device_pool_blocks(int pool) {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  auto it = c.pools.find(pool);
+  return it == c.pools.end() ? 0 : it->second.blocks;
 }
 
 void device_cache_release() {

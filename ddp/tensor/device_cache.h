@@ -24,6 +24,9 @@ class DeviceBackend {
   // y = a + b, n floats on device d: the one kernel the tensor layer itself runs (autograd's
   // accumulation of gradients). Throws where the backend has no kernels.
   virtual void add(Device d, long n, const float* a, const float* b, float* y);
+  // y[0..n) = value on device d (Tensor::fill, and so the optimizer's zero_grad): a kernel where
+  // the backend has one; the default copies the values from the host.
+  virtual void fill(Device d, long n, float value, float* y);
   // For DDP's communication stream (ddp/dist/distributed.h). new_stream: a stream of d that does
   // not wait for the default stream, where the tensor layer runs every kernel. record_event: an
   // event after the work already on `stream` (nullptr: the default stream), made at the first
@@ -33,6 +36,15 @@ class DeviceBackend {
   virtual void* new_stream(Device d);
   virtual void record_event(Device d, void* stream, void** event);
   virtual void wait_event(Device d, void* stream, void* event);
+  // CUDA graphs (ddp/train/step_graph.h). capture_begin: the calling thread's kernels on d are
+  // recorded from here, not run; capture_end: what was recorded, as a graph (also when it throws,
+  // the thread's kernels run again); graph_launch replays it after the work already enqueued,
+  // before the work enqueued later (the default stream), until graph_destroy. copy() throws while
+  // the calling thread captures. The defaults throw: the backend cannot capture.
+  virtual void capture_begin(Device d);
+  virtual void* capture_end(Device d);
+  virtual void graph_launch(Device d, void* graph);
+  virtual void graph_destroy(Device d, void* graph);
 };
 
 // The CUDA backend (no devices where CUDA is absent), or the test's when one is set.
@@ -46,6 +58,18 @@ size_t device_size_class(size_t bytes);
 void* device_cache_get(Device d, size_t bytes);  // bytes rounded to its class
 void device_cache_put(Device d, void* p, size_t bytes);
 void device_cache_release();  // gives every idle block back to its backend
+
+// A CUDA graph's memory (ddp/train/step_graph.h), as PyTorch's graph pools: between
+// device_pool_begin and device_pool_end (the capture) every get of that device is served from the
+// pool -- its idle blocks, else the backend -- and the block belongs to it; a put of a pool's
+// block goes back to the pool, before and after device_pool_end, so that nothing outside the
+// graph is ever handed memory its replays write. device_pool_release (the graph destroyed) gives
+// the pool's idle blocks to the cache, and its blocks still in use go there when put. One pool
+// captures at a time.
+int device_pool_begin(Device d);
+void device_pool_end(int pool);
+void device_pool_release(int pool);
+size_t device_pool_blocks(int pool);  // blocks the pool owns now, idle or in use
 
 struct DeviceCacheStats {
   size_t backend_allocs = 0;  // calls of the backend's alloc since the start

@@ -244,8 +244,7 @@ void Tensor::fill(float value) const {
     std::fill(data(), data() + numel(), value);
     return;
   }
-  std::vector<float> v(static_cast<size_t>(numel()), value);
-  copy_bytes(data(), device(), v.data(), Device::cpu(), v.size() * sizeof(float));
+  cuda_backend().fill(device(), static_cast<long>(numel()), value, data());
 }
 
 }  // namespace chorus

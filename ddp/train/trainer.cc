@@ -38,6 +38,36 @@ Trainer::Trainer(Module& model, Sgd& optimizer, DataLoader& train, const Dataset
       test_(test),
       options_(std::move(options)) {
   global_step_ = options_.resume.global_step;
+  if (options_.cuda_graph) {
+    if (options_.device.is_cpu())
+      throw std::invalid_argument("Trainer: cuda_graph needs a cuda device, got cpu");
+    if (options_.ddp || options_.comm || options_.recover || options_.grow || options_.leave ||
+        options_.joined || options_.after_backward || options_.before_sync)
+      throw std::invalid_argument(
+          "Trainer: cuda_graph with DDP, a communicator or elastic training: the gradient "
+          "all-reduces are not captured in the graph; train one process, or without cuda_graph");
+  }
+}
+
+// One step through the CUDA graph: the batch copied into the static inputs, then the graph's run
+// (eager while warming up, captured once, replayed after); its outputs stay in graphed_.
+void Trainer::graphed_step(const Batch& batch) {
+  Graphed& g = graphed_;
+  if (!g.graph) {
+    g.batch = static_cast<int64_t>(batch.size());
+    g.graph = std::make_unique<StepGraph>(options_.device);
+    g.images = Tensor::empty(batch.images.shape(), options_.device);
+    g.labels = Labels(g.batch, options_.device);
+  }
+  g.images.copy_from(batch.images);
+  g.labels.set(batch.labels, train_.dataset().num_classes());
+  g.graph->run([&] {
+    optimizer_.zero_grad();
+    g.logits = model_.forward(g.images);
+    g.loss = cross_entropy(g.logits, g.labels);
+    g.loss.backward();
+    optimizer_.step();
+  });
 }
 
 void Trainer::save(int64_t epoch, int64_t step_in_epoch) {
@@ -293,19 +323,27 @@ EpochStats Trainer::run_epoch(int epoch) {
             fmt::print(options_.sample_log, "{}\n", line);
             std::fflush(options_.sample_log);
           }
-          optimizer_.zero_grad();
-          const Tensor images =
-              options_.device.is_cpu() ? batch.images : batch.images.to(options_.device);
-          Tensor logits = options_.ddp ? options_.ddp->forward(images) : model_.forward(images);
-          Tensor loss = cross_entropy(logits, batch.labels);
-          const auto b0 = std::chrono::steady_clock::now();
-          loss.backward();
-          st.backward_seconds +=
-              std::chrono::duration<double>(std::chrono::steady_clock::now() - b0).count();
-          if (options_.before_sync) options_.before_sync(global_step_ + 1);
-          if (options_.ddp) options_.ddp->finish_gradient_sync();
-          if (options_.after_backward) options_.after_backward();
-          optimizer_.step();
+          Tensor logits, loss;
+          if (options_.cuda_graph &&
+              (graphed_.batch == 0 || graphed_.batch == static_cast<int64_t>(batch.size()))) {
+            graphed_step(batch);
+            logits = graphed_.logits;
+            loss = graphed_.loss;
+          } else {
+            optimizer_.zero_grad();
+            const Tensor images =
+                options_.device.is_cpu() ? batch.images : batch.images.to(options_.device);
+            logits = options_.ddp ? options_.ddp->forward(images) : model_.forward(images);
+            loss = cross_entropy(logits, batch.labels);
+            const auto b0 = std::chrono::steady_clock::now();
+            loss.backward();
+            st.backward_seconds +=
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - b0).count();
+            if (options_.before_sync) options_.before_sync(global_step_ + 1);
+            if (options_.ddp) options_.ddp->finish_gradient_sync();
+            if (options_.after_backward) options_.after_backward();
+            optimizer_.step();
+          }
           ++global_step_;
           ++step;
           ++since;

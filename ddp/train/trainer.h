@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -22,7 +23,9 @@
 #include "ddp/dist/distributed.h"
 #include "ddp/nn/modules.h"
 #include "ddp/nn/optim.h"
+#include "ddp/ops/ops.h"
 #include "ddp/train/checkpoint.h"
+#include "ddp/train/step_graph.h"
 
 namespace chorus {
 
@@ -54,6 +57,11 @@ struct TrainOptions {
   // Called after each loss.backward() and before optimizer.step(): where DDP waits for its
   // bucket all-reduces to finish. Optional.
   std::function<void()> after_backward;
+  // Capture the step as a CUDA graph and replay it (ddp/train/step_graph.h; train_cnn
+  // --cuda-graph): one process on a cuda device, no DDP, no elastic options, no after_backward.
+  // Batches of the first batch's size go through the graph (two eager warm-up steps, then the
+  // capture); a batch of another size (an epoch's last) runs eagerly. The same bits as without.
+  bool cuda_graph = false;
 
   // ---- distributed (all optional) ----
   Communicator* comm = nullptr;            // null: single process
@@ -122,6 +130,15 @@ class Trainer {
   TrainOptions options_;
   int64_t global_step_ = 0;
   void save(int64_t epoch, int64_t step_in_epoch);
+  void graphed_step(const Batch& batch);
+  // --cuda-graph: the graph, its static inputs and the outputs it writes.
+  struct Graphed {
+    std::unique_ptr<StepGraph> graph;
+    int64_t batch = 0;
+    Tensor images, logits, loss;
+    Labels labels;
+  };
+  Graphed graphed_;
 
   // Elastic: the state after a completed step, kept in memory to roll back to.
   struct Snapshot {

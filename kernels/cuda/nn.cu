@@ -36,14 +36,36 @@ int blocks_for(long n) {
   return int(b < 1 ? 1 : (b > 65535 * 8 ? 65535 * 8 : b));
 }
 
+// Where the calling thread's kernels go: the legacy default stream (nullptr), or while a CUDA
+// graph is captured (capture_begin .. capture_end) the capturing stream.
+thread_local cudaStream_t t_stream = nullptr;
+
+// Calls that wait for the GPU (a value for the host, scratch to grow) cannot be captured.
+void not_capturing(const char* what) {
+  if (t_stream)
+    throw std::runtime_error(std::string("cuda ") + what +
+                             ": waits for the GPU, which a captured step cannot (read host "
+                             "values after the replay; run a step of the same shapes before "
+                             "capturing, so that no buffer has to grow)");
+}
+
 // Device scratch that grows and is kept (per purpose), so a training step allocates nothing
 // once the first step has run. One user at a time: the table's callers run on one thread.
+// A buffer a CUDA graph captured is never freed: the graph's replays write it for as long as the
+// graph lives (an eager op between replays -- the evaluation's larger batch -- may need a larger
+// one: it gets a new buffer, and the graph keeps the old).
 struct Scratch {
   void* p = nullptr;
   size_t bytes = 0;
+  bool in_graph = false;
   void* get(size_t want, const char* what) {
-    if (want <= bytes) return p;
-    if (p) check(cudaFree(p), what);
+    if (want <= bytes) {
+      if (t_stream) in_graph = true;
+      return p;
+    }
+    not_capturing(what);
+    if (p && !in_graph) check(cudaFree(p), what);
+    in_graph = false;
     p = nullptr;
     bytes = 0;
     check(cudaMalloc(&p, want), what);
@@ -327,7 +349,7 @@ __global__ void sgd_kernel(SgdStep o, long n, float* w, const float* grad, float
 void elementwise(Ew op, long n, float alpha, const float* a, const float* b, float* y,
                  const char* what) {
   if (n <= 0) return;
-  elementwise_kernel<<<blocks_for(n), kThreads>>>(op, n, alpha, a, b, y);
+  elementwise_kernel<<<blocks_for(n), kThreads, 0, t_stream>>>(op, n, alpha, a, b, y);
   launched(what);
 }
 
@@ -336,8 +358,9 @@ void elementwise(Ew op, long n, float alpha, const float* a, const float* b, flo
 // the host in the middle of each step); cudaMemcpyAsync need not (CUDA's "API synchronization
 // behavior": it may still, where the driver must stage the bytes).
 const int32_t* labels_on_device(int rows, const int32_t* labels) {
+  not_capturing("nll labels from host memory");  // a graph would read them again at replay
   auto* d = static_cast<int32_t*>(g_small.get(sizeof(int32_t) * rows, "nll labels"));
-  check(cudaMemcpyAsync(d, labels, sizeof(int32_t) * rows, cudaMemcpyHostToDevice, 0),
+  check(cudaMemcpyAsync(d, labels, sizeof(int32_t) * rows, cudaMemcpyHostToDevice, t_stream),
         "nll labels");
   return d;
 }
@@ -349,6 +372,47 @@ std::string unavailable() {
   cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess) return std::string("no CUDA device: ") + cudaGetErrorString(e);
   return n > 0 ? std::string() : std::string("no CUDA device");
+}
+
+bool capturing() {
+  return t_stream != nullptr;
+}
+
+void capture_begin(int device) {
+  if (t_stream) throw std::runtime_error("cuda graph: this thread is capturing already");
+  check(cudaSetDevice(device), "cudaSetDevice");
+  cudaStream_t s = nullptr;
+  check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+  if (const cudaError_t e = cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed);
+      e != cudaSuccess) {
+    cudaStreamDestroy(s);
+    check(e, "cudaStreamBeginCapture");
+  }
+  t_stream = s;
+}
+
+void* capture_end() {
+  if (!t_stream) throw std::runtime_error("cuda graph: this thread is not capturing");
+  cudaStream_t s = t_stream;
+  t_stream = nullptr;
+  cudaGraph_t graph = nullptr;
+  const cudaError_t e = cudaStreamEndCapture(s, &graph);
+  cudaStreamDestroy(s);
+  check(e, "cudaStreamEndCapture");
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t ie = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  check(ie, "cudaGraphInstantiate");
+  return exec;
+}
+
+void graph_launch(void* graph) {
+  not_capturing("graph launch");
+  check(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph), 0), "cudaGraphLaunch");
+}
+
+void graph_destroy(void* graph) {
+  if (graph) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph));
 }
 
 void set_device(int device) {
@@ -369,9 +433,11 @@ void gemm(Trans ta, Trans tb, int m, int n, int k, float alpha, const float* a, 
   const dim3 grid((n + tile - 1) / tile, (m + tile - 1) / tile, split.splits);
   auto launch = [&](float* partial) {
     if (tf32)
-      gemm_tf32_kernel<<<grid, body::kTf32Threads>>>(g, split.chunk, alpha, beta, c, ldc, partial);
+      gemm_tf32_kernel<<<grid, body::kTf32Threads, 0, t_stream>>>(g, split.chunk, alpha, beta, c,
+                                                                  ldc, partial);
     else
-      gemm_kernel<<<grid, dim3(kTile, kTile)>>>(g, split.chunk, alpha, beta, c, ldc, partial);
+      gemm_kernel<<<grid, dim3(kTile, kTile), 0, t_stream>>>(g, split.chunk, alpha, beta, c, ldc,
+                                                             partial);
     launched(tf32 ? "gemm (tf32)" : "gemm");
   };
   if (split.splits == 1) {
@@ -382,8 +448,8 @@ void gemm(Trans ta, Trans tb, int m, int n, int k, float alpha, const float* a, 
   auto* partial = static_cast<float*>(
       g_split.get(sizeof(float) * size_t(split.splits) * size_t(m) * size_t(n), "gemm split"));
   launch(partial);
-  gemm_gather_kernel<<<blocks_for(long(m) * n), kThreads>>>(partial, split.splits, m, n, alpha,
-                                                            beta, c, ldc);
+  gemm_gather_kernel<<<blocks_for(long(m) * n), kThreads, 0, t_stream>>>(partial, split.splits, m,
+                                                                         n, alpha, beta, c, ldc);
   launched("gemm split sums");
 }
 
@@ -394,11 +460,12 @@ void conv2d_forward(const Conv2dShape& s, const float* x, const float* w, const 
   if (cols == 0) return;
   auto* col = static_cast<float*>(g_col.get(sizeof(float) * K * cols, "conv2d im2col"));
   auto* mat = static_cast<float*>(g_mat.get(sizeof(float) * s.oc * cols, "conv2d output"));
-  im2col_kernel<<<blocks_for(K * cols), kThreads>>>(s, x, col, cols, K * cols);
+  im2col_kernel<<<blocks_for(K * cols), kThreads, 0, t_stream>>>(s, x, col, cols, K * cols);
   launched("im2col");
   nn::gemm(Trans::kNo, Trans::kNo, s.oc, int(cols), int(K), 1.0f, w, int(K), col, int(cols), 0.0f,
            mat, int(cols));
-  unpack_kernel<<<blocks_for(s.oc * cols), kThreads>>>(mat, b, y, s.oc, P, s.oc * cols);
+  unpack_kernel<<<blocks_for(s.oc * cols), kThreads, 0, t_stream>>>(mat, b, y, s.oc, P,
+                                                                    s.oc * cols);
   launched("conv2d output");
 }
 
@@ -410,9 +477,9 @@ void conv2d_backward(const Conv2dShape& s, const float* x, const float* w, const
       static_cast<float*>(g_col.get(sizeof(float) * K * std::max(cols, 1L), "conv2d im2col"));
   auto* mat =
       static_cast<float*>(g_mat.get(sizeof(float) * s.oc * std::max(cols, 1L), "conv2d dy"));
-  pack_kernel<<<blocks_for(s.oc * cols), kThreads>>>(dy, mat, s.oc, P, s.oc * cols);
+  pack_kernel<<<blocks_for(s.oc * cols), kThreads, 0, t_stream>>>(dy, mat, s.oc, P, s.oc * cols);
   launched("conv2d dy");
-  im2col_kernel<<<blocks_for(K * cols), kThreads>>>(s, x, col, cols, K * cols);
+  im2col_kernel<<<blocks_for(K * cols), kThreads, 0, t_stream>>>(s, x, col, cols, K * cols);
   launched("im2col");
   // dw (OC, K) = dy (OC, cols) x col^T; db = row sums of dy; dcol = w^T x dy, into col.
   nn::gemm(Trans::kNo, Trans::kYes, s.oc, int(K), int(cols), 1.0f, mat, int(cols), col, int(cols),
@@ -421,16 +488,18 @@ void conv2d_backward(const Conv2dShape& s, const float* x, const float* w, const
     const int chunks = int(std::max(1L, (cols + kRowChunk - 1) / kRowChunk));
     auto* partial = static_cast<double*>(
         g_rowsum.get(sizeof(double) * size_t(chunks) * size_t(s.oc), "conv2d db"));
-    row_chunk_sums_kernel<<<dim3(chunks, s.oc), kThreads>>>(mat, cols, chunks, partial);
+    row_chunk_sums_kernel<<<dim3(chunks, s.oc), kThreads, 0, t_stream>>>(mat, cols, chunks,
+                                                                         partial);
     launched("conv2d db");
-    row_sums_kernel<<<(s.oc + kThreads - 1) / kThreads, kThreads>>>(partial, s.oc, chunks, db);
+    row_sums_kernel<<<(s.oc + kThreads - 1) / kThreads, kThreads, 0, t_stream>>>(partial, s.oc,
+                                                                                 chunks, db);
     launched("conv2d db");
   }
   if (dx) {
     nn::gemm(Trans::kYes, Trans::kNo, int(K), int(cols), s.oc, 1.0f, w, int(K), mat, int(cols),
              0.0f, col, int(cols));
     const long total = long(s.n) * s.c * s.h * s.w;
-    col2im_kernel<<<blocks_for(total), kThreads>>>(s, col, dx, total);
+    col2im_kernel<<<blocks_for(total), kThreads, 0, t_stream>>>(s, col, dx, total);
     launched("col2im");
   }
 }
@@ -438,7 +507,7 @@ void conv2d_backward(const Conv2dShape& s, const float* x, const float* w, const
 void max_pool2d_forward(const PoolShape& s, const float* x, float* y, uint8_t* argmax) {
   const long total = long(s.planes) * s.oh() * s.ow();
   if (total == 0) return;
-  pool_forward_kernel<<<blocks_for(total), kThreads>>>(s, x, y, argmax, total);
+  pool_forward_kernel<<<blocks_for(total), kThreads, 0, t_stream>>>(s, x, y, argmax, total);
   launched("max_pool2d");
 }
 
@@ -446,7 +515,7 @@ void max_pool2d_backward(const PoolShape& s, const float* x, const float*, const
                          const float* dy, float* dx) {
   const long total = long(s.planes) * s.h * s.w;
   if (total == 0) return;
-  pool_backward_kernel<<<blocks_for(total), kThreads>>>(s, x, argmax, dy, dx, total);
+  pool_backward_kernel<<<blocks_for(total), kThreads, 0, t_stream>>>(s, x, argmax, dy, dx, total);
   launched("max_pool2d backward");
 }
 
@@ -477,9 +546,10 @@ float sum(long n, const float* x) {
   std::lock_guard<std::mutex> lock(g_mu);
   const int blocks = int(std::min<long>(1024, (n + kThreads - 1) / kThreads));
   auto* partial = static_cast<double*>(g_small.get(sizeof(double) * blocks, "sum"));
-  sum_kernel<<<blocks, kThreads>>>(n, x, partial);
+  sum_kernel<<<blocks, kThreads, 0, t_stream>>>(n, x, partial);
   launched("sum");
   std::vector<double> host(blocks);
+  not_capturing("sum");
   check(cudaMemcpy(host.data(), partial, sizeof(double) * blocks, cudaMemcpyDeviceToHost), "sum");
   double s = 0.0;
   for (double v : host) s += v;
@@ -488,43 +558,46 @@ float sum(long n, const float* x) {
 
 void add_row_bias(int rows, int cols, const float* bias, float* y) {
   if (long(rows) * cols == 0) return;
-  add_row_bias_kernel<<<blocks_for(long(rows) * cols), kThreads>>>(rows, cols, bias, y);
+  add_row_bias_kernel<<<blocks_for(long(rows) * cols), kThreads, 0, t_stream>>>(rows, cols, bias,
+                                                                                y);
   launched("add_row_bias");
 }
 
 void sum_rows(int rows, int cols, const float* dy, float* dbias) {
   if (cols == 0) return;
-  sum_rows_kernel<<<(cols + kThreads - 1) / kThreads, kThreads>>>(rows, cols, dy, dbias);
+  sum_rows_kernel<<<(cols + kThreads - 1) / kThreads, kThreads, 0, t_stream>>>(rows, cols, dy,
+                                                                               dbias);
   launched("sum_rows");
 }
 
 void log_softmax_forward(int rows, int cols, const float* x, float* y) {
   if (rows == 0) return;
-  log_softmax_kernel<<<(rows + kThreads - 1) / kThreads, kThreads>>>(rows, cols, x, y);
+  log_softmax_kernel<<<(rows + kThreads - 1) / kThreads, kThreads, 0, t_stream>>>(rows, cols, x, y);
   launched("log_softmax");
 }
 
 void log_softmax_backward(int rows, int cols, const float* y, const float* dy, float* dx) {
   if (rows == 0) return;
-  log_softmax_grad_kernel<<<(rows + kThreads - 1) / kThreads, kThreads>>>(rows, cols, y, dy, dx);
+  log_softmax_grad_kernel<<<(rows + kThreads - 1) / kThreads, kThreads, 0, t_stream>>>(rows, cols,
+                                                                                       y, dy, dx);
   launched("log_softmax backward");
 }
 
-void nll_forward(int rows, int cols, const float* logp, const int32_t* labels, float divisor,
-                 float* y) {
+void nll_forward(int rows, int cols, const float* logp, const int32_t* labels, bool on_device,
+                 float divisor, float* y) {
   std::lock_guard<std::mutex> lock(g_mu);
-  const int32_t* d_labels = rows ? labels_on_device(rows, labels) : nullptr;
-  nll_kernel<<<1, kThreads>>>(rows, cols, logp, d_labels, divisor, y);
+  const int32_t* d_labels = on_device || rows == 0 ? labels : labels_on_device(rows, labels);
+  nll_kernel<<<1, kThreads, 0, t_stream>>>(rows, cols, logp, d_labels, divisor, y);
   launched("nll");
 }
 
-void nll_backward(int rows, int cols, const int32_t* labels, const float* dy, float scale,
-                  float* dlogp) {
+void nll_backward(int rows, int cols, const int32_t* labels, bool on_device, const float* dy,
+                  float scale, float* dlogp) {
   if (long(rows) * cols == 0) return;
   std::lock_guard<std::mutex> lock(g_mu);
-  const int32_t* d_labels = labels_on_device(rows, labels);
-  nll_grad_kernel<<<blocks_for(long(rows) * cols), kThreads>>>(rows, cols, d_labels, dy, scale,
-                                                               dlogp);
+  const int32_t* d_labels = on_device ? labels : labels_on_device(rows, labels);
+  nll_grad_kernel<<<blocks_for(long(rows) * cols), kThreads, 0, t_stream>>>(rows, cols, d_labels,
+                                                                            dy, scale, dlogp);
   launched("nll backward");
 }
 
@@ -532,14 +605,15 @@ void argmax_rows(int rows, int cols, const float* x, int32_t* out) {
   if (rows == 0) return;
   std::lock_guard<std::mutex> lock(g_mu);
   auto* d = static_cast<int32_t*>(g_rows.get(sizeof(int32_t) * rows, "argmax"));
-  argmax_kernel<<<(rows + kThreads - 1) / kThreads, kThreads>>>(rows, cols, x, d);
+  argmax_kernel<<<(rows + kThreads - 1) / kThreads, kThreads, 0, t_stream>>>(rows, cols, x, d);
   launched("argmax");
+  not_capturing("argmax");
   check(cudaMemcpy(out, d, sizeof(int32_t) * rows, cudaMemcpyDeviceToHost), "argmax");
 }
 
 void sgd_update(const SgdStep& o, long n, float* w, const float* grad, float* buf, bool first) {
   if (n <= 0) return;
-  sgd_kernel<<<blocks_for(n), kThreads>>>(o, n, w, grad, buf, first);
+  sgd_kernel<<<blocks_for(n), kThreads, 0, t_stream>>>(o, n, w, grad, buf, first);
   launched("sgd");
 }
 

@@ -30,6 +30,20 @@ using cpu::Trans;
 // Empty where the kernels can run (a CUDA build and a device); otherwise why not.
 std::string unavailable();
 void set_device(int device);  // the calling thread's current device
+// CUDA graphs (ddp/train/step_graph.h). capture_begin: from here the calling thread's kernels
+// are captured on a capturing stream of `device`, not run; a call here that would wait for the
+// GPU (sum, argmax_rows, scratch that must grow) throws instead. The capture is relaxed
+// (cudaStreamCaptureModeRelaxed), so that the caching allocator may cudaMalloc a block the
+// captured step needs; nothing here touches the legacy stream while capturing.
+// capture_end: the graph, instantiated (an opaque handle); the thread's kernels go to the legacy
+// default stream again, also when the capture failed and it throws. graph_launch replays it on
+// the legacy default stream, ordered with every other kernel and copy there.
+void capture_begin(int device);
+void* capture_end();
+bool capturing();  // the calling thread's kernels are being captured
+void graph_launch(void* graph);
+void graph_destroy(void* graph);
+
 // TF32 tensor cores for the GEMMs (linear and convolution layers) when true; false (the start)
 // keeps every product in float, within 1e-5 of the CPU. PyTorch's allow_tf32, process-wide.
 void set_allow_tf32(bool allow);
@@ -62,10 +76,11 @@ void log_softmax_backward(int rows, int cols, const float* y, const float* dy, f
 // labels: host memory (rows values), as the CPU's. The loss stays on the device: y[0] = the
 // CPU's sum of -logp[r, labels[r]] (double, row order, rounded to float) / divisor; the backward
 // reads dy[0] there: dlogp[r, labels[r]] = -(dy[0] * scale). Neither waits for the GPU.
-void nll_forward(int rows, int cols, const float* logp, const int32_t* labels, float divisor,
-                 float* y);
-void nll_backward(int rows, int cols, const int32_t* labels, const float* dy, float scale,
-                  float* dlogp);
+// on_device: labels already in device memory (a captured step's static input).
+void nll_forward(int rows, int cols, const float* logp, const int32_t* labels, bool on_device,
+                 float divisor, float* y);
+void nll_backward(int rows, int cols, const int32_t* labels, bool on_device, const float* dy,
+                  float scale, float* dlogp);
 void argmax_rows(int rows, int cols, const float* x, int32_t* out);  // out: host memory
 // kernels/cpu/sgd.h's step, rounded the same way: w, grad and buf (null without momentum) on the
 // device.

@@ -74,12 +74,25 @@ void log_softmax_forward(int, int, const float*, float*) {
 void log_softmax_backward(int, int, const float*, const float*, float*) {
   none();
 }
-void nll_forward(int, int, const float*, const int32_t*, float, float*) {
+void nll_forward(int, int, const float*, const int32_t*, bool, float, float*) {
   none();
 }
-void nll_backward(int, int, const int32_t*, const float*, float, float*) {
+void nll_backward(int, int, const int32_t*, bool, const float*, float, float*) {
   none();
 }
+void capture_begin(int) {
+  none();
+}
+void* capture_end() {
+  none();
+}
+bool capturing() {
+  return false;
+}
+void graph_launch(void*) {
+  none();
+}
+void graph_destroy(void*) {}
 void argmax_rows(int, int, const float*, int32_t*) {
   none();
 }

@@ -1,12 +1,84 @@
 #include "emulated_gpu.h"
 
 #include <cstring>
+#include <stdexcept>
+#include <type_traits>
+#include <utility>
 
 #include "../collectives/fake_gpu.h"
 #include "ddp/ops/kernel_table.h"
 
 namespace chorus::test {
 namespace {
+
+// The capture under way (the kernels it records), or null.
+std::vector<std::function<void()>>* g_tape = nullptr;
+
+[[noreturn]] void not_in_capture(const char* what) {
+  throw std::runtime_error(std::string("emulated gpu: ") + what +
+                           " inside a captured step (it would wait for the GPU)");
+}
+
+// Kernel-table entry M of the cpu's table, recorded while capturing.
+template <typename F>
+struct Recorded;
+template <typename R, typename... A>
+struct Recorded<R (*)(A...)> {
+  template <auto M>
+  static R call(A... a) {
+    const auto f = kernel_table_for(Device::cpu()).*M;
+    if (!g_tape) return f(a...);
+    if constexpr (std::is_void_v<R>)
+      g_tape->push_back([f, a...] { f(a...); });  // by value: shapes, pointers, scalars
+    else
+      not_in_capture("a kernel that returns a host value");
+  }
+};
+template <auto M>
+constexpr auto recorded() {
+  using F = std::remove_cvref_t<decltype(std::declval<const KernelTable&>().*M)>;
+  return &Recorded<F>::template call<M>;
+}
+
+const KernelTable& recording_table() {
+  static const KernelTable t = [] {
+    KernelTable k{};
+    k.gemm = recorded<&KernelTable::gemm>();
+    k.conv2d_forward = recorded<&KernelTable::conv2d_forward>();
+    k.conv2d_backward = recorded<&KernelTable::conv2d_backward>();
+    k.max_pool2d_forward = recorded<&KernelTable::max_pool2d_forward>();
+    k.max_pool2d_backward = recorded<&KernelTable::max_pool2d_backward>();
+    k.relu_forward = recorded<&KernelTable::relu_forward>();
+    k.relu_backward = recorded<&KernelTable::relu_backward>();
+    k.add = recorded<&KernelTable::add>();
+    k.mul = recorded<&KernelTable::mul>();
+    k.scale = recorded<&KernelTable::scale>();
+    k.div_scalar = recorded<&KernelTable::div_scalar>();
+    k.fill = recorded<&KernelTable::fill>();
+    k.sum = recorded<&KernelTable::sum>();
+    k.add_row_bias = recorded<&KernelTable::add_row_bias>();
+    k.sum_rows = recorded<&KernelTable::sum_rows>();
+    k.log_softmax_forward = recorded<&KernelTable::log_softmax_forward>();
+    k.log_softmax_backward = recorded<&KernelTable::log_softmax_backward>();
+    k.nll_forward = [](int rows, int cols, const float* logp, const int32_t* labels, bool on_device,
+                       float divisor, float* y) {
+      if (g_tape && !on_device) not_in_capture("NLL labels from host memory");
+      recorded<&KernelTable::nll_forward>()(rows, cols, logp, labels, on_device, divisor, y);
+    };
+    k.nll_backward = [](int rows, int cols, const int32_t* labels, bool on_device, const float* dy,
+                        float scale, float* dlogp) {
+      if (g_tape && !on_device) not_in_capture("NLL labels from host memory");
+      recorded<&KernelTable::nll_backward>()(rows, cols, labels, on_device, dy, scale, dlogp);
+    };
+    k.argmax_rows = [](int rows, int cols, const float* x, int32_t* out) {
+      if (g_tape) not_in_capture("argmax (a host output)");
+      kernel_table_for(Device::cpu()).argmax_rows(rows, cols, x, out);
+    };
+    k.sgd_update = recorded<&KernelTable::sgd_update>();
+    return k;
+  }();
+  return t;
+}
 
 std::string event_name(void* event) {
   return "e" + std::to_string(reinterpret_cast<uintptr_t>(event));
@@ -27,11 +99,45 @@ void EmulatedGpu::free(Device, void* p) {
 }
 
 void EmulatedGpu::copy(void* dst, Device, const void* src, Device, size_t bytes) {
+  if (g_tape) not_in_capture("a copy");
   std::memmove(dst, src, bytes);
 }
 
 void EmulatedGpu::add(Device, long n, const float* a, const float* b, float* y) {
-  for (long i = 0; i < n; ++i) y[i] = a[i] + b[i];
+  auto run = [=] {
+    for (long i = 0; i < n; ++i) y[i] = a[i] + b[i];
+  };
+  g_tape ? g_tape->push_back(run) : run();
+}
+
+void EmulatedGpu::fill(Device, long n, float value, float* y) {
+  auto run = [=] {
+    for (long i = 0; i < n; ++i) y[i] = value;
+  };
+  g_tape ? g_tape->push_back(run) : run();
+}
+
+void EmulatedGpu::capture_begin(Device) {
+  if (g_tape) throw std::runtime_error("emulated gpu: a capture is under way already");
+  g_tape = new std::vector<std::function<void()>>();
+}
+
+void* EmulatedGpu::capture_end(Device) {
+  if (!g_tape) throw std::runtime_error("emulated gpu: no capture under way");
+  std::vector<std::function<void()>>* graph = g_tape;
+  g_tape = nullptr;
+  captured_kernels = graph->size();
+  return graph;
+}
+
+void EmulatedGpu::graph_launch(Device, void* graph) {
+  if (g_tape) not_in_capture("a graph launch");
+  ++graph_launches;
+  for (auto& kernel : *static_cast<std::vector<std::function<void()>>*>(graph)) kernel();
+}
+
+void EmulatedGpu::graph_destroy(Device, void* graph) {
+  delete static_cast<std::vector<std::function<void()>>*>(graph);
 }
 
 void* EmulatedGpu::new_stream(Device) {
@@ -56,7 +162,7 @@ EmulatedGpu& emulated_gpu() {
 void use_emulated_gpu() {
   install_fake_gpu();
   set_cuda_backend_for_test(&emulated_gpu());
-  set_cuda_kernel_table_for_test(&kernel_table_for(Device::cpu()));
+  set_cuda_kernel_table_for_test(&recording_table());  // the cpu's, recorded while capturing
 }
 
 }  // namespace chorus::test

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,17 @@ class EmulatedGpu final : public DeviceBackend {
   void free(Device, void* p) override;
   void copy(void* dst, Device, const void* src, Device, size_t bytes) override;
   void add(Device, long n, const float* a, const float* b, float* y) override;
+  void fill(Device, long n, float value, float* y) override;
+  // CUDA graphs as CUDA captures them: between capture_begin and capture_end every kernel (the
+  // kernel table's, add, fill) is recorded with its arguments, not run; a kernel that returns a
+  // host value, argmax, NLL labels in host memory and copy() throw, as they would on a GPU. The
+  // graph replays the recording in order. `captured_kernels`: the last capture's length.
+  void capture_begin(Device) override;
+  void* capture_end(Device) override;
+  void graph_launch(Device, void* graph) override;
+  void graph_destroy(Device, void* graph) override;
+  size_t captured_kernels = 0;
+  int graph_launches = 0;
   // Streams and events order nothing here (every operation is done when enqueued): what DDP
   // asks of them is written down instead, as "new comm", "record e1 on default",
   // "wait comm for e1".

@@ -122,3 +122,18 @@ TEST_CASE("deterministic mode: the same parameters whatever the buckets, algorit
       trained_params("CHORUS_DETERMINISTIC=0 CHORUS_ALGO=ring CHORUS_TRANSPORT=tcp", split, "e");
   CHECK(d != e);
 }
+
+// --cuda-graph (ddp/train/step_graph.h) captures one process's step: refused on the cpu and over
+// several ranks, naming why, before any training.
+TEST_CASE("--cuda-graph is refused on the cpu and with 2 ranks, naming why", "[trainer]") {
+  const auto cpu = run_shell(train_cmd(1, "--cuda-graph --device cpu") + " 2>&1");
+  INFO(cpu.output);
+  CHECK(cpu.status != 0);
+  CHECK(contains(cpu.output, "--cuda-graph needs --device cuda, got cpu"));
+  const auto two = run_shell(train_cmd(2, "--cuda-graph --device cpu") + " 2>&1");
+  INFO(two.output);
+  CHECK(two.status != 0);
+  CHECK(contains(two.output,
+                 "--cuda-graph with 2 ranks: DDP's gradient all-reduces are not "
+                 "captured in the graph yet"));
+}

@@ -15,7 +15,8 @@
 #      it (nccl-perf, where the nvidia-nccl wheel is; a launch's latency where NCCL refuses);
 #   7. training on the GPU: every CNN operator forward and backward against the cpu, steps of the
 #      net on both (test_cuda_ops); the step's time op by op (op-times); train_cnn --device cuda
-#      on 1 rank, and DDP on 2 ranks sharing the GPU, on synthetic CIFAR-shaped data; a kill -9
+#      on 1 rank (also with TF32, and with the step as a CUDA graph), and DDP on 2 ranks sharing
+#      the GPU, on synthetic CIFAR-shaped data; a kill -9
 #      and restart from a snapshot ending bit for bit as an uninterrupted run (test_restart); the
 #      model-parallel example split cpu + cuda and cuda + cuda; then images/s against PyTorch
 #      eager on the same GPU, synthetic and Fashion-MNIST, and the test accuracy of each after 3
@@ -110,6 +111,15 @@ train p1_b64 1 64
 train p1_b256 1 256
 train p2_b32 2 32
 train p1_b256_tf32 1 256 CHORUS_ALLOW_TF32=1  # the GEMMs on the tensor cores (images/s, accuracy)
+# The step captured as a CUDA graph and replayed (train_cnn --cuda-graph, ddp/train/step_graph.h).
+train_graph() {  # name, batch
+  step "train_$1" 120 "$bin/train_cnn" --device cuda:0 --cuda-graph --data synthetic \
+    --synthetic-size 8192 --synthetic-shape 3x32x32 --epochs 2 --batch-size "$2" --log-every 16 \
+    --no-progress
+  grep -h "images/s\|accuracy\|error" "$logs/train_$1.log" 2>/dev/null | tail -4
+}
+train_graph graph_b64 64
+train_graph graph_b256 256
 # A kill -9 mid-epoch and the restart from the newest snapshot end with the parameters of an
 # uninterrupted run, bit for bit, on the GPU (2 ranks sharing it; tests/ddp/test_restart.cc).
 step train_resume 150 env CHORUS_TEST_TRAIN_DEVICE=cuda:0 CHORUS_RUN="$bin/chorus-run" \

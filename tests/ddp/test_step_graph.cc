@@ -1,0 +1,227 @@
+// The training step as a CUDA graph (ddp/train/step_graph.h, train_cnn --cuda-graph), host side,
+// on the emulated GPU (emulated_gpu.h), whose capture records each kernel with its arguments and
+// runs nothing, and whose replay runs the recording, as CUDA's do: so a step that depends on
+// anything but its static inputs and its own memory gives other bits than the eager one here.
+// Checked: the trainer with cuda_graph ends with the eager trainer's losses and parameters bit for
+// bit (the last, smaller batch of each epoch eager, between replays); a step that waits for the
+// GPU inside the capture is refused naming what; the allocator's graph pool never hands out
+// memory the graph writes; Labels on the device give cross_entropy's bits.
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+#include <functional>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "ddp/data/data_loader.h"
+#include "ddp/data/dataset.h"
+#include "ddp/nn/modules.h"
+#include "ddp/nn/optim.h"
+#include "ddp/ops/ops.h"
+#include "ddp/tensor/device_cache.h"
+#include "ddp/train/step_graph.h"
+#include "ddp/train/trainer.h"
+#include "emulated_gpu.h"
+
+using namespace chorus;
+
+namespace {
+
+const Device kGpu = Device::cuda(0);
+
+void emulate() {
+  static const bool once = [] {
+    test::use_emulated_gpu();
+    return true;
+  }();
+  (void)once;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+struct Run {
+  std::vector<float> losses;
+  std::vector<std::vector<float>> params;
+  std::vector<double> test_acc;
+  size_t backend_allocs_epoch2 = 0;  // new device blocks during the second epoch
+};
+
+// Two epochs of 200 samples at batch 32: six full batches and one of 8 in each.
+Run train(bool cuda_graph) {
+  auto data = make_synthetic(200, Shape{3, 32, 32}, 10, 5);
+  auto test = make_synthetic(64, Shape{3, 32, 32}, 10, 5, 1);
+  Net net(3, 32, 7);
+  net.to(kGpu);
+  Sgd opt(net.parameters(), {.lr = 0.02f, .momentum = 0.9f, .weight_decay = 5e-4f});
+  LoaderOptions lo;
+  lo.batch_size = 32;
+  lo.seed = 3;
+  DataLoader loader(data, lo);
+  TrainOptions to;
+  to.device = kGpu;
+  to.epochs = 2;
+  to.progress = false;
+  to.record_step_losses = true;
+  to.cuda_graph = cuda_graph;
+  std::FILE* devnull = std::fopen("/dev/null", "w");
+  to.out = devnull;
+  Trainer trainer(net, opt, loader, test.get(), to);
+  Run r;
+  size_t allocs_before = 0;
+  int epoch = 0;
+  trainer.run([&](const EpochStats& s) {
+    r.losses.insert(r.losses.end(), s.step_losses.begin(), s.step_losses.end());
+    r.test_acc.push_back(s.test_acc);
+    if (++epoch == 1)
+      allocs_before = device_cache_stats().backend_allocs;
+    else
+      r.backend_allocs_epoch2 = device_cache_stats().backend_allocs - allocs_before;
+  });
+  std::fclose(devnull);
+  for (const Tensor& p : net.parameters()) r.params.push_back(p.to_vector());
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("the trainer's step as a CUDA graph ends with the eager trainer's bits", "[graph]") {
+  emulate();
+  const Run eager = train(false);
+  test::EmulatedGpu& gpu = test::emulated_gpu();
+  gpu.graph_launches = 0;
+  const Run graphed = train(true);
+  REQUIRE(eager.losses.size() == 14);
+  CHECK(graphed.losses == eager.losses);  // every step, the smaller last batches eager
+  CHECK(graphed.params == eager.params);
+  CHECK(graphed.test_acc == eager.test_acc);
+  // 12 full batches: 2 eager warm-up steps, then the capture and its launch, 9 replays after.
+  CHECK(gpu.graph_launches == 10);
+  CHECK(gpu.captured_kernels > 40);  // forward, loss, backward, 10 parameters' updates
+  // Warm caches: the second epoch's replays and eager steps take no new device memory.
+  CHECK(graphed.backend_allocs_epoch2 == 0);
+}
+
+TEST_CASE("a step that waits for the GPU inside the capture is refused naming what", "[graph]") {
+  emulate();
+  Tensor x = Tensor::full(Shape{4}, 2.0f, kGpu);
+  {
+    StepGraph g(kGpu, 0);
+    CHECK_THAT(error_of([&] { g.run([&] { (void)relu(x).to_vector(); }); }),
+               Catch::Contains("a copy inside a captured step"));
+    CHECK_FALSE(g.captured());
+  }
+  {
+    StepGraph g(kGpu, 0);
+    Tensor logits = Tensor::full(Shape{2, 3}, 1.0f, kGpu);
+    CHECK_THAT(error_of([&] { g.run([&] { (void)argmax(logits); }); }), Catch::Contains("argmax"));
+  }
+  {
+    StepGraph g(kGpu, 0);
+    Tensor logits = Tensor::full(Shape{2, 3}, 1.0f, kGpu);
+    const std::vector<int32_t> host{0, 2};
+    CHECK_THAT(error_of([&] { g.run([&] { (void)cross_entropy(logits, host); }); }),
+               Catch::Contains("NLL labels from host memory"));
+  }
+  // After a refused capture, kernels run again at once; a good step captures and replays.
+  CHECK(relu(x).to_vector() == std::vector<float>(4, 2.0f));
+  Tensor y = Tensor::zeros(Shape{4}, kGpu), out;
+  StepGraph g(kGpu, 1);
+  int calls = 0;
+  for (float v : {1.0f, 2.0f, 3.0f, 4.0f}) {
+    x.copy_from(Tensor::full(Shape{4}, v));  // the static input, refilled before each run
+    g.run([&] {
+      ++calls;
+      out = relu(add(y, x));
+    });
+    CHECK(out.to_vector() == std::vector<float>(4, v));
+  }
+  CHECK(calls == 2);  // the warm-up and the capture; then the graph alone
+  CHECK(g.captured());
+}
+
+TEST_CASE("a graph's memory pool never hands out a block the graph uses", "[graph]") {
+  emulate();
+  device_cache_release();
+  const int pool = device_pool_begin(kGpu);
+  CHECK_THROWS_AS(device_pool_begin(kGpu), std::logic_error);  // one capture at a time
+  void* a = device_cache_get(kGpu, 1000);
+  void* b = device_cache_get(kGpu, 1000);
+  device_cache_put(kGpu, a, 1000);
+  void* c = device_cache_get(kGpu, 1000);
+  CHECK(c == a);  // freed and taken again inside the capture: stream order makes it safe
+  device_pool_end(pool);
+  CHECK(device_pool_blocks(pool) == 2);
+  device_cache_put(kGpu, b, 1000);  // after the capture: back to the pool, not the cache
+  device_cache_put(kGpu, c, 1000);
+  std::set<void*> outside;
+  for (int i = 0; i < 4; ++i) outside.insert(device_cache_get(kGpu, 1000));
+  CHECK(outside.count(a) == 0);
+  CHECK(outside.count(b) == 0);
+  for (void* p : outside) device_cache_put(kGpu, p, 1000);
+  device_pool_release(pool);  // the graph is gone: its blocks serve anyone
+  CHECK(device_pool_blocks(pool) == 0);
+  std::set<void*> after;
+  for (int i = 0; i < 6; ++i) after.insert(device_cache_get(kGpu, 1000));
+  CHECK(after.count(a) == 1);
+  CHECK(after.count(b) == 1);
+  for (void* p : after) device_cache_put(kGpu, p, 1000);
+  device_cache_release();
+}
+
+TEST_CASE("Labels on the device give cross_entropy's bits; bad labels are named", "[graph]") {
+  emulate();
+  std::vector<float> v(5 * 4);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = 0.1f * static_cast<float>(i % 7) - 0.3f;
+  const std::vector<int32_t> host{3, 0, 1, 3, 2};
+  for (Device d : {Device::cpu(), kGpu}) {
+    Tensor a = Tensor::from(Shape{5, 4}, v).to(d), b = Tensor::from(Shape{5, 4}, v).to(d);
+    a.set_requires_grad(true);
+    b.set_requires_grad(true);
+    Labels labels(5, d);
+    labels.set(host, 4);
+    Tensor la = cross_entropy(a, host), lb = cross_entropy(b, labels);
+    CHECK(la.to_vector() == lb.to_vector());
+    la.backward();
+    lb.backward();
+    CHECK(a.grad().to_vector() == b.grad().to_vector());
+  }
+  Labels labels(3, kGpu);
+  CHECK(error_of([&] {
+          labels.set(std::vector<int32_t>{0, 4, 1}, 4);
+        }) == "nll_loss: expected labels in [0, 4), got 4 at 1");
+  CHECK(error_of([&] {
+          labels.set(std::vector<int32_t>{0, 1}, 4);
+        }) == "nll_loss: expected 3 labels, got 2");
+  labels.set(std::vector<int32_t>{0, 1, 2}, 3);
+  CHECK(error_of([&] {
+          cross_entropy(Tensor::zeros(Shape{3, 4}, kGpu), labels);
+        }) == "nll_loss: the labels were checked against 3 classes, the input has 4");
+  CHECK(error_of([&] {
+          cross_entropy(Tensor::zeros(Shape{3, 3}), labels);
+        }) == "nll_loss: input is on cpu but labels are on cuda:0");
+}
+
+TEST_CASE("cuda_graph is refused on the cpu and with DDP, naming why", "[graph]") {
+  emulate();
+  auto data = make_synthetic(8, Shape{3, 32, 32}, 10, 5);
+  Net net(3, 32, 7);
+  Sgd opt(net.parameters(), {.lr = 0.01f});
+  DataLoader loader(data, LoaderOptions{});
+  TrainOptions to;
+  to.cuda_graph = true;
+  CHECK(error_of([&] { Trainer(net, opt, loader, nullptr, to); }) ==
+        "Trainer: cuda_graph needs a cuda device, got cpu");
+  to.device = kGpu;
+  to.after_backward = [] {};
+  CHECK_THAT(error_of([&] { Trainer(net, opt, loader, nullptr, to); }),
+             Catch::StartsWith("Trainer: cuda_graph with DDP, a communicator or elastic"));
+}
