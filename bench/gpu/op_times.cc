@@ -80,6 +80,7 @@ class NullGpu final : public DeviceBackend {
   void free(Device, void* p) override { std::free(p); }
   void copy(void*, Device, const void*, Device, size_t) override {}
   void add(Device, long, const float*, const float*, float*) override {}
+  void fill(Device, long, float, float*) override {}
 };
 
 long g_null_calls = 0;  // kernel-table calls made on the null device
