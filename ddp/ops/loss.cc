@@ -87,14 +87,17 @@ Tensor log_softmax(const Tensor& x) {
   return y;
 }
 
-Tensor nll_loss(const Tensor& logp, std::span<const int32_t> labels, Reduction reduction) {
-  check_matrix("nll_loss", logp);
+namespace {
+
+// The loss of labels already checked: host values, or Labels on logp's device (on_device).
+template <typename L>
+Tensor nll_checked(const Tensor& logp, const L& labels, const int32_t* data, bool on_device,
+                   Reduction reduction) {
   const int n = static_cast<int>(logp.dim(0)), k = static_cast<int>(logp.dim(1));
-  check_labels(labels, n, k);
   const float scale = reduction == Reduction::kMean ? 1.0f / static_cast<float>(n) : 1.0f;
   Tensor y = Tensor::empty(Shape{1}, logp.device());
   kernel_table_for(logp.device())
-      .nll_forward(n, k, logp.data(), labels.data(), false,
+      .nll_forward(n, k, logp.data(), data, on_device,
                    reduction == Reduction::kMean ? static_cast<float>(n) : 1.0f, y.data());
   if (any_requires_grad({&logp})) {
     auto node = std::make_shared<NllNode>(labels, logp.shape(), scale);
@@ -104,9 +107,17 @@ Tensor nll_loss(const Tensor& logp, std::span<const int32_t> labels, Reduction r
   return y;
 }
 
+}  // namespace
+
+Tensor nll_loss(const Tensor& logp, std::span<const int32_t> labels, Reduction reduction) {
+  check_matrix("nll_loss", logp);
+  check_labels(labels, logp.dim(0), static_cast<int>(logp.dim(1)));
+  return nll_checked(logp, labels, labels.data(), false, reduction);
+}
+
 Tensor nll_loss(const Tensor& logp, const Labels& labels, Reduction reduction) {
   check_matrix("nll_loss", logp);
-  const int n = static_cast<int>(logp.dim(0)), k = static_cast<int>(logp.dim(1));
+  const int64_t n = logp.dim(0), k = logp.dim(1);
   if (labels.size() != n)
     throw std::invalid_argument(
         fmt::format("nll_loss: expected {} labels, got {}", n, labels.size()));
@@ -117,17 +128,7 @@ Tensor nll_loss(const Tensor& logp, const Labels& labels, Reduction reduction) {
   if (labels.device() != logp.device())
     throw std::invalid_argument(fmt::format("nll_loss: input is on {} but labels are on {}",
                                             logp.device().str(), labels.device().str()));
-  const float scale = reduction == Reduction::kMean ? 1.0f / static_cast<float>(n) : 1.0f;
-  Tensor y = Tensor::empty(Shape{1}, logp.device());
-  kernel_table_for(logp.device())
-      .nll_forward(n, k, logp.data(), labels.data(), true,
-                   reduction == Reduction::kMean ? static_cast<float>(n) : 1.0f, y.data());
-  if (any_requires_grad({&logp})) {
-    auto node = std::make_shared<NllNode>(labels, logp.shape(), scale);
-    node->set_inputs({&logp});
-    record(y, std::move(node));
-  }
-  return y;
+  return nll_checked(logp, labels, labels.data(), true, reduction);
 }
 
 Tensor cross_entropy(const Tensor& logits, std::span<const int32_t> labels, Reduction reduction) {

@@ -15,10 +15,8 @@
 #pragma once
 
 #include <cstdint>
-#ifndef __CUDA_ARCH__
-#include <cstring>
-#endif
 
+#include "kernels/cpu/half.h"
 #include "kernels/hd.h"
 
 namespace chorus::kernels::cuda::nn::body {
@@ -119,20 +117,9 @@ struct Tf32Tiles {
 // cvt.rna.tf32.f32. Infinities and NaNs pass unchanged; a value past TF32's largest rounds to
 // infinity.
 CHORUS_HD inline float tf32_round(float x) {
-#ifdef __CUDA_ARCH__
-  uint32_t u = __float_as_uint(x);
-#else
-  uint32_t u;
-  std::memcpy(&u, &x, sizeof u);
-#endif
+  uint32_t u = float_bits(x);
   if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0x1000u) & 0xffffe000u;
-#ifdef __CUDA_ARCH__
-  return __uint_as_float(u);
-#else
-  float r;
-  std::memcpy(&r, &u, sizeof r);
-  return r;
-#endif
+  return bits_float(u);
 }
 
 // Thread `tid` of the block of tile (bx, by): its elements of the A tile (i, kk) and the B tile

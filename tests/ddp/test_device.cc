@@ -15,23 +15,12 @@
 #include "ddp/ops/kernel_table.h"
 #include "ddp/ops/ops.h"
 #include "ddp/tensor/device_cache.h"
+#include "error_of.h"
 #include "fake_gpus.h"
 
 using namespace chorus;
+using chorus::test::error_of;
 using chorus::test::UseFake;
-
-namespace {
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "no error";
-}
-
-}  // namespace
 
 TEST_CASE("device names: cpu, cuda, cuda:N and auto; anything else refused by name", "[device]") {
   CHECK(Device::parse("cpu", 3) == Device::cpu());

@@ -24,8 +24,10 @@
 #include "ddp/train/step_graph.h"
 #include "ddp/train/trainer.h"
 #include "emulated_gpu.h"
+#include "error_of.h"
 
 using namespace chorus;
+using chorus::test::error_of;
 
 namespace {
 
@@ -37,15 +39,6 @@ void emulate() {
     return true;
   }();
   (void)once;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "no error";
 }
 
 struct Run {
