@@ -9,7 +9,9 @@
 //
 // `null`: cuda:0 served by kernels and a device that do nothing (host memory, no copies): the
 // step's figure is then the host's own cost of it -- the tensor layer, autograd, the caching
-// allocator, the optimizer -- which no GPU can take away.
+// allocator, the optimizer -- which no GPU can take away. It also counts the step's copies
+// between host and device, each a wait for the GPU on a real one, and fails when there are any
+// (zero_grad and backward's seed gradient were 11 such copies a step until 2026-11-27).
 //
 // Exits 77 with the reason where the device has no kernels (no CUDA build, no GPU).
 // tests/gpu/run.sh runs it on a lent GPU; the test suite runs it once on the cpu, small.
@@ -73,17 +75,18 @@ void time_it(const Options& o, int batch, const std::string& what, const Tensor&
 }
 
 // --device null: a device whose kernels and copies do nothing.
+long g_null_calls = 0;   // kernel-table calls made on the null device
+long g_null_copies = 0;  // copies between host and device (on a GPU, a wait for it each)
+
 class NullGpu final : public DeviceBackend {
  public:
   int count() override { return 1; }
   void* alloc(Device, size_t bytes) override { return std::malloc(bytes); }
   void free(Device, void* p) override { std::free(p); }
-  void copy(void*, Device, const void*, Device, size_t) override {}
+  void copy(void*, Device, const void*, Device, size_t) override { ++g_null_copies; }
   void add(Device, long, const float*, const float*, float*) override {}
   void fill(Device, long, float, float*) override {}
 };
-
-long g_null_calls = 0;  // kernel-table calls made on the null device
 
 template <typename R, typename... A>
 constexpr auto nothing(R (*)(A...)) {
@@ -114,7 +117,9 @@ const KernelTable& null_kernels() {
   return t;
 }
 
-void run_batch(const Options& o, int B) {
+// False when a step on the null device copied between host and device: on a GPU each such copy
+// (cudaMemcpy) waits for the work before it, so a step must make none.
+bool run_batch(const Options& o, int B) {
   std::mt19937 rng(5);
   const Device d = o.device;
   Net net(3, 32, 5);
@@ -131,14 +136,22 @@ void run_batch(const Options& o, int B) {
     opt.step();
   });
   if (o.null_device) {  // every other figure would be the same bookkeeping
-    const long before = g_null_calls;
+    const long before = g_null_calls, copies_before = g_null_copies;
     opt.zero_grad();
     Tensor loss = cross_entropy(net.forward(x), labels);
     loss.backward();
     opt.step();
+    const long copies = g_null_copies - copies_before;
     std::printf("op-times null batch %3d  kernel-table calls per step: %ld\n", B,
                 g_null_calls - before);
-    return;
+    std::printf("op-times null batch %3d  copies between host and device per step: %ld\n", B,
+                copies);
+    if (copies > 0)
+      std::fprintf(stderr,
+                   "op-times: a step copied %ld times between host and device: on a GPU each "
+                   "copy waits for the work queued before it\n",
+                   copies);
+    return copies == 0;
   }
   // Layer by layer, on inputs of the shapes the net gives them.
   Tensor a1 = random(Shape{B, 6, 14, 14}, d, rng), f0 = random(Shape{B, 400}, d, rng);
@@ -174,6 +187,7 @@ void run_batch(const Options& o, int B) {
               int(cols), 0.0f, dw.data(), K);
     });
   }
+  return true;
 }
 
 std::vector<int> parse_ints(const std::string& s) {
@@ -218,6 +232,7 @@ int main(int argc, char** argv) {
     std::printf("skip: %s\n", why.c_str());
     return 77;
   }
-  for (int b : o.batches) run_batch(o, b);
-  return 0;
+  bool ok = true;
+  for (int b : o.batches) ok = run_batch(o, b) && ok;
+  return ok ? 0 : 1;
 }
