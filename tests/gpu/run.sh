@@ -24,11 +24,11 @@
 # Each step has a limit that keeps the whole run inside a 15-minute device lease.
 # Every step's log goes into one file, $OUT/suite.log (or ./gpu-logs/suite.log: the device tool
 # brings back 8 files at most); the last line is "gpu suite: N passed, N failed".
-#   tests/gpu/run.sh [BUNDLE [all|comm|train|mps]]   (default: build-gpu, made here by tests/gpu/pack.sh; unpacked
+#   tests/gpu/run.sh [BUNDLE [all|comm|train|bench|mps]]   (default: build-gpu, made here by tests/gpu/pack.sh; unpacked
 #                                   from BUNDLE.tar.xz when only that was carried)
 set -u
 bundle=${1:-build-gpu}
-part=${2:-all}  # all | comm (steps 1-6) | train (step 7): two calls fit the 10-minute limit | mps (8)
+part=${2:-all}  # all | comm (steps 1-6) | train (step 7 but the bench) | bench (7's PyTorch comparison): each fits a 10-minute call | mps (8)
 want() { [ "$part" = all ] || [ "$part" = "$1" ]; }
 if [ ! -d "$bundle" ] && [ -f "$bundle.tar.xz" ]; then tar -xJf "$bundle.tar.xz"; fi
 bin=$bundle/bin
@@ -129,13 +129,15 @@ step model_parallel_cpu_cuda 60 env CHORUS_ALLOW_SHARED_GPU=1 "$bin/chorus-run" 
   "$bin/ddp_model_parallel" cpu cuda:0
 step model_parallel_cuda_cuda 60 env CHORUS_ALLOW_SHARED_GPU=1 "$bin/chorus-run" -n 2 \
   "$bin/ddp_model_parallel" cuda:0 cuda:0
-step train_bench 420 python3 bench/gpu/train_compare.py "$bin" --steps 100 --rounds 2 \
-  --fashion-dir "$bundle/data/fashion-mnist" --accuracy-epochs 3
-grep -h "^#\|^  \|accuracy" "$logs/train_bench.log" 2>/dev/null
 if PATH=$PATH:/usr/local/cuda/bin command -v compute-sanitizer >/dev/null; then
   step sanitizer_cuda_ops 120 env PATH="$PATH:/usr/local/cuda/bin" compute-sanitizer --tool memcheck \
     --error-exitcode 1 "$bin/test_cuda_ops"
 fi
+fi
+if want bench; then  # chorus against PyTorch eager (a call of its own: up to 7 minutes)
+step train_bench 420 python3 bench/gpu/train_compare.py "$bin" --steps 100 --rounds 2 \
+  --fashion-dir "$bundle/data/fashion-mnist" --accuracy-epochs 3
+grep -h "^#\|^  \|accuracy" "$logs/train_bench.log" 2>/dev/null
 fi
 if want comm; then
 PATH=$PATH:/usr/local/cuda/bin:/usr/local/cuda/compute-sanitizer
