@@ -1,12 +1,13 @@
 // A training step captured once as a CUDA graph and replayed (train_cnn --cuda-graph): the
-// launches of a step -- forward, loss, backward, the optimizer's update -- become one graph launch,
-// which for a network as small as the tutorial's is most of a step's cost on a GPU.
+// launches of a step -- forward, loss, backward, the optimizer's update -- become one graph launch
+// (for a network as small as the tutorial's, launches are expected to weigh most in a step; not
+// yet measured on a GPU: bench/gpu/train_compare.py's "chorus 1 rank graph" row will say).
 //
 // As with PyTorch's torch.cuda.graphs, the step works on static inputs: tensors (and Labels) on
 // the device that the caller refills before each run(), and whose addresses the graph keeps. The
 // step's memory comes from a pool of its own (device_cache.h), reserved for the graph while it
-// lives: its outputs (the loss, the logits, the gradients) stay where the graph writes them, and
-// are read after run(). The first `warmup` runs are eager, on the same inputs, so that the
+// lives: its outputs (the loss, the logits) stay where the graph writes them, and are read after
+// run(). The first `warmup` runs are eager, on the same inputs, so that the
 // allocator's caches, the kernels' scratch buffers and the optimizer's momentum buffers reach
 // their steady state; the next run captures the step and replays it (the capture itself runs
 // nothing). Every run gives the bits the eager step would.
