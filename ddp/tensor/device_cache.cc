@@ -165,45 +165,28 @@ void* device_cache_get(Device d, size_t bytes) {
                     n == 0 ? " (no GPU, no driver, or a build without CUDA)" : ""));
   const size_t cls = device_size_class(bytes);
   Cache& c = cache();
-  int pool = -1;
+  int pool = -1;  // a capturing pool of this device serves the get, else the common cache
   {
     std::lock_guard<std::mutex> lock(c.mu);
-    if (c.capturing >= 0 && c.pools[c.capturing].device == d.index) {
-      pool = c.capturing;
-      std::vector<void*>& idle = c.pools[pool].idle[cls];
-      if (!idle.empty()) {
-        void* p = idle.back();
-        idle.pop_back();
-        c.stats.reused++;
-        c.stats.bytes_cached -= cls;
-        c.stats.bytes_in_use += cls;
-        return p;
-      }
-    }
-  }
-  if (pool >= 0) {  // a new block for the pool: never from the common cache's idle ones
-    void* p = backend.alloc(d, cls);
-    std::lock_guard<std::mutex> lock(c.mu);
-    c.owner[p] = pool;
-    c.pools[pool].blocks++;
-    c.stats.backend_allocs++;
-    c.stats.bytes_in_use += cls;
-    return p;
-  }
-  {
-    std::lock_guard<std::mutex> lock(c.mu);
-    auto it = c.idle.find({d.index, cls});
-    if (it != c.idle.end() && !it->second.empty()) {
-      void* p = it->second.back();
-      it->second.pop_back();
+    if (c.capturing >= 0 && c.pools[c.capturing].device == d.index) pool = c.capturing;
+    std::vector<void*>* idle = pool >= 0 ? &c.pools[pool].idle[cls] : nullptr;
+    if (!idle)
+      if (auto it = c.idle.find({d.index, cls}); it != c.idle.end()) idle = &it->second;
+    if (idle && !idle->empty()) {
+      void* p = idle->back();
+      idle->pop_back();
       c.stats.reused++;
       c.stats.bytes_cached -= cls;
       c.stats.bytes_in_use += cls;
       return p;
     }
   }
-  void* p = backend.alloc(d, cls);
+  void* p = backend.alloc(d, cls);  // a pool's new block never comes from the common cache
   std::lock_guard<std::mutex> lock(c.mu);
+  if (pool >= 0) {
+    c.owner[p] = pool;
+    c.pools[pool].blocks++;
+  }
   c.stats.backend_allocs++;
   c.stats.bytes_in_use += cls;
   return p;
