@@ -140,8 +140,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--single", single, "ignore launcher variables: train in this process alone");
   app.add_flag("--cuda-graph", cuda_graph,
-               "capture the training step as a CUDA graph and replay it (one process on a GPU; "
-               "ddp/train/step_graph.h)");
+               "capture the training step as a CUDA graph and replay it (on a GPU; with DDP "
+               "the gradient all-reduces run between two graphs; ddp/train/step_graph.h)");
   app.add_option("--fail-at-step", fail_at_step,
                  "testing: SIGKILL --fail-rank after this global step (first launch only)")
       ->group("");
@@ -255,15 +255,11 @@ int main(int argc, char** argv) {
       world = comm->size();
       newcomers();  // as the running ranks do in `grow` below
     }
-    if (cuda_graph && world > 1)
-      throw std::invalid_argument(fmt::format(
-          "train_cnn: --cuda-graph with {} ranks: DDP's gradient all-reduces are not captured in "
-          "the graph yet; train one rank, or drop --cuda-graph",
-          world));
     if (cuda_graph && dev.is_cpu())
       throw std::invalid_argument("train_cnn: --cuda-graph needs --device cuda, got " + dev.str());
-    // One rank under a launcher with --cuda-graph trains as one process (no DDP to capture).
-    chorus::Communicator* const train_comm = cuda_graph ? nullptr : comm;
+    // One rank under a launcher with --cuda-graph trains as one process (its whole step one
+    // graph); several ranks with DDP (two graphs a step, the all-reduces between them).
+    chorus::Communicator* const train_comm = cuda_graph && world == 1 ? nullptr : comm;
     std::unique_ptr<chorus::DistributedDataParallel> ddp;
     chorus::DdpOptions dopt;
     if (rejoin > 0) dopt.broadcast_parameters = false;  // the trainer sends the state

@@ -13,8 +13,9 @@ TF32 on either side.
    at each batch, on synthetic CIFAR-shaped data (3x32x32) and on Fashion-MNIST (shuffled, fed from
    host memory batch by batch, as train_cnn feeds it): chorus on 1 rank and on 2 ranks sharing the
    GPU (CHORUS_ALLOW_SHARED_GPU=1, the same global batch), PyTorch on 1 (its NCCL refuses two ranks
-   on one GPU); on a GPU also chorus on 1 rank with its step captured as a CUDA graph
-   (train_cnn --cuda-graph, "chorus 1 rank graph").
+   on one GPU); on a GPU also chorus with its step captured as CUDA graphs (train_cnn
+   --cuda-graph: "chorus 1 rank graph", and "chorus 2 ranks graph", where DDP's all-reduces run
+   between two graphs a step).
 2. Accuracy: --accuracy-epochs epochs of Fashion-MNIST at batch 64 on each side for each of
    --accuracy-seeds seeds, then the mean test accuracy of each and their difference (issue 12's
    bar: within 1 point; one seed alone wanders by more: 0.844-0.873 for chorus, 0.851-0.867 for
@@ -215,17 +216,19 @@ def main():
     for data, fdir in datasets:
         for batch in (int(b) for b in a.batches.split(",")):
             results = {"torch 1 rank": [], "chorus 1 rank": [], "chorus 2 ranks": []}
-            graph = a.device.startswith("cuda")  # train_cnn --cuda-graph: one rank on a GPU
+            graph = a.device.startswith("cuda")  # train_cnn --cuda-graph: on a GPU only
             if graph:
                 results["chorus 1 rank graph"] = []
+                results["chorus 2 ranks graph"] = []
             for _ in range(a.rounds):  # interleaved, round by round
                 results["torch 1 rank"].append(
                     torch_images_per_s(a.device, batch, a.steps, fashion if fdir else None))
                 results["chorus 1 rank"].append(chorus_images_per_s(a, 1, batch, a.steps, fdir))
                 results["chorus 2 ranks"].append(chorus_images_per_s(a, 2, batch, a.steps, fdir))
                 if graph:
-                    results["chorus 1 rank graph"].append(
-                        chorus_images_per_s(a, 1, batch, a.steps, fdir, ["--cuda-graph"]))
+                    for ranks in (1, 2):
+                        results[f"chorus {ranks} rank{'s' if ranks > 1 else ''} graph"].append(
+                            chorus_images_per_s(a, ranks, batch, a.steps, fdir, ["--cuda-graph"]))
             for name, v in results.items():
                 med = statistics.median(v)
                 rows.append((data, batch, name, med))

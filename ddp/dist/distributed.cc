@@ -246,7 +246,30 @@ void Reducer::on_grad_ready(int s) {
   } else {
     kt.div_scalar(n, dst, world_, dst);
   }
-  if (--bucket.pending == 0) launch_ready_buckets();
+  if (--bucket.pending == 0 && !deferred_) launch_ready_buckets();
+}
+
+void Reducer::sync_deferred(bool replayed) {
+  if (replayed) {
+    if (!complete_deferred_)
+      throw std::logic_error(
+          "ddp: sync_deferred(replayed) before any deferred backward finished with every "
+          "gradient (capture the step before replaying it)");
+    if (armed_)
+      throw std::logic_error(
+          "ddp: sync_deferred(replayed) after a forward through DDP: that backward ran eagerly");
+    armed_ = true;
+    next_launch_ = 0;
+    std::fill(ready_.begin(), ready_.end(), 1);
+    for (Bucket& b : buckets_) {
+      b.pending = 0;
+      b.launched = false;
+    }
+  }
+  if (!armed_) return;  // no forward through DDP since the last sync (as finish())
+  launch_ready_buckets();
+  finish();
+  complete_deferred_ = true;
 }
 
 void Reducer::launch_ready_buckets() {

@@ -26,6 +26,11 @@
 //     after them.
 //   - no_sync(): while the guard lives, backward only accumulates into the buckets; the next
 //     synchronised backward reduces the accumulated sum.
+//   - CUDA graphs (Trainer with cuda_graph): a graph replays kernels, not host code, so no hook
+//     runs at a replay, and an all-reduce cannot be captured (its host exchange runs at every
+//     call). The reducer is set to defer its launches: the hooks divide the gradients as always
+//     (kernels, captured) but launch nothing; after the graph's run, sync_deferred() launches
+//     every bucket in order and waits as finish() does (no overlap with backward, the same bits).
 //
 // Threading: one thread drives forward/backward/finish; the communicator's progress thread runs
 // the all-reduces. Buckets must not be touched between launch and finish_gradient_sync().
@@ -84,6 +89,14 @@ class Reducer {
   // last backward was not armed.
   void finish();
 
+  // CUDA graphs (above). While deferred, a backward launches no all-reduce; sync_deferred() then
+  // launches every bucket and finishes. `replayed`: the backward was a graph's replay, whose
+  // hooks did not run: the bookkeeping is the captured backward's, which had every gradient (it
+  // went through sync_deferred before: a backward with a gradient missing throws there, naming
+  // it, and a replay before any such backward throws std::logic_error).
+  void set_deferred(bool on) { deferred_ = on; }
+  void sync_deferred(bool replayed);
+
   const std::vector<BucketInfo>& buckets() const;
   int buckets_launched() const { return next_launch_; }
   // True when bucket i's all-reduce has completed (polls; false when not launched).
@@ -127,6 +140,8 @@ class Reducer {
   std::vector<char> ready_;  // per slot, this backward
   int next_launch_ = 0;
   bool armed_ = false;
+  bool deferred_ = false;
+  bool complete_deferred_ = false;  // a deferred backward has finished with every gradient
   float world_ = 1;
   SyncStats stats_;
   std::shared_ptr<char> alive_ = std::make_shared<char>(0);  // hooks check it (see the constructor)

@@ -47,15 +47,27 @@ class CudaBackend final : public DeviceBackend {
     kernels::cuda::nn::set_device(d.index);
     kernels::cuda::nn::fill(n, value, y);
   }
+  // Streams and events are the DDP buckets' (their all-reduces run outside any graph: an
+  // event recorded on the legacy stream while capturing would order nothing the graph does).
+  static void not_capturing(const char* what, Device d) {
+    if (kernels::cuda::nn::capturing())
+      throw std::runtime_error(fmt::format(
+          "{} on {} inside a captured step: the all-reduces of DDP's buckets run between the "
+          "graphs (Reducer::set_deferred)",
+          what, d.str()));
+  }
   void* new_stream(Device d) override {
+    not_capturing("creating a stream", d);
     void* s = nullptr;
     check(kernels::cuda::stream_create(d.index, &s), "creating a stream", d);
     return s;
   }
   void record_event(Device d, void* stream, void** event) override {
+    not_capturing("recording an event", d);
     check(kernels::cuda::event_record(d.index, stream, event), "recording an event", d);
   }
   void wait_event(Device d, void* stream, void* event) override {
+    not_capturing("waiting for an event", d);
     check(kernels::cuda::stream_wait_event(d.index, stream, event), "waiting for an event", d);
   }
   void capture_begin(Device d) override { kernels::cuda::nn::capture_begin(d.index); }

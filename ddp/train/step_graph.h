@@ -16,6 +16,10 @@
 // device): inside the capture that throws, naming the call, and nothing is captured. Nor may it
 // depend on host state that changes between runs (the graph replays the first capture's launches
 // with their arguments): the learning rate, the shapes, which parameters have gradients.
+//
+// With DDP a step is two StepGraphs -- forward and backward, then the optimizer's update -- and
+// the host launches the buckets' all-reduces between them (Trainer::graphed_step,
+// Reducer::sync_deferred): an all-reduce is not captured.
 #pragma once
 
 #include <functional>

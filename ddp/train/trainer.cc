@@ -41,11 +41,14 @@ Trainer::Trainer(Module& model, Sgd& optimizer, DataLoader& train, const Dataset
   if (options_.cuda_graph) {
     if (options_.device.is_cpu())
       throw std::invalid_argument("Trainer: cuda_graph needs a cuda device, got cpu");
-    if (options_.ddp || options_.comm || options_.recover || options_.grow || options_.leave ||
-        options_.joined || options_.after_backward || options_.before_sync)
+    if (options_.recover || options_.grow || options_.leave || options_.joined)
       throw std::invalid_argument(
-          "Trainer: cuda_graph with DDP, a communicator or elastic training: the gradient "
-          "all-reduces are not captured in the graph; train one process, or without cuda_graph");
+          "Trainer: cuda_graph with elastic training: a graph keeps the addresses and the world "
+          "size of its capture; train without one of them");
+    if (options_.comm && options_.comm->size() > 1 && !options_.ddp)
+      throw std::invalid_argument(
+          "Trainer: cuda_graph with a communicator of several ranks but no DDP: nothing would "
+          "keep the ranks' gradients in step");
   }
 }
 
@@ -61,13 +64,41 @@ void Trainer::graphed_step(const Batch& batch) {
   }
   g.images.copy_from(batch.images);
   g.labels.set(batch.labels, train_.dataset().num_classes());
-  g.graph->run([&] {
-    optimizer_.zero_grad();
-    g.logits = model_.forward(g.images);
-    g.loss = cross_entropy(g.logits, g.labels);
-    g.loss.backward();
-    optimizer_.step();
-  });
+  DistributedDataParallel* ddp = options_.ddp;
+  if (!ddp) {
+    g.graph->run([&] {
+      optimizer_.zero_grad();
+      g.logits = model_.forward(g.images);
+      g.loss = cross_entropy(g.logits, g.labels);
+      g.loss.backward();
+      optimizer_.step();
+    });
+    return;
+  }
+  // DDP: forward and backward as one graph, whose gradient hooks (run while warming up and
+  // capturing, not at replays) divide but launch nothing; then the all-reduces, launched here;
+  // then the update as a second graph.
+  if (!g.update) g.update = std::make_unique<StepGraph>(options_.device);
+  bool ran = false;  // the step itself ran (warm-up or capture), not only a replay
+  Reducer& reducer = ddp->reducer();
+  reducer.set_deferred(true);
+  try {
+    g.graph->run([&] {
+      ran = true;
+      optimizer_.zero_grad();
+      g.logits = ddp->forward(g.images);
+      g.loss = cross_entropy(g.logits, g.labels);
+      g.loss.backward();
+    });
+  } catch (...) {
+    reducer.set_deferred(false);
+    throw;
+  }
+  reducer.set_deferred(false);
+  if (options_.before_sync) options_.before_sync(global_step_ + 1);
+  reducer.sync_deferred(/*replayed=*/!ran);
+  if (options_.after_backward) options_.after_backward();
+  g.update->run([&] { optimizer_.step(); });
 }
 
 void Trainer::save(int64_t epoch, int64_t step_in_epoch) {

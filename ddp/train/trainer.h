@@ -58,9 +58,12 @@ struct TrainOptions {
   // bucket all-reduces to finish. Optional.
   std::function<void()> after_backward;
   // Capture the step as a CUDA graph and replay it (ddp/train/step_graph.h; train_cnn
-  // --cuda-graph): one process on a cuda device, no DDP, no elastic options, no after_backward.
-  // Batches of the first batch's size go through the graph (two eager warm-up steps, then the
-  // capture); a batch of another size (an epoch's last) runs eagerly. The same bits as without.
+  // --cuda-graph): on a cuda device, no elastic options. Batches of the first batch's size go
+  // through the graph (two eager warm-up steps, then the capture); a batch of another size (an
+  // epoch's last) runs eagerly. The same bits as without. With DDP the step is two graphs --
+  // forward and backward, then the optimizer's update -- with the buckets' all-reduces between
+  // them, launched by the host (Reducer::sync_deferred: an all-reduce is not captured), and
+  // before_sync / after_backward called there as in an eager step.
   bool cuda_graph = false;
 
   // ---- distributed (all optional) ----
@@ -134,6 +137,7 @@ class Trainer {
   // --cuda-graph: the graph, its static inputs and the outputs it writes.
   struct Graphed {
     std::unique_ptr<StepGraph> graph;
+    std::unique_ptr<StepGraph> update;  // with DDP: the optimizer's step, after the all-reduces
     int64_t batch = 0;
     Tensor images, logits, loss;
     Labels labels;

@@ -14,10 +14,11 @@ namespace {
 // The capture under way (the kernels it records), or null.
 std::vector<std::function<void()>>* g_tape = nullptr;
 
-[[noreturn]] void not_in_capture(const char* what) {
-  throw std::runtime_error(std::string("emulated gpu: ") + what +
-                           " inside a captured step (it would wait for the GPU)");
+[[noreturn]] void not_in_capture(const char* what, const char* why = "it would wait for the GPU") {
+  throw std::runtime_error(std::string("emulated gpu: ") + what + " inside a captured step (" +
+                           why + ")");
 }
+constexpr const char* kStreams = "DDP's streams and events work outside the graphs";
 
 // Kernel-table entry M of the cpu's table, recorded while capturing.
 template <typename F>
@@ -141,16 +142,19 @@ void EmulatedGpu::graph_destroy(Device, void* graph) {
 }
 
 void* EmulatedGpu::new_stream(Device) {
+  if (g_tape) not_in_capture("a new stream", kStreams);
   trace.push_back("new comm");
   return kCommStream;
 }
 
 void EmulatedGpu::record_event(Device, void* stream, void** event) {
+  if (g_tape) not_in_capture("an event", kStreams);
   if (*event == nullptr) *event = reinterpret_cast<void*>(++events_);
   trace.push_back("record " + event_name(*event) + " on " + stream_name(stream));
 }
 
 void EmulatedGpu::wait_event(Device, void* stream, void* event) {
+  if (g_tape) not_in_capture("a wait for an event", kStreams);
   trace.push_back("wait " + stream_name(stream) + " for " + event_name(event));
 }
 

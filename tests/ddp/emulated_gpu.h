@@ -25,8 +25,9 @@ class EmulatedGpu final : public DeviceBackend {
   void fill(Device, long n, float value, float* y) override;
   // CUDA graphs as CUDA captures them: between capture_begin and capture_end every kernel (the
   // kernel table's, add, fill) is recorded with its arguments, not run; a kernel that returns a
-  // host value, argmax, NLL labels in host memory and copy() throw, as they would on a GPU. The
-  // graph replays the recording in order. `captured_kernels`: the last capture's length.
+  // host value, argmax, NLL labels in host memory and copy() throw, as they would on a GPU, and
+  // so do streams and events (DDP's, whose all-reduces a graph cannot hold). The graph replays
+  // the recording in order. `captured_kernels`: the last capture's length.
   void capture_begin(Device) override;
   void* capture_end(Device) override;
   void graph_launch(Device, void* graph) override;

@@ -6,10 +6,15 @@
 // bit (the last, smaller batch of each epoch eager, between replays); a step that waits for the
 // GPU inside the capture is refused naming what; the allocator's graph pool never hands out
 // memory the graph writes; Labels on the device give cross_entropy's bits.
+// With DDP (2 ranks, the communicator's device path emulated): two graphs a step, the all-reduces
+// launched between them, the eager DDP trainer's bits.
 #include <catch2/catch.hpp>
 
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
+#include <memory>
+#include <optional>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -17,6 +22,7 @@
 
 #include "ddp/data/data_loader.h"
 #include "ddp/data/dataset.h"
+#include "ddp/dist/distributed.h"
 #include "ddp/nn/modules.h"
 #include "ddp/nn/optim.h"
 #include "ddp/ops/ops.h"
@@ -25,9 +31,12 @@
 #include "ddp/train/trainer.h"
 #include "emulated_gpu.h"
 #include "error_of.h"
+#include "harness.h"
 
 using namespace chorus;
 using chorus::test::error_of;
+using chorus::test::run_ranks;
+using chorus::test::RunOptions;
 
 namespace {
 
@@ -48,12 +57,22 @@ struct Run {
   size_t backend_allocs_epoch2 = 0;  // new device blocks during the second epoch
 };
 
-// Two epochs of 200 samples at batch 32: six full batches and one of 8 in each.
-Run train(bool cuda_graph) {
-  auto data = make_synthetic(200, Shape{3, 32, 32}, 10, 5);
+// Two epochs of 200 samples at batch 32: six full batches and one of 8 in each. With `comm`:
+// DDP over it (several buckets), each rank on data of its own.
+Run train(bool cuda_graph, Communicator* comm = nullptr) {
+  const uint64_t seed = 5 + static_cast<uint64_t>(comm ? comm->rank() : 0);
+  auto data = make_synthetic(200, Shape{3, 32, 32}, 10, seed);
   auto test = make_synthetic(64, Shape{3, 32, 32}, 10, 5, 1);
   Net net(3, 32, 7);
   net.to(kGpu);
+  std::unique_ptr<DistributedDataParallel> ddp;
+  if (comm) {
+    DdpOptions o;
+    o.device = kGpu.str();
+    o.reducer.first_bucket_bytes = 4096;
+    o.reducer.bucket_cap_bytes = 65536;
+    ddp = std::make_unique<DistributedDataParallel>(net, *comm, o);
+  }
   Sgd opt(net.parameters(), {.lr = 0.02f, .momentum = 0.9f, .weight_decay = 5e-4f});
   LoaderOptions lo;
   lo.batch_size = 32;
@@ -65,6 +84,8 @@ Run train(bool cuda_graph) {
   to.progress = false;
   to.record_step_losses = true;
   to.cuda_graph = cuda_graph;
+  to.comm = comm;
+  to.ddp = ddp.get();
   std::FILE* devnull = std::fopen("/dev/null", "w");
   to.out = devnull;
   Trainer trainer(net, opt, loader, test.get(), to);
@@ -203,7 +224,7 @@ TEST_CASE("Labels on the device give cross_entropy's bits; bad labels are named"
         }) == "nll_loss: input is on cpu but labels are on cuda:0");
 }
 
-TEST_CASE("cuda_graph is refused on the cpu and with DDP, naming why", "[graph]") {
+TEST_CASE("cuda_graph is refused on the cpu and with elastic training, naming why", "[graph]") {
   emulate();
   auto data = make_synthetic(8, Shape{3, 32, 32}, 10, 5);
   Net net(3, 32, 7);
@@ -214,7 +235,65 @@ TEST_CASE("cuda_graph is refused on the cpu and with DDP, naming why", "[graph]"
   CHECK(error_of([&] { Trainer(net, opt, loader, nullptr, to); }) ==
         "Trainer: cuda_graph needs a cuda device, got cpu");
   to.device = kGpu;
-  to.after_backward = [] {};
+  to.leave = [](int64_t) { return std::optional<TrainOptions::Recovered>(); };
   CHECK_THAT(error_of([&] { Trainer(net, opt, loader, nullptr, to); }),
-             Catch::StartsWith("Trainer: cuda_graph with DDP, a communicator or elastic"));
+             Catch::StartsWith("Trainer: cuda_graph with elastic training"));
+}
+
+// DDP with the step as CUDA graphs: forward and backward captured (the gradient hooks' divisions
+// with them), the buckets' all-reduces launched by the host between that graph and the update's.
+// 2 ranks on the emulated GPU, the communicator's device path emulated (as in ddp_device_ddp); on
+// a GPU where CHORUS_TEST_TRAIN_DEVICE=cuda:0 (tests/gpu/run.sh), the two ranks sharing it.
+TEST_CASE("DDP with cuda_graph: two graphs a step, the all-reduces between, the eager bits",
+          "[graph][ddp]") {
+  const char* named = std::getenv("CHORUS_TEST_TRAIN_DEVICE");
+  const bool real = named && *named;
+  if (real && std::string(named) != kGpu.str())
+    FAIL("CHORUS_TEST_TRAIN_DEVICE=" << named << ": this case runs on " << kGpu.str() << " only");
+  RunOptions o;
+  o.env = {{"CHORUS_TIMEOUT", "30"}, {"CHORUS_ALLOW_SHARED_GPU", "1"}};
+  if (!real) o.env["CHORUS_TEST_GPU_UUID"] = "GPU-emulated-0";
+  o.limit_seconds = 200;
+  auto res = run_ranks(
+      2,
+      [real](int rank) {
+        if (!real) test::use_emulated_gpu();
+        auto comm = Communicator::from_env();
+        auto fail = [rank](const std::string& what) {
+          std::fprintf(stderr, "rank %d: %s\n", rank, what.c_str());
+          return 1;
+        };
+        const Run eager = train(false, &comm);
+        test::EmulatedGpu& gpu = test::emulated_gpu();
+        gpu.graph_launches = 0;
+        const Run graphed = train(true, &comm);
+        if (eager.losses.size() != 14) return fail("expected 14 steps");
+        if (graphed.losses != eager.losses) return fail("the losses differ from the eager run's");
+        if (graphed.params != eager.params) return fail("the parameters differ");
+        if (graphed.test_acc != eager.test_acc) return fail("the test accuracy differs");
+        // 12 full batches, two graphs each: 2 eager warm-ups, the captures, 9 replays.
+        if (!real && gpu.graph_launches != 20)
+          return fail("graph launches: " + std::to_string(gpu.graph_launches) + ", expected 20");
+        // Every rank ends with the same parameters (the all-reduces ran at every replay).
+        std::vector<float> flat, other;
+        for (const auto& p : graphed.params) flat.insert(flat.end(), p.begin(), p.end());
+        other = flat;
+        comm.broadcast(other.data(), other.size(), chorusFloat32, 0);
+        if (other != flat) return fail("the ranks' parameters differ");
+        // A replay's sync before any captured backward went through is refused.
+        Net net(3, 32, 7);
+        net.to(kGpu);
+        DdpOptions d;
+        d.device = kGpu.str();
+        DistributedDataParallel ddp(net, comm, d);
+        const std::string why = error_of([&] { ddp.reducer().sync_deferred(true); });
+        if (why.find("before any deferred backward finished") == std::string::npos)
+          return fail("sync_deferred(replayed) first: " + why);
+        return 0;
+      },
+      o);
+  for (size_t r = 0; r < res.size(); ++r) {
+    INFO("rank " << r << ":\n" << res[r].output);
+    CHECK(res[r].exit_code == 0);
+  }
 }

@@ -16,7 +16,7 @@
 #   7. training on the GPU: every CNN operator forward and backward against the cpu, steps of the
 #      net on both (test_cuda_ops); the step's time op by op (op-times); train_cnn --device cuda
 #      on 1 rank (also with TF32, and with the step as a CUDA graph), and DDP on 2 ranks sharing
-#      the GPU, on synthetic CIFAR-shaped data; a kill -9
+#      the GPU (also with CUDA graphs), on synthetic CIFAR-shaped data; a kill -9
 #      and restart from a snapshot ending bit for bit as an uninterrupted run (test_restart); the
 #      model-parallel example split cpu + cuda and cuda + cuda; then images/s against PyTorch
 #      eager on the same GPU, synthetic and Fashion-MNIST, and the test accuracy of each after 3
@@ -97,6 +97,9 @@ step cuda_ops 120 "$bin/test_cuda_ops"
 # DDP against one process at batch W*B on the GPU, step by step, W = 2 and 3 ranks sharing it,
 # with and without no_sync (tests/ddp/test_equivalence.cc, its [device] case).
 step ddp_equivalence 150 env CHORUS_TEST_TRAIN_DEVICE=cuda:0 "$bin/test_equivalence" '[device]'
+# DDP with the step as CUDA graphs against eager DDP, bit for bit, 2 ranks sharing the GPU
+# (tests/ddp/test_step_graph.cc).
+step ddp_graph 120 env CHORUS_TEST_TRAIN_DEVICE=cuda:0 "$bin/test_step_graph" 'DDP with cuda_graph*'
 # Where a step's time goes, op by op, batch 64 and 256 (bench/gpu/op_times.cc).
 step op_times 90 "$bin/op-times" --device cuda:0
 step op_times_host 30 "$bin/op-times" --device null --reps 200  # the host's share of a step
@@ -112,14 +115,16 @@ train p1_b256 1 256
 train p2_b32 2 32
 train p1_b256_tf32 1 256 CHORUS_ALLOW_TF32=1  # the GEMMs on the tensor cores (images/s, accuracy)
 # The step captured as a CUDA graph and replayed (train_cnn --cuda-graph, ddp/train/step_graph.h).
-train_graph() {  # name, batch
-  step "train_$1" 120 "$bin/train_cnn" --device cuda:0 --cuda-graph --data synthetic \
-    --synthetic-size 8192 --synthetic-shape 3x32x32 --epochs 2 --batch-size "$2" --log-every 16 \
-    --no-progress
+# With 2 ranks: DDP, forward+backward and the update as two graphs, the all-reduces between.
+train_graph() {  # name, ranks, batch
+  step "train_$1" 120 env CHORUS_ALLOW_SHARED_GPU=1 "$bin/chorus-run" -n "$2" "$bin/train_cnn" \
+    --device cuda:0 --cuda-graph --data synthetic --synthetic-size 8192 \
+    --synthetic-shape 3x32x32 --epochs 2 --batch-size "$3" --log-every 16 --no-progress
   grep -h "images/s\|accuracy\|error" "$logs/train_$1.log" 2>/dev/null | tail -4
 }
-train_graph graph_b64 64
-train_graph graph_b256 256
+train_graph graph_b64 1 64
+train_graph graph_b256 1 256
+train_graph graph_p2_b32 2 32
 # A kill -9 mid-epoch and the restart from the newest snapshot end with the parameters of an
 # uninterrupted run, bit for bit, on the GPU (2 ranks sharing it; tests/ddp/test_restart.cc).
 step train_resume 150 env CHORUS_TEST_TRAIN_DEVICE=cuda:0 CHORUS_RUN="$bin/chorus-run" \
