@@ -109,6 +109,16 @@ void release_device_waits(DeviceIpc& st) {
              kernels::cuda::ipc().error_string(rc));
 }
 
+Status with_peer_news(CommImpl& comm, const Status& s) {
+  Status why = comm.error();
+  for (int i = 0; i < 200 && why.is_ok(); ++i) {
+    usleep(10000);
+    why = comm.error();
+  }
+  if (why.is_ok()) return s;
+  return Status(s.code(), s.message() + "; the communicator failed: " + why.message());
+}
+
 }  // namespace chorus
 
 namespace chorus::capi {
@@ -245,7 +255,7 @@ class Enqueuer {
  public:
   // `call`: what the call is, for CHORUS_DEVICE_TIMING's report (made only when it is on).
   Enqueuer(CommImpl& comm, DeviceIpc& st, int rank, void* stream, const std::string& call)
-      : st_(st), r_(rank), stream_(stream), timer_(timing(comm, st), call, stream) {}
+      : comm_(comm), st_(st), r_(rank), stream_(stream), timer_(timing(comm, st), call, stream) {}
 
   // Rank q's flag words, mapped at first use from its exported handle.
   Status map_flags(int q, const kc::IpcHandle& h) {
@@ -254,7 +264,7 @@ class Enqueuer {
     if (q == r_) {
       f = st_.flags;
     } else if (int rc = kc::ipc().open(h, &f); rc != 0) {
-      return failed(fmt::format("mapping rank {}'s flag words", q), rc);
+      return with_peer_news(comm_, failed(fmt::format("mapping rank {}'s flag words", q), rc));
     }
     st_.peer_flags[q] = static_cast<uint32_t*>(f);
     return Status::ok();
@@ -346,6 +356,7 @@ class Enqueuer {
     return make_error(Code::kSystemError, "{} failed: {}", what, ipc_error(rc));
   }
 
+  CommImpl& comm_;
   DeviceIpc& st_;
   const int r_;
   void* const stream_;
@@ -492,8 +503,10 @@ chorusResult_t device_collective(chorusComm_t h, CommImpl& comm, const Call& cal
     if (b.rank != r) {
       Result<void*> at = open_peer(st, b.rank, b.recv ? all[b.rank].recv : all[b.rank].send);
       if (!at.is_ok())
-        return make_error(Code::kSystemError, "mapping rank {}'s {} failed: {}", b.rank,
-                          b.recv ? "recvbuff" : "sendbuff", at.status().message());
+        return with_peer_news(
+            comm, Status(Code::kSystemError,
+                         fmt::format("mapping rank {}'s {} failed: {}", b.rank,
+                                     b.recv ? "recvbuff" : "sendbuff", at.status().message())));
       ptr = *at;
     }
     mapped[key] = static_cast<char*>(ptr);
@@ -705,8 +718,9 @@ chorusResult_t device_p2p(chorusComm_t h, CommImpl& comm, const std::vector<Devi
   each(false, [&](size_t i, int q) -> Status {
     Result<void*> src = open_peer(st, q, match[i]->send);
     if (!src.is_ok())
-      return make_error(Code::kSystemError, "mapping rank {}'s sendbuff failed: {}", q,
-                        src.status().message());
+      return with_peer_news(
+          comm, Status(Code::kSystemError, fmt::format("mapping rank {}'s sendbuff failed: {}", q,
+                                                       src.status().message())));
     const void* in = *src;
     return gpu.fold(kernels::DType::kU8, kernels::RedOp::kSum, {in}, {items[i].args.recvbuff},
                     mine[i].count * dtype_size(mine[i].datatype), 0,

@@ -63,6 +63,12 @@ std::array<uint32_t, 5 * kMaxDeviceRanks> device_release_values(const DeviceIpc&
 // Whether a call's buffers are (at least partly) device memory and take the device path.
 bool device_buffers(const void* sendbuff, const void* recvbuff);
 
+// `s`, a failure with a peer's resources (mapping its memory or flag words, its descriptor
+// socket), with the communicator's own error added: when the peer died or failed, the watch
+// channel or its abort usually says so within milliseconds, and says more than a mapping error
+// does; it is waited for up to 2 s (never past the communicator's failure).
+Status with_peer_news(CommImpl& comm, const Status& s);
+
 }  // namespace chorus
 
 namespace chorus::capi {

@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "collectives/comm.h"
+#include "collectives/device_ops.h"
 #include "common/log.h"
 #include "common/socket.h"
 #include "transport/fd_pass.h"
@@ -105,14 +106,9 @@ VmmState::Exported* registered(VmmState& v, const kc::VmmAllocation& a, int rank
 // (the watch channel's, or q's abort) usually follows within milliseconds and says more than a
 // reset connection, so it is waited for a little and added.
 Status fail(CommImpl& comm, int q, const std::string& what, const Status& s) {
-  Status why = comm.error();
-  for (int i = 0; i < 200 && why.is_ok(); ++i) {
-    usleep(10000);
-    why = comm.error();
-  }
-  return make_error(s.code() == Code::kOk ? Code::kSystemError : s.code(),
-                    "rank {}: {} rank {} failed: {}{}", comm.rank(), what, q, s.message(),
-                    why.is_ok() ? std::string() : "; the communicator failed: " + why.message());
+  return with_peer_news(comm, Status(s.code() == Code::kOk ? Code::kSystemError : s.code(),
+                                     fmt::format("rank {}: {} rank {} failed: {}", comm.rank(),
+                                                 what, q, s.message())));
 }
 
 // fn(slice) with slices of at most 100 ms until it succeeds, fails otherwise than by a timeout,

@@ -324,13 +324,6 @@ int main(int argc, char** argv) {
       elastic = true;
     if (rejoin == 0)
       for (int r = 0; r < world; ++r) members.push_back(r);
-    if (elastic && comm && !dev.is_cpu()) {  // said, not silently dropped
-      chorus::print_primary(comm,
-                            "train_cnn: note: elastic training runs on the cpu only so far; on {} "
-                            "a rank's death ends the job\n",
-                            dev.str());
-      elastic = false;
-    }
     if (elastic && comm) {
       to.sampler = &sampler;
       to.recover = [&](const chorus::Error&) {

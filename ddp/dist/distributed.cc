@@ -304,6 +304,15 @@ void Reducer::join_comm_streams() {
   }
 }
 
+void Reducer::drain(double seconds) {
+  for (auto& [index, cs] : comm_streams_)
+    if (!cuda_backend().drained(Device::cuda(index), {nullptr, cs.stream}, seconds))
+      throw std::runtime_error(fmt::format(
+          "ddp: the failed step's GPU work on cuda:{} did not end within {:g} s (a stream still "
+          "waits for a signal from a rank that failed): cannot roll back",
+          index, seconds));
+}
+
 bool Reducer::bucket_done(int i) {
   Bucket& b = buckets_.at(static_cast<size_t>(i));
   return b.launched && (b.on_gpu || b.work.test());  // a GPU bucket: enqueued

@@ -97,6 +97,12 @@ class Reducer {
   void set_deferred(bool on) { deferred_ = on; }
   void sync_deferred(bool replayed);
 
+  // Elastic training, after a failed step and before rolling back: waits until the GPU work of
+  // the buckets' devices (their default streams and communication streams) has ended -- a stream
+  // wait on a rank that died ends once the communicator's failure releases it -- for at most
+  // `seconds`; throws when it has not (a roll-back would queue behind it for ever). No-op on cpu.
+  void drain(double seconds);
+
   const std::vector<BucketInfo>& buckets() const;
   int buckets_launched() const { return next_launch_; }
   // True when bucket i's all-reduce has completed (polls; false when not launched).

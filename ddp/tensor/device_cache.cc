@@ -4,9 +4,11 @@
 #include <fmt/format.h>
 
 #include <atomic>
+#include <chrono>
 #include <map>
 #include <mutex>
 #include <stdexcept>
+#include <thread>
 #include <vector>
 
 #include "kernels/cuda/memory.h"
@@ -70,6 +72,29 @@ class CudaBackend final : public DeviceBackend {
     not_capturing("waiting for an event", d);
     check(kernels::cuda::stream_wait_event(d.index, stream, event), "waiting for an event", d);
   }
+  bool drained(Device d, const std::vector<void*>& streams, double seconds) override {
+    std::vector<void*> events(streams.size(), nullptr);
+    struct Free {
+      std::vector<void*>& e;
+      ~Free() {
+        for (void* x : e) kernels::cuda::event_free(x);
+      }
+    } free_events{events};
+    for (size_t i = 0; i < streams.size(); ++i)
+      check(kernels::cuda::event_record(d.index, streams[i], &events[i]), "recording an event", d);
+    const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+    for (size_t i = 0; i < events.size();) {
+      const int rc = kernels::cuda::event_query(events[i]);
+      if (rc == 0) {
+        ++i;
+        continue;
+      }
+      if (rc != kernels::cuda::kEventPending) check(rc, "waiting for a stream", d);
+      if (std::chrono::steady_clock::now() > end) return false;
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    return true;
+  }
   void capture_begin(Device d) override { kernels::cuda::nn::capture_begin(d.index); }
   void* capture_end(Device) override { return kernels::cuda::nn::capture_end(); }
   void graph_launch(Device d, void* graph) override {
@@ -132,6 +157,9 @@ void* DeviceBackend::new_stream(Device) {
 }
 void DeviceBackend::record_event(Device, void*, void**) {}
 void DeviceBackend::wait_event(Device, void*, void*) {}
+bool DeviceBackend::drained(Device, const std::vector<void*>&, double) {
+  return true;
+}
 
 namespace {
 [[noreturn]] void cannot_capture(Device d) {

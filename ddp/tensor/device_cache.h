@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <string>
+#include <vector>
 
 #include "ddp/tensor/storage.h"
 
@@ -36,6 +37,10 @@ class DeviceBackend {
   virtual void* new_stream(Device d);
   virtual void record_event(Device d, void* stream, void** event);
   virtual void wait_event(Device d, void* stream, void* event);
+  // Whether the work already on every one of `streams` of d (nullptr: the default stream) ends
+  // within `seconds`: the host polls, and gives up then (elastic DDP, before it rolls back after
+  // a failed step: ddp/dist/distributed.h). Throws on a CUDA error. The default: true.
+  virtual bool drained(Device d, const std::vector<void*>& streams, double seconds);
   // CUDA graphs (ddp/train/step_graph.h). capture_begin: the calling thread's kernels on d are
   // recorded from here, not run; capture_end: what was recorded, as a graph (also when it throws,
   // the thread's kernels run again); graph_launch replays it after the work already enqueued,

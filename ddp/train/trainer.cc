@@ -22,6 +22,9 @@ double wall_seconds() {
   return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
+// How long a failed step's GPU work may take to end before a roll-back (Reducer::drain).
+constexpr double kDrainSeconds = 30;
+
 double process_cpu_seconds() {
   timespec ts{};
   clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
@@ -273,6 +276,8 @@ EpochStats Trainer::run_epoch(int epoch) {
   auto recover = [&](const Error& e) {
     const int old_world = options_.comm->size();
     const int64_t failed_at = global_step_ + 1;
+    // On a GPU: the failed step's kernels and waits first end (released by the failure).
+    if (options_.ddp) options_.ddp->reducer().drain(kDrainSeconds);
     TrainOptions::Recovered r = options_.recover(e);
     options_.comm = r.comm;
     options_.ddp = r.ddp;

@@ -175,6 +175,11 @@ int event_elapsed_ms(void* from, void* to, float* ms) {
       cudaEventElapsedTime(ms, static_cast<cudaEvent_t>(from), static_cast<cudaEvent_t>(to)));
 }
 
+int event_query(void* event) {
+  static_assert(kEventPending == int(cudaErrorNotReady));
+  return int(cudaEventQuery(static_cast<cudaEvent_t>(event)));
+}
+
 void event_free(void* event) {
   if (event != nullptr) (void)cudaEventDestroy(static_cast<cudaEvent_t>(event));
 }

@@ -36,6 +36,9 @@ int event_elapsed_ms(void*, void*, float* ms) {
   return kNoCuda;
 }
 void event_free(void*) {}
+int event_query(void*) {
+  return kNoCuda;
+}
 int device_copy(void*, const void*, size_t) {
   return 100;
 }

@@ -49,6 +49,9 @@ int stream_wait_event(int device, void* stream, void* event);
 int timed_event_record(int device, void* stream, void** event);
 int event_elapsed_ms(void* from, void* to, float* ms);
 void event_free(void* event);
+// 0: the work before the event's record is done; kEventPending: not yet; else a CUDA error.
+constexpr int kEventPending = 600;  // cudaErrorNotReady
+int event_query(void* event);
 
 // Tests: replace the classification (nullptr: back to the driver's).
 using PointerClassifier = PointerInfo (*)(const void* p);

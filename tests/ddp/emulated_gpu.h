@@ -42,6 +42,9 @@ class EmulatedGpu final : public DeviceBackend {
   void* new_stream(Device) override;
   void record_event(Device, void* stream, void** event) override;
   void wait_event(Device, void* stream, void* event) override;
+  // Every stream's work is done (false: `never_drains`, a stream stuck for the test).
+  bool drained(Device, const std::vector<void*>& streams, double seconds) override;
+  bool never_drains = false;
 
  private:
   uintptr_t events_ = 0;

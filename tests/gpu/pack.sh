@@ -15,7 +15,7 @@ progs=("$build/bench/gpu-platform" "$build/tests/cuda/test_cuda_reduce"
        "$build/tools/chorus-run" "$build/bench/chorus-perf" "$build/bench/nccl-perf" "$build/tests/ddp/test_cuda_ops"
        "$build/examples/train_cnn" "$build/examples/ddp_model_parallel" "$build/bench/op-times"
        "$build/tests/ddp/test_restart" "$build/tests/ddp/test_equivalence"
-       "$build/tests/ddp/test_step_graph")
+       "$build/tests/ddp/test_step_graph" "$build/tests/ddp/test_elastic_device")
 # Whatever the build left out: build what is packed.
 ninja -C "$build" "${progs[@]#"$build"/}"
 rm -rf "$bundle" && mkdir -p "$bundle/bin" "$bundle/lib"

@@ -100,6 +100,16 @@ step ddp_equivalence 150 env CHORUS_TEST_TRAIN_DEVICE=cuda:0 "$bin/test_equivale
 # DDP with the step as CUDA graphs against eager DDP, bit for bit, 2 ranks sharing the GPU
 # (tests/ddp/test_step_graph.cc).
 step ddp_graph 120 env CHORUS_TEST_TRAIN_DEVICE=cuda:0 "$bin/test_step_graph" 'DDP with cuda_graph*'
+# Elastic DDP on the GPU, 3 ranks sharing it: a rank killed after a step's backward, and one
+# killed inside a device all-reduce while its peers' streams wait for it; the survivors must end
+# with the parameters of a run it left on purpose, bit for bit (tests/ddp/test_elastic_device.cc);
+# then train_cnn --elastic under chorus-run with a rank killed mid-epoch.
+step elastic_device 150 env CHORUS_TEST_TRAIN_DEVICE=cuda:0 "$bin/test_elastic_device" '[killed]'
+step train_elastic 120 bash -c "env CHORUS_ALLOW_SHARED_GPU=1 '$bin/chorus-run' -n 3 --elastic \
+  '$bin/train_cnn' --device cuda:0 --data synthetic --synthetic-size 6144 --synthetic-shape 3x32x32 \
+  --epochs 1 --batch-size 32 --log-every 16 --no-progress --fail-at-step 20 --fail-rank 2 \
+  && grep -q 'continuing with 2 ranks' '$logs/train_elastic.log'"
+grep -h "died at step\|continuing" "$logs/train_elastic.log" 2>/dev/null | head -3
 # Where a step's time goes, op by op, batch 64 and 256 (bench/gpu/op_times.cc).
 step op_times 90 "$bin/op-times" --device cuda:0
 step op_times_host 30 "$bin/op-times" --device null --reps 200  # the host's share of a step
