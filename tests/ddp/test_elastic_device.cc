@@ -20,6 +20,7 @@
 #include <fstream>
 #include <memory>
 #include <optional>
+#include <regex>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -158,14 +159,19 @@ std::string slurp(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
 }
 
-void run_case(Mode kill_mode, int64_t leave_after, int64_t kill_in) {
+// The kill run, then the reference: rank 2 leaving after the step the survivors continued from
+// (as ddp_elastic does: on a GPU, whether a killed rank's last enqueued signals ran before it
+// died decides whether its step completed). `expect_resume`: that step on the emulation, where
+// it is certain (every stream operation is done when enqueued); -1 on a GPU.
+void run_case(Mode kill_mode, int64_t kill_in, int64_t expect_resume) {
   char dir_template[] = "/tmp/chorus-elastic-device-XXXXXX";
   const std::string dir = ::mkdtemp(dir_template);
-  for (Mode mode : {Mode::kLeave, kill_mode}) {
+  int64_t resume = -1;
+  for (Mode mode : {kill_mode, Mode::kLeave}) {
     RunOptions o = rank_options();
     if (mode == Mode::kDeviceDie) o.env["CHORUS_TEST_DEVICE_DIE"] = "2";
     const std::string tag = mode == Mode::kLeave ? "leave" : "kill";
-    const int64_t step = mode == Mode::kLeave ? leave_after : kill_in;
+    const int64_t step = mode == Mode::kLeave ? resume : kill_in;
     auto res = run_ranks(
         3,
         [&](int rank) {
@@ -176,20 +182,26 @@ void run_case(Mode kill_mode, int64_t leave_after, int64_t kill_in) {
       const auto& rr = res[static_cast<size_t>(r)];
       INFO(tag << " run, rank " << r << ":\n" << rr.output);
       CHECK(rr.exit_code == (r < 2 ? 0 : mode == Mode::kLeave ? 3 : -SIGKILL));
-      // The survivors of the kill named the dead rank and went on.
-      // Rank 0 says why the step failed: the death, not what it broke (a peer's memory that
-      // could no longer be mapped, a stream wait released).
+      // Rank 0 says why the step failed -- the death, not what it broke (a peer's memory that
+      // could no longer be mapped, a stream wait released) -- and where the survivors go on.
       if (mode != Mode::kLeave && r == 0) {
         CHECK_THAT(rr.output, Catch::Contains("died at step") &&
                                   Catch::Contains("(its connection to the bootstrap store closed "
                                                   "without a goodbye); continuing with 2 ranks"));
+        std::smatch m;
+        if (std::regex_search(rr.output, m, std::regex("continuing with 2 ranks from step (\\d+)")))
+          resume = std::stoll(m[1]);
       }
+    }
+    if (mode != Mode::kLeave) {
+      REQUIRE(resume >= 0);
+      if (!real_gpu()) CHECK(resume == expect_resume);
     }
   }
   for (int r = 0; r < 2; ++r) {
     const std::string leave = slurp(dir + "/leave" + std::to_string(r) + ".bin");
     const std::string kill = slurp(dir + "/kill" + std::to_string(r) + ".bin");
-    INFO("rank " << r);
+    INFO("rank " << r << ", the reference leaving after step " << resume);
     CHECK(!leave.empty());
     CHECK(kill.size() == leave.size());
     CHECK(kill == leave);  // (not printed: bytes)
@@ -206,14 +218,15 @@ TEST_CASE(
     "elastic DDP on cuda:0: a rank killed after a step's backward, the survivors go on to the "
     "parameters of a run it left on purpose",
     "[device][ddp][elastic][killed]") {
-  run_case(Mode::kKill, /*leave_after=*/5, /*kill_in=*/5);
+  // Its step's all-reduces were enqueued before it died: the survivors complete step 5.
+  run_case(Mode::kKill, /*kill_in=*/5, /*expect_resume=*/5);
 }
 
 TEST_CASE(
     "elastic DDP on cuda:0: a rank killed inside a device all-reduce, while its peers' streams "
     "wait for it, the survivors go on as well",
     "[device][ddp][elastic][killed]") {
-  run_case(Mode::kDeviceDie, /*leave_after=*/0, /*kill_in=*/-1);  // dies in step 1: 0 done
+  run_case(Mode::kDeviceDie, /*kill_in=*/-1, /*expect_resume=*/0);  // dies in step 1
 }
 
 // Before the roll-back, the failed step's GPU work must end (a stream that still waited for the
