@@ -3,6 +3,7 @@
 // check (c_api_check.h), then a description and a body handed to the communicator. Nothing
 // here throws (see CHORUS_CATCH_ALL in c_api_internal.h).
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -51,6 +52,16 @@ struct PendingDeviceItem {
   chorus::capi::DeviceP2p item;
 };
 thread_local std::vector<PendingDeviceItem> t_device_group;
+// The group's collectives (host or device buffers), checked when called and run at End in call
+// order, before its sends and receives: on each communicator every rank's collectives come in
+// one order, as outside a group. All-to-all-v's arrays are copied (the caller may free them).
+struct PendingCollective {
+  chorusComm_t comm;
+  chorus::capi::Call call;
+  chorus::capi::Args args;
+  std::shared_ptr<std::vector<size_t>> per_rank;
+};
+thread_local std::vector<PendingCollective> t_group_collectives;
 }  // namespace
 
 struct chorusRequest {
@@ -200,6 +211,33 @@ struct OpBody {
   }
 };
 
+// A collective called inside a group: queued for chorusGroupEnd (its arguments already checked).
+// Its I-form is refused: the group's End is what completes it.
+chorusResult_t queue_collective(const Call& call, chorusComm_t h, const Args& a, int rank,
+                                int nranks) {
+  if (call.async) {
+    std::string blocking = std::string(call.name).substr(7);  // "chorusIbroadcast" -> "broadcast"
+    blocking[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(blocking[0])));
+    return fail(Code::kInvalidUsage,
+                "{} on rank {}: inside a group use chorus{} (chorusGroupEnd completes it)",
+                call.name, rank, blocking);
+  }
+  PendingCollective p{h, call, a, nullptr};
+  if (chorus::capi::rule_for(call.kind).per_rank) {
+    p.per_rank = std::make_shared<std::vector<size_t>>();
+    for (const size_t* arr : {a.sendcounts, a.sdispls, a.recvcounts, a.rdispls})
+      p.per_rank->insert(p.per_rank->end(), arr, arr + nranks);
+    const size_t* v = p.per_rank->data();
+    const auto n = static_cast<size_t>(nranks);
+    p.args.sendcounts = v;
+    p.args.sdispls = v + n;
+    p.args.recvcounts = v + 2 * n;
+    p.args.rdispls = v + 3 * n;
+  }
+  t_group_collectives.push_back(std::move(p));
+  return chorusSuccess;
+}
+
 // An exception inside a fused group operation becomes its error too.
 chorus::OpFn guarded(chorus::OpFn fn, const char* call) {
   return [fn = std::move(fn), call](OpCtx& ctx) -> Status {
@@ -245,9 +283,11 @@ chorusResult_t run_device_op(const Call& call, chorusComm_t h, const Args& a) {
     }
     return chorus::capi::device_p2p(h, comm, {{call, a}});
   }
-  if (t_group_depth > 0)
-    return fail(Code::kInvalidUsage, "{} on rank {}: only chorusSend and chorusRecv may be grouped",
-                call.name, comm.rank());
+  if (t_group_depth > 0) {
+    auto k = chorus::capi::check_args(call, a, comm.rank(), comm.size(), true);
+    if (!k.is_ok()) return report(k.status());
+    return queue_collective(call, h, a, comm.rank(), comm.size());
+  }
   auto req = call.async ? std::make_unique<chorusRequest>() : nullptr;
   chorusResult_t rc = chorus::capi::device_collective(h, comm, call, a);
   if (rc != chorusSuccess || !call.async) return rc;
@@ -270,8 +310,7 @@ chorusResult_t run_op(const Call& call, chorusComm_t h, const Args& a) {
   auto k = chorus::capi::check_args(call, a, comm.rank(), comm.size());
   if (!k.is_ok()) return report(k.status());
   if (t_group_depth > 0 && !is_p2p(call.kind))
-    return fail(Code::kInvalidUsage, "{} on rank {}: only chorusSend and chorusRecv may be grouped",
-                call.name, comm.rank());
+    return queue_collective(call, h, a, comm.rank(), comm.size());
   if (t_group_depth > 0 && call.async)
     return fail(Code::kInvalidUsage, "{} on rank {}: inside a group use {}", call.name, comm.rank(),
                 call.kind == OpKind::kSend ? "chorusSend" : "chorusRecv");
@@ -582,6 +621,37 @@ chorusResult_t run_grouped(const std::vector<PendingGroupItem>& items) {
   return first;
 }
 
+// The group's collectives in call order: those on host buffers queued on their communicators as
+// their I-forms (a thread that drives several communicators, as with chorusCommInitAll, queues
+// a call on each before it waits for any), those on device buffers enqueued on their streams
+// (the host exchange of each in turn); then the wait for the host ones. Every call runs even
+// after one failed (its peers would wait for it otherwise; a failure that aborted the
+// communicator fails the rest at once); the first error is the group's.
+chorusResult_t run_group_collectives(const std::vector<PendingCollective>& calls) {
+  chorusResult_t first = chorusSuccess;
+  std::vector<chorusRequest_t> requests;
+  for (const PendingCollective& p : calls) {
+    chorusResult_t rc;
+    if (chorus::capi::takes_device_path(p.call, p.args)) {
+      rc = chorus::capi::run_op(p.call, p.comm, p.args);
+    } else {
+      chorusRequest_t req = nullptr;
+      Args a = p.args;
+      a.request = &req;
+      rc = chorus::capi::run_op({p.call.name, p.call.kind, kAsync}, p.comm, a);
+      if (rc == chorusSuccess) requests.push_back(req);
+    }
+    if (first == chorusSuccess) first = rc;
+  }
+  for (chorusRequest_t req : requests) {
+    req->work->wait(-1);  // each operation is bounded by its communicator's timeout
+    if (first == chorusSuccess && !req->work->status().is_ok()) first = report(req->work->status());
+    req->magic = 0;
+    delete req;
+  }
+  return first;
+}
+
 // The group's device sends and receives, one device_p2p per communicator.
 chorusResult_t run_device_grouped(const std::vector<PendingDeviceItem>& items) {
   std::vector<chorusComm_t> comms;
@@ -609,8 +679,14 @@ CHORUS_API chorusResult_t chorusGroupEnd(void) try {
   items.swap(t_group);
   std::vector<PendingDeviceItem> device_items;
   device_items.swap(t_device_group);
+  std::vector<PendingCollective> collectives;
+  collectives.swap(t_group_collectives);
   try {
-    chorusResult_t first = items.empty() ? chorusSuccess : run_grouped(items);
+    chorusResult_t first = run_group_collectives(collectives);
+    if (!items.empty()) {
+      const chorusResult_t rc = run_grouped(items);
+      if (first == chorusSuccess) first = rc;
+    }
     if (first != chorusSuccess || device_items.empty()) return first;
     return run_device_grouped(device_items);
   } catch (...) {
@@ -618,6 +694,9 @@ CHORUS_API chorusResult_t chorusGroupEnd(void) try {
     // its peers fail at once instead of waiting for the missing calls.
     const Status s = chorus::capi::status_from_exception("chorusGroupEnd");
     for (const auto& p : items)
+      if (auto c = live(p.comm, "chorusGroupEnd"); c.is_ok())
+        chorus::capi::abort_after_exception(**c, s);
+    for (const auto& p : collectives)
       if (auto c = live(p.comm, "chorusGroupEnd"); c.is_ok())
         chorus::capi::abort_after_exception(**c, s);
     return report(s);

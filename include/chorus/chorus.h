@@ -287,8 +287,14 @@ chorusResult_t chorusAllToAllv(const void* sendbuff, const size_t* sendcounts,
                                const size_t* rdispls, chorusDataType_t datatype, chorusComm_t comm,
                                chorusStream_t stream);
 
-/* Groups (as ncclGroupStart/End): send/recv calls between Start and End are only queued, then
- * run together at End, so pairwise exchanges cannot deadlock. End waits for them. */
+/* Groups (as ncclGroupStart/End): calls between Start and End are checked and queued, then run
+ * at End: the collectives first, in call order (on each communicator every rank must make them
+ * in the same order, as outside a group; those on host buffers are queued on every communicator
+ * before End waits for any, so one thread may drive several communicators, as with
+ * chorusCommInitAll), then the sends and receives together, so that pairwise exchanges cannot
+ * deadlock. End returns when the host calls are done and the device calls enqueued on their
+ * streams; its result is the first error. Inside a group the chorusI* forms are refused (End
+ * completes every call), and so are bad arguments, at the call. */
 chorusResult_t chorusGroupStart(void);
 chorusResult_t chorusGroupEnd(void);
 

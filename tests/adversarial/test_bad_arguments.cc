@@ -292,18 +292,29 @@ TEST_CASE("datatypes, buffers, roots, peers, streams and requests are checked by
                          [] { return chorusRequestFree(nullptr); },
                          chorusInvalidArgument,
                          {"chorusRequestFree: request is NULL"}});
-        // A grouped collective is refused before it takes a sequence number.
-        cases.push_back(
-            {"grouped allreduce",
-             [=] {
-               chorusGroupStart();
-               const chorusResult_t rc =
-                   chorusAllReduce(a, b, 4, chorusFloat32, chorusSum, c, nullptr);
-               chorusGroupEnd();  // nothing queued: leaves the last error alone
-               return rc;
-             },
-             chorusInvalidUsage,
-             {"chorusAllReduce on rank", "only chorusSend and chorusRecv may be grouped"}});
+        // Inside a group, a collective's bad arguments are refused at the call, and so is an
+        // I-call (the group's End completes its calls), before either is queued.
+        cases.push_back({"grouped allreduce root",
+                         [=] {
+                           chorusGroupStart();
+                           const chorusResult_t rc =
+                               chorusReduce(a, b, 4, chorusFloat32, chorusSum, 5, c, nullptr);
+                           chorusGroupEnd();  // nothing queued: leaves the last error alone
+                           return rc;
+                         },
+                         chorusInvalidArgument,
+                         {"chorusReduce on rank", "root 5 is outside 0..1"}});
+        cases.push_back({"grouped iallreduce",
+                         [=, &req] {
+                           chorusGroupStart();
+                           const chorusResult_t rc =
+                               chorusIallReduce(a, b, 4, chorusFloat32, chorusSum, c, &req);
+                           chorusGroupEnd();
+                           return rc;
+                         },
+                         chorusInvalidUsage,
+                         {"chorusIallReduce on rank",
+                          "inside a group use chorusAllReduce (chorusGroupEnd completes it)"}});
         return run_cases(cases) + still_works(comm);
       },
       opts());
@@ -395,15 +406,15 @@ TEST_CASE("gather, scatter, all-to-all and all-to-all-v refuse bad arguments",
              {"chorusAllToAllv on rank " + std::to_string(rank),
               "sendcounts[" + std::to_string(rank) + "] 1 but recvcounts[" + std::to_string(rank) +
                   "] 0"}},
-            {"grouped alltoall",
-             [=] {
+            {"grouped ialltoall",
+             [=, &req] {
                chorusGroupStart();
-               const chorusResult_t rc = chorusAllToAll(a, b, 2, f32, c, nullptr);
+               const chorusResult_t rc = chorusIallToAll(a, b, 2, f32, c, &req);
                chorusGroupEnd();
                return rc;
              },
              chorusInvalidUsage,
-             {"chorusAllToAll on rank", "only chorusSend and chorusRecv may be grouped"}},
+             {"chorusIallToAll on rank", "inside a group use chorusAllToAll"}},
         };
         return run_cases(cases) + still_works(comm);
       },

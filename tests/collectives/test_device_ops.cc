@@ -572,11 +572,29 @@ TEST_CASE("device collectives: disagreements named on every rank; I-calls, barri
         if (chorusGather(a, b, 10, chorusFloat32, 0, comm, nullptr) != chorusInvalidArgument ||
             !contains(chorusGetLastError(comm), "is memory of CUDA device 0; device memory goes"))
           return fail_with(r, "chorusGather", chorusGetLastError(comm));
-        chorusGroupStart();
-        rc = chorusAllReduce(a, a, 10, chorusFloat32, chorusSum, comm, kStream);
-        chorusGroupEnd();
-        if (rc != chorusInvalidUsage || !contains(chorusGetLastError(comm), "may be grouped"))
-          return fail_with(r, "grouped all-reduce", chorusGetLastError(comm));
+        // In a group: two all-reduces, a broadcast and a send/recv around the ring, enqueued at
+        // End (the collectives in call order, then the sends and receives); an I-call refused.
+        auto* c = static_cast<float*>(chorus::test::fake_device_alloc(300 * 4));
+        for (int j = 0; j < 100; ++j)
+          a[j] = float(r + j), a[100 + j] = float(100 * r + j), b[j] = float(r),
+          c[j] = float(10 * r);
+        if (chorusGroupStart() != chorusSuccess ||
+            chorusRecv(c + 100, 100, chorusFloat32, (r + 2) % 3, comm, kStream) != chorusSuccess ||
+            chorusAllReduce(a, a, 100, chorusFloat32, chorusSum, comm, kStream) != chorusSuccess ||
+            chorusAllReduce(b, b, 100, chorusFloat32, chorusMax, comm, kStream) != chorusSuccess ||
+            chorusBroadcast(c, c, 100, chorusFloat32, 2, comm, kStream) != chorusSuccess ||
+            chorusSend(a + 100, 100, chorusFloat32, (r + 1) % 3, comm, kStream) != chorusSuccess ||
+            chorusIallReduce(a, b, 10, chorusFloat32, chorusSum, comm, &req) !=
+                chorusInvalidUsage ||
+            !contains(chorusGetLastError(comm), "inside a group use chorusAllReduce") ||
+            chorusGroupEnd() != chorusSuccess)
+          return fail_with(r, "a group of device calls", chorusGetLastError(comm));
+        for (int j = 0; j < 100; ++j)
+          if (a[j] != float(3 + 3 * j) || b[j] != 2.0f || c[j] != 20.0f ||
+              c[100 + j] != float(100 * ((r + 2) % 3) + j))
+            return fail_with(r, "a group of device calls",
+                             "a wrong result at " + std::to_string(j));
+        chorus::test::fake_device_free(c);
         // Host buffers with a stream: refused.
         float x = 1;
         if (chorusAllReduce(&x, &x, 1, chorusFloat32, chorusSum, comm, kStream) !=

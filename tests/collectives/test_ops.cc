@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 #include <numeric>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -191,15 +192,60 @@ TEST_CASE("grouped send/recv exchange big messages around a ring without deadloc
         for (size_t i = 0; i < count; ++i)
           CHECK_OR_FAIL(in[i] == static_cast<int32_t>(left * 1000003 + i), "element %zu wrong", i);
         for (int i = 0; i < 7; ++i) CHECK_OR_FAIL(in2[i] == left, "second message wrong");
-        // A collective inside a group is refused clearly.
-        chorus::check(chorusGroupStart());
-        chorusResult_t rc = chorusBarrier(comm.handle(), nullptr);
-        chorus::check(chorusGroupEnd());
-        CHECK_OR_FAIL(rc == chorusInvalidUsage, "barrier in a group returned %d", rc);
         comm.barrier();
         return 0;
       },
       with_transport(transport));
+  require_all_ok(res);
+}
+
+// Collectives inside a group (as NCCL's): queued, run at End in call order, then the group's
+// sends and receives; all-to-all-v's arrays may be freed as soon as the call returns.
+TEST_CASE("collectives and send/recv in one group: each result right", "[group]") {
+  auto res = run_ranks(3, [](int rank) {
+    auto comm = chorus::Communicator::from_env();
+    chorusComm_t h = comm.handle();
+    const int n = comm.size(), right = (rank + 1) % n, left = (rank + n - 1) % n;
+    std::vector<float> sum(1000), bcast(77, rank == 1 ? 5.0f : 0.0f);
+    for (int i = 0; i < 1000; ++i) sum[i] = static_cast<float>(rank * 1000 + i);
+    std::vector<int32_t> out(5, rank), in(5, -1), a2a_in(n, -1), a2a_out(n), big(300000);
+    for (int j = 0; j < n; ++j) a2a_out[j] = rank * 10 + j;
+    for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<int32_t>(i);
+    chorus::check(chorusGroupStart());
+    chorus::check(chorusSend(out.data(), 5, chorusInt32, right, h, nullptr));  // before: no matter
+    chorus::check(
+        chorusAllReduce(sum.data(), sum.data(), 1000, chorusFloat32, chorusSum, h, nullptr));
+    {
+      std::vector<size_t> counts(n, 1), displs(n);
+      for (int j = 0; j < n; ++j) displs[j] = j;
+      chorus::check(chorusAllToAllv(a2a_out.data(), counts.data(), displs.data(), a2a_in.data(),
+                                    counts.data(), displs.data(), chorusInt32, h, nullptr));
+    }  // the arrays are gone before End
+    chorus::check(chorusBroadcast(bcast.data(), bcast.data(), 77, chorusFloat32, 1, h, nullptr));
+    chorus::check(
+        chorusAllReduce(big.data(), big.data(), big.size(), chorusInt32, chorusMax, h, nullptr));
+    chorus::check(chorusRecv(in.data(), 5, chorusInt32, left, h, nullptr));
+    chorus::check(chorusBarrier(h, nullptr));
+    chorus::check(chorusGroupEnd());
+    for (int i = 0; i < 1000; ++i)
+      CHECK_OR_FAIL(sum[i] == static_cast<float>(3000 + 3 * i), "sum[%d] = %g", i, sum[i]);
+    for (float v : bcast) CHECK_OR_FAIL(v == 5.0f, "broadcast got %g", v);
+    for (int j = 0; j < n; ++j)
+      CHECK_OR_FAIL(a2a_in[j] == j * 10 + rank, "all-to-all-v block %d: %d", j, a2a_in[j]);
+    for (size_t i = 0; i < big.size(); i += 997)
+      CHECK_OR_FAIL(big[i] == static_cast<int32_t>(i), "max[%zu] = %d", i, big[i]);
+    for (int v : in) CHECK_OR_FAIL(v == left, "recv got %d", v);
+    // A group that fails: its End says why, on every rank (here rank 1 reduces with another op).
+    float x = 1;
+    chorus::check(chorusGroupStart());
+    chorus::check(
+        chorusAllReduce(&x, &x, 1, chorusFloat32, rank == 1 ? chorusMax : chorusSum, h, nullptr));
+    const chorusResult_t rc = chorusGroupEnd();
+    CHECK_OR_FAIL(rc != chorusSuccess, "a mismatched group succeeded");
+    CHECK_OR_FAIL(std::string(chorusGetLastError(h)).find("rank 1") != std::string::npos,
+                  "the error names no rank: %s", chorusGetLastError(h));
+    return 0;
+  });
   require_all_ok(res);
 }
 
@@ -223,6 +269,17 @@ TEST_CASE("chorusCommInitAll makes communicators in one process that reduce toge
     REQUIRE(rcs[r] == chorusSuccess);
     for (int i = 0; i < 1000; i += 97) REQUIRE(data[r][i] == static_cast<float>(3 + 3 * i));
   }
+  // One thread drives all three in a group, as NCCL's single-process users do: every call is
+  // queued before End waits for any (run one by one, the first would wait for the others).
+  for (int r = 0; r < n; ++r)
+    for (int i = 0; i < 1000; ++i) data[r][i] = static_cast<float>(r * i);
+  REQUIRE(chorusGroupStart() == chorusSuccess);
+  for (int r = 0; r < n; ++r)
+    REQUIRE(chorusAllReduce(data[r].data(), data[r].data(), 1000, chorusFloat32, chorusSum,
+                            comms[r], nullptr) == chorusSuccess);
+  REQUIRE(chorusGroupEnd() == chorusSuccess);
+  for (int r = 0; r < n; ++r)
+    for (int i = 0; i < 1000; i += 97) REQUIRE(data[r][i] == static_cast<float>(3 * i));
   std::vector<std::thread> closers;
   for (int r = 0; r < n; ++r) closers.emplace_back([&, r] { chorusCommDestroy(comms[r]); });
   for (auto& t : closers) t.join();
