@@ -24,11 +24,11 @@
 # Each step has a limit that keeps the whole run inside a 15-minute device lease.
 # Every step's log goes into one file, $OUT/suite.log (or ./gpu-logs/suite.log: the device tool
 # brings back 8 files at most); the last line is "gpu suite: N passed, N failed".
-#   tests/gpu/run.sh [BUNDLE [all|comm|train|bench|mps]]   (default: build-gpu, made here by tests/gpu/pack.sh; unpacked
+#   tests/gpu/run.sh [BUNDLE [all|comm|train|bench|mps|quick]]   (default: build-gpu, made here by tests/gpu/pack.sh; unpacked
 #                                   from BUNDLE.tar.xz when only that was carried)
 set -u
 bundle=${1:-build-gpu}
-part=${2:-all}  # all | comm (steps 1-6) | train (step 7 but the bench) | bench (7's PyTorch comparison): each fits a 10-minute call | mps (8)
+part=${2:-all}  # all | comm (steps 1-6) | train (step 7 but the bench) | bench (7's PyTorch comparison): each fits a 10-minute call | mps (8) | quick (9: about 5 minutes)
 want() { [ "$part" = all ] || [ "$part" = "$1" ]; }
 if [ ! -d "$bundle" ] && [ -f "$bundle.tar.xz" ]; then tar -xJf "$bundle.tar.xz"; fi
 bin=$bundle/bin
@@ -53,6 +53,40 @@ step() {  # name, timeout seconds, command...
 { nvidia-smi -L; nvidia-smi --query-gpu=name,driver_version,memory.total,compute_mode --format=csv; } \
   > "$logs/device.log" 2>&1 || true
 cat "$logs/device.log" | tee -a "$out/suite.log"
+perf() {  # name, ranks, collective
+  step "perf_$1" 90 env CHORUS_ALLOW_SHARED_GPU=1 "$bin/chorus-run" -n "$2" "$bin/chorus-perf" \
+    --device cuda --coll "$3" -b 8 -e 256M -f 8 -n 10 -w 3
+  grep -h "^\[0\] *[0-9]\|copy traffic" "$logs/perf_$1.log" 2>/dev/null
+}
+train() {  # name, ranks, batch [, VAR=value for the run]
+  step "train_$1" 120 env CHORUS_ALLOW_SHARED_GPU=1 ${4:-} "$bin/chorus-run" -n "$2" "$bin/train_cnn" \
+    --device cuda:0 --data synthetic --synthetic-size 8192 --synthetic-shape 3x32x32 --epochs 1 \
+    --batch-size "$3" --log-every 16 --no-progress
+  grep -h "images/s\|accuracy\|error" "$logs/train_$1.log" 2>/dev/null | tail -4
+}
+# With 2 ranks: DDP, forward+backward and the update as two graphs, the all-reduces between.
+train_graph() {  # name, ranks, batch
+  step "train_$1" 120 env CHORUS_ALLOW_SHARED_GPU=1 "$bin/chorus-run" -n "$2" "$bin/train_cnn" \
+    --device cuda:0 --cuda-graph --data synthetic --synthetic-size 8192 \
+    --synthetic-shape 3x32x32 --epochs 2 --batch-size "$3" --log-every 16 --no-progress
+  grep -h "images/s\|accuracy\|error" "$logs/train_$1.log" 2>/dev/null | tail -4
+}
+# Where a call's GPU time goes, stage by stage (CHORUS_DEVICE_TIMING: a timing event after each
+# signal, wait and kernel; printed at destroy), 1 MiB, 2 ranks. The medians' lines say which wait
+# holds the time.
+timing() {  # collective
+  step "timing_$1" 60 env CHORUS_ALLOW_SHARED_GPU=1 CHORUS_DEVICE_TIMING=40 \
+    "$bin/chorus-run" -n 2 "$bin/chorus-perf" --device cuda --coll "$1" -b 1M -e 1M -n 10 -w 3
+  grep -h "median of" "$logs/timing_$1.log" 2>/dev/null
+}
+# kill -9 of rank 1 of 3 mid-call (CHORUS_TEST_DEVICE_DIE): the survivors' streams end and they
+# name it within 5 s ("ok" from each of the two; chorus-run --elastic keeps them running when
+# rank 1 dies).
+device_kill() {
+  step device_kill 60 bash -c "env CHORUS_ALLOW_SHARED_GPU=1 CHORUS_TEST_DEVICE_DIE=1 \
+    '$bin/chorus-run' -n 3 --elastic '$bin/device_allreduce_probe' --die-worker; \
+    ! grep -q FAIL '$logs/device_kill.log' && [ \$(grep -c '] ok\$' '$logs/device_kill.log') = 2 ]"
+}
 if want comm; then
 step platform 150 "$bin/gpu-platform"
 grep -h "^RESULT\|us per round trip\|MiB:" "$logs/platform.log" 2>/dev/null
@@ -60,27 +94,13 @@ step cuda_reduce 120 "$bin/test_cuda_reduce"
 step shared_gpu 60 "$bin/shared_gpu_probe" "$bin/chorus-run"
 step device_allreduce 180 "$bin/device_allreduce_probe" "$bin/chorus-run" 2 3
 grep -h "cases in\|^\[0\] *[0-9].* [0-9.]*$\|copy engine" "$logs/device_allreduce.log" 2>/dev/null
-# kill -9 of rank 1 of 3 mid-call (CHORUS_TEST_DEVICE_DIE): the survivors' streams end and they
-# name it within 5 s. chorus-run --elastic keeps them running when rank 1 dies.
-step device_kill 60 bash -c "env CHORUS_ALLOW_SHARED_GPU=1 CHORUS_TEST_DEVICE_DIE=1 \
-  '$bin/chorus-run' -n 3 --elastic '$bin/device_allreduce_probe' --die-worker; \
-  ! grep -q FAIL '$logs/device_kill.log'"
-perf() {  # name, ranks, collective
-  step "perf_$1" 90 env CHORUS_ALLOW_SHARED_GPU=1 "$bin/chorus-run" -n "$2" "$bin/chorus-perf" \
-    --device cuda --coll "$3" -b 8 -e 256M -f 8 -n 10 -w 3
-  grep -h "^\[0\] *[0-9]\|copy traffic" "$logs/perf_$1.log" 2>/dev/null
-}
+device_kill
 perf allreduce_p2 2 all_reduce
 perf allreduce_p3 3 all_reduce
 for coll in broadcast reduce all_gather reduce_scatter send_recv; do perf "${coll}_p2" 2 "$coll"; done
-# Where a call's GPU time goes, stage by stage (CHORUS_DEVICE_TIMING: a timing event after each
-# signal, wait and kernel; printed at destroy): send/recv (~10 ms a call on the H200) against
-# the all-reduce (~20 us), 1 MiB, 2 ranks. The medians' lines say which wait holds the time.
-for coll in send_recv all_reduce; do
-  step "timing_$coll" 60 env CHORUS_ALLOW_SHARED_GPU=1 CHORUS_DEVICE_TIMING=40 \
-    "$bin/chorus-run" -n 2 "$bin/chorus-perf" --device cuda --coll "$coll" -b 1M -e 1M -n 10 -w 3
-  grep -h "median of" "$logs/timing_$coll.log" 2>/dev/null
-done
+# send/recv (~10 ms a call on the H200) against the all-reduce (~20 us), stage by stage.
+timing send_recv
+timing all_reduce
 # NCCL beside it (bench/gpu/nccl_perf.cu), from the nvidia-nccl wheel when python has one.
 nccl_lib=$(python3 -c 'import sys, os
 for d in sys.path:
@@ -114,24 +134,11 @@ grep -h "died at step\|continuing" "$logs/train_elastic.log" 2>/dev/null | head 
 step op_times 90 "$bin/op-times" --device cuda:0
 step op_times_host 30 "$bin/op-times" --device null --reps 200  # the host's share of a step
 grep -h "^op-times" "$logs/op_times.log" "$logs/op_times_host.log" 2>/dev/null
-train() {  # name, ranks, batch [, VAR=value for the run]
-  step "train_$1" 120 env CHORUS_ALLOW_SHARED_GPU=1 ${4:-} "$bin/chorus-run" -n "$2" "$bin/train_cnn" \
-    --device cuda:0 --data synthetic --synthetic-size 8192 --synthetic-shape 3x32x32 --epochs 1 \
-    --batch-size "$3" --log-every 16 --no-progress
-  grep -h "images/s\|accuracy\|error" "$logs/train_$1.log" 2>/dev/null | tail -4
-}
 train p1_b64 1 64
 train p1_b256 1 256
 train p2_b32 2 32
 train p1_b256_tf32 1 256 CHORUS_ALLOW_TF32=1  # the GEMMs on the tensor cores (images/s, accuracy)
 # The step captured as a CUDA graph and replayed (train_cnn --cuda-graph, ddp/train/step_graph.h).
-# With 2 ranks: DDP, forward+backward and the update as two graphs, the all-reduces between.
-train_graph() {  # name, ranks, batch
-  step "train_$1" 120 env CHORUS_ALLOW_SHARED_GPU=1 "$bin/chorus-run" -n "$2" "$bin/train_cnn" \
-    --device cuda:0 --cuda-graph --data synthetic --synthetic-size 8192 \
-    --synthetic-shape 3x32x32 --epochs 2 --batch-size "$3" --log-every 16 --no-progress
-  grep -h "images/s\|accuracy\|error" "$logs/train_$1.log" 2>/dev/null | tail -4
-}
 train_graph graph_b64 1 64
 train_graph graph_b256 1 256
 train_graph graph_p2_b32 2 32
@@ -198,6 +205,27 @@ if [ "$part" = mps ]; then
   else
     echo "skip mps: nvidia-cuda-mps-control is not on PATH"
   fi
+fi
+# Part "quick" only (one call of about 5 minutes, for a lease too short for the three parts):
+# what decides the open questions first -- the operators against the cpu, a step op by op,
+# training throughput on 1 and 2 ranks (eager and as graphs), DDP's graph bits, the kill, the
+# all-reduce's bandwidth and send/recv's stages, and a short comparison with PyTorch.
+if [ "$part" = quick ]; then
+  step cuda_ops 120 "$bin/test_cuda_ops"
+  step op_times 90 "$bin/op-times" --device cuda:0
+  grep -h "^op-times" "$logs/op_times.log" 2>/dev/null
+  train p1_b64 1 64
+  train p1_b256 1 256
+  train p2_b32 2 32
+  train_graph graph_b64 1 64
+  train_graph graph_p2_b32 2 32
+  step ddp_graph 120 env CHORUS_TEST_TRAIN_DEVICE=cuda:0 "$bin/test_step_graph" 'DDP with cuda_graph*'
+  device_kill
+  perf allreduce_p2 2 all_reduce
+  timing send_recv
+  step train_bench 240 python3 bench/gpu/train_compare.py "$bin" --steps 50 --rounds 1 \
+    --fashion-dir "$bundle/data/fashion-mnist" --accuracy-epochs 0
+  grep -h "^#\|^  " "$logs/train_bench.log" 2>/dev/null
 fi
 echo "gpu suite: $passed passed, $failed failed"
 [ $failed = 0 ]
