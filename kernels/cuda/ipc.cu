@@ -51,6 +51,35 @@ Opened& opened() {
   return *o;
 }
 
+// flags_release's streams, one a device, which wait for no other stream (the legacy default
+// stream waits for every blocking one, and one of them is stuck on the very flags released).
+// Made by flags_alloc, on the thread that sets up a communicator -- never at the release: that
+// runs on the watch thread while the rank's own thread may sit in a blocking call behind the
+// waits it ends (the loss's cudaMemcpy, on an H100), and creating a stream then waits for a
+// driver lock that call holds: neither goes on (tests/cuda/test_cuda_release.cc). Never
+// destroyed, like `opened`.
+struct ReleaseStreams {
+  std::mutex mu;
+  std::map<int, cudaStream_t> by_device;
+};
+
+int release_stream(int device, bool create, cudaStream_t* out) {
+  static ReleaseStreams* r = new ReleaseStreams;
+  {
+    std::lock_guard<std::mutex> lock(r->mu);
+    auto it = r->by_device.find(device);
+    if (it != r->by_device.end()) return *out = it->second, 0;
+  }
+  if (!create) return kReleaseUnprepared;
+  cudaStream_t s = nullptr;
+  if (cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking); e) return int(e);
+  std::lock_guard<std::mutex> lock(r->mu);
+  auto [it, made] = r->by_device.emplace(device, s);
+  if (!made) cudaStreamDestroy(s);  // another thread's came first
+  *out = it->second;
+  return 0;
+}
+
 }  // namespace
 
 int ipc_export(const void* p, IpcHandle* out) {
@@ -104,33 +133,35 @@ void ipc_close_all() {
 int flags_alloc(size_t bytes, void** out) {
   *out = nullptr;
   if (!ops().ok) return kNoCuda;
+  int device = 0;
+  if (cudaError_t e = cudaGetDevice(&device); e) return int(e);
+  cudaStream_t s = nullptr;
+  if (int rc = release_stream(device, true, &s); rc) return rc;
   if (cudaError_t e = cudaMalloc(out, bytes); e) return int(e);
   // Zeroed before this returns: cudaMemset on the legacy default stream would be ordered after
   // nothing on the callers' non-blocking streams, so it could land after a peer's first signal
-  // (or after a copy into a bounce buffer) and wipe it. A stream of its own, waited for here.
-  cudaStream_t s = nullptr;
-  cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
-  if (e == cudaSuccess) e = cudaMemsetAsync(*out, 0, bytes, s);
-  if (e == cudaSuccess) e = cudaStreamSynchronize(s);
-  if (s != nullptr) cudaStreamDestroy(s);
-  return int(e);
+  // (or after a copy into a bounce buffer) and wipe it. The release stream, waited for here.
+  if (cudaError_t e = cudaMemsetAsync(*out, 0, bytes, s); e) return int(e);
+  return int(cudaStreamSynchronize(s));
 }
 
 int flags_release(int device, void* flags, const uint32_t* values, size_t count) {
-  if (!ops().ok) return kNoCuda;
+  const Ops& o = ops();
+  if (!o.ok) return kNoCuda;
+  cudaStream_t s = nullptr;
+  if (int rc = release_stream(device, false, &s); rc) return rc;
   // The calling thread (the watch thread, usually) may have used no device yet, or another one.
   if (cudaError_t e = cudaSetDevice(device); e) return int(e);
-  // A stream of its own that does not wait for the legacy default stream, which waits for every
-  // blocking stream: one of them is stuck on these very flags.
-  static cudaStream_t side = nullptr;
-  static std::mutex mu;
-  std::lock_guard<std::mutex> lock(mu);
-  if (side == nullptr)
-    if (cudaError_t e = cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking); e) return int(e);
-  // From pageable memory: staged before the call returns (the CUDA runtime's API
-  // synchronization behaviour), so `values` may go at once.
-  return int(
-      cudaMemcpyAsync(flags, values, count * sizeof(uint32_t), cudaMemcpyHostToDevice, side));
+  // Each word's value is the call's argument: nothing of `values` is read after this returns,
+  // and no host memory is staged (a pageable copy could wait for staging buffers that a blocked
+  // cudaMemcpy holds).
+  const CUdeviceptr base = reinterpret_cast<CUdeviceptr>(flags);
+  for (size_t i = 0; i < count; ++i)
+    if (CUresult r = o.write_value(reinterpret_cast<CUstream>(s), base + 4 * i, values[i],
+                                   CU_STREAM_WRITE_VALUE_DEFAULT);
+        r)
+      return -int(r);
+  return 0;
 }
 
 int mark_record(void* stream, void** mark) {
@@ -197,6 +228,8 @@ int current_device() {
 
 std::string ipc_error_string(int rc) {
   if (rc == 0) return "no error";
+  if (rc == kReleaseUnprepared)
+    return "no release stream on this device (flags_alloc makes it; none was called here)";
   if (rc == kNotFdExportable)
     return "not inside one VMM allocation that CUDA exports as a file descriptor";
   if (rc < 0) return "CUDA driver error " + std::to_string(-rc);

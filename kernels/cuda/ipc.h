@@ -28,6 +28,9 @@ inline constexpr int kNotLegacyIpc = 801;  // cudaErrorNotSupported
 // type; a buffer across two allocations): it goes through the bounce buffer instead.
 inline constexpr int kNotFdExportable = 803;
 
+// flags_release's answer on a device where no flags_alloc ran (nothing made its stream).
+inline constexpr int kReleaseUnprepared = 804;
+
 // What a peer needs to map a buffer: the legacy IPC handle of the allocation holding it and the
 // buffer's offset inside that allocation. Exchanged as raw bytes.
 struct IpcHandle {
@@ -72,7 +75,9 @@ int flags_alloc(size_t bytes, void** out);
 // Writes values[0..count) into the 32-bit flag words at `flags` (flags_alloc's, on `device`), on
 // a stream of its own, which waits for no other: values that end the stream waits on them. For
 // a communicator that failed (a peer died mid-call): its streams must not wait for ever. Any
-// thread; `values` may be reused as soon as it returns.
+// thread, also while another is blocked in a CUDA call behind those waits: it makes nothing
+// (flags_alloc made its stream) and stages no host memory. `values` may be reused as soon as it
+// returns.
 int flags_release(int device, void* flags, const uint32_t* values, size_t count);
 
 // On `stream` (nullptr: the legacy default stream): write v into the 32-bit word at `word`

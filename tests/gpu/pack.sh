@@ -10,7 +10,7 @@
 set -euo pipefail
 build=${1:-build}
 bundle=${2:-build-gpu}
-progs=("$build/bench/gpu-platform" "$build/tests/cuda/test_cuda_reduce"
+progs=("$build/bench/gpu-platform" "$build/tests/cuda/test_cuda_reduce" "$build/tests/cuda/test_cuda_release"
        "$build/tests/gpu/shared_gpu_probe" "$build/tests/gpu/device_allreduce_probe"
        "$build/tools/chorus-run" "$build/bench/chorus-perf" "$build/bench/nccl-perf" "$build/tests/ddp/test_cuda_ops"
        "$build/examples/train_cnn" "$build/examples/ddp_model_parallel" "$build/bench/op-times"

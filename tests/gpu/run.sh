@@ -91,6 +91,7 @@ if want comm; then
 step platform 150 "$bin/gpu-platform"
 grep -h "^RESULT\|us per round trip\|MiB:" "$logs/platform.log" 2>/dev/null
 step cuda_reduce 120 "$bin/test_cuda_reduce"
+step cuda_release 30 "$bin/test_cuda_release"  # the release while a cudaMemcpy waits behind it
 step shared_gpu 60 "$bin/shared_gpu_probe" "$bin/chorus-run"
 step device_allreduce 180 "$bin/device_allreduce_probe" "$bin/chorus-run" 2 3
 grep -h "cases in\|^\[0\] *[0-9].* [0-9.]*$\|copy engine" "$logs/device_allreduce.log" 2>/dev/null
@@ -211,6 +212,7 @@ fi
 # training throughput on 1 and 2 ranks (eager and as graphs), DDP's graph bits, the kill, the
 # all-reduce's bandwidth and send/recv's stages, and a short comparison with PyTorch.
 if [ "$part" = quick ]; then
+  step cuda_release 30 "$bin/test_cuda_release"
   step cuda_ops 120 "$bin/test_cuda_ops"
   step op_times 90 "$bin/op-times" --device cuda:0
   grep -h "^op-times" "$logs/op_times.log" 2>/dev/null
@@ -220,6 +222,7 @@ if [ "$part" = quick ]; then
   train_graph graph_b64 1 64
   train_graph graph_p2_b32 2 32
   step ddp_graph 120 env CHORUS_TEST_TRAIN_DEVICE=cuda:0 "$bin/test_step_graph" 'DDP with cuda_graph*'
+  step elastic_device 150 env CHORUS_TEST_TRAIN_DEVICE=cuda:0 "$bin/test_elastic_device" '[killed]'
   device_kill
   perf allreduce_p2 2 all_reduce
   timing send_recv

@@ -1,0 +1,125 @@
+// [cuda] flags_release (kernels/cuda/ipc.h) while the rank's own thread is blocked in the driver
+// behind the very wait it ends. A survivor of a kill -9 is often there: its loss's cudaMemcpy
+// waits on the legacy default stream, which waits for the all-reduce's stream, which waits on a
+// flag word the dead rank never wrote; the watch thread names the death and releases the flags.
+// On an H100 (2026-11-27, test_elastic_device) the release created its stream at that moment,
+// and stream creation waited for a driver lock the blocked cudaMemcpy held: both hung for good.
+// Here one thread blocks in cudaMemcpy behind a stream wait, and another releases the flag: both
+// must return within 10 s. Skips (exit 77) with the reason where no device is visible.
+#include <cuda_runtime.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <future>
+#include <thread>
+
+#include "kernels/cuda/ipc.h"
+
+namespace kc = chorus::kernels::cuda;
+
+namespace {
+
+#define CHECK_CUDA(x)                                                                 \
+  do {                                                                                \
+    cudaError_t e_ = (x);                                                             \
+    if (e_ != cudaSuccess) {                                                          \
+      std::printf("%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      return 1;                                                                       \
+    }                                                                                 \
+  } while (0)
+
+// A hang cannot be unwound: say so and leave (the blocked threads with the process).
+[[noreturn]] void hung(const char* what) {
+  std::printf("FAIL: %s\n", what);
+  std::fflush(stdout);
+  _exit(1);
+}
+
+template <class Pred>
+bool within(std::chrono::seconds limit, Pred done) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > end) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
+}
+
+}  // namespace
+
+int main() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+    std::printf("skip: no CUDA device visible\n");
+    return 77;
+  }
+  CHECK_CUDA(cudaSetDevice(0));
+  constexpr size_t kWords = 16;
+  void* flags = nullptr;
+  if (int rc = kc::flags_alloc(kWords * sizeof(uint32_t), &flags); rc) {
+    std::printf("FAIL: flags_alloc: %s\n", kc::ipc_error_string(rc).c_str());
+    return 1;
+  }
+  int* word = nullptr;
+  CHECK_CUDA(cudaMalloc(&word, sizeof(int)));
+  CHECK_CUDA(cudaMemset(word, 0, sizeof(int)));
+  CHECK_CUDA(cudaDeviceSynchronize());
+
+  // The rank's side: its stream waits for flag word 3 to reach 1; the legacy default stream
+  // waits for that stream; a blocking copy on it to the host.
+  cudaStream_t s = nullptr;
+  CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  if (int rc = kc::stream_wait_u32_geq(s, static_cast<uint32_t*>(flags) + 3, 1); rc) {
+    std::printf("FAIL: stream_wait_u32_geq: %s\n", kc::ipc_error_string(rc).c_str());
+    return 1;
+  }
+  cudaEvent_t after_wait = nullptr;
+  CHECK_CUDA(cudaEventCreateWithFlags(&after_wait, cudaEventDisableTiming));
+  CHECK_CUDA(cudaEventRecord(after_wait, s));
+  CHECK_CUDA(cudaStreamWaitEvent(nullptr, after_wait, 0));
+  std::atomic<bool> copied{false};
+  std::atomic<int> copy_rc{0};
+  std::thread blocked([&] {
+    int host = -1;
+    copy_rc = int(cudaMemcpy(&host, word, sizeof host, cudaMemcpyDeviceToHost));
+    copied = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  if (copied) {
+    std::printf("FAIL: the copy did not wait for the flag (the stream wait held nothing)\n");
+    blocked.join();
+    return 1;
+  }
+
+  // The watch thread's side: release every word (word 3 to 1 among them).
+  auto released = std::async(std::launch::async, [&] {
+    uint32_t values[kWords];
+    for (uint32_t& v : values) v = 1;
+    return kc::flags_release(0, flags, values, kWords);
+  });
+  if (released.wait_for(std::chrono::seconds(10)) != std::future_status::ready)
+    hung(
+        "flags_release did not return within 10 s while another thread waited in cudaMemcpy "
+        "behind the wait it ends");
+  if (int rc = released.get(); rc) {
+    std::printf("FAIL: flags_release: %s\n", kc::ipc_error_string(rc).c_str());
+    hung("the blocked copy cannot end");
+  }
+  if (!within(std::chrono::seconds(10), [&] { return copied.load(); }))
+    hung("the blocked cudaMemcpy did not return within 10 s of the release");
+  blocked.join();
+  CHECK_CUDA(cudaError_t(copy_rc.load()));
+
+  // A device where no flags_alloc ran has no release stream: refused, not made there.
+  uint32_t one = 1;
+  if (int rc = kc::flags_release(n, flags, &one, 1); rc != kc::kReleaseUnprepared) {
+    std::printf("FAIL: flags_release on device %d (no flags_alloc): rc %d, expected %d\n", n, rc,
+                kc::kReleaseUnprepared);
+    return 1;
+  }
+  std::printf("ok: flags_release ended a wait that a blocked cudaMemcpy sat behind\n");
+  return 0;
+}
