@@ -280,8 +280,18 @@ Result<bool> OpCtx::sleep_once(FunctionRef<bool()> done, bool* slept, int waitin
     return r.status();
   }
   if (!*r && !waiter.rung() && !done() && !comm_.failed_.load()) {
-    waiter.sleep(std::span(busy.data(), nbusy), deadline().slice_ms(100));
-    *slept = true;
+    // done() may have posted receives whose bytes are here already (a message's data, posted
+    // once its header is in, often shares the header's slot): the peer rang before this armed,
+    // so a sleep now would last the whole slice. One more look first.
+    r = progress_all();
+    if (!r.is_ok()) {
+      waiter.disarm();
+      return r.status();
+    }
+    if (!*r && !waiter.rung()) {
+      waiter.sleep(std::span(busy.data(), nbusy), deadline().slice_ms(100));
+      *slept = true;
+    }
   }
   waiter.disarm();
   return *r;
