@@ -8,20 +8,12 @@
 #include <cstdlib>
 
 #include "../kernels/fold_cases.h"
+#include "check_cuda.h"
 #include "kernels/cuda/reduce.h"
 
 using namespace chorus::kernels;
 
 namespace {
-
-#define CHECK_CUDA(x)                                                                 \
-  do {                                                                                \
-    cudaError_t e_ = (x);                                                             \
-    if (e_ != cudaSuccess) {                                                          \
-      std::printf("%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      return 1;                                                                       \
-    }                                                                                 \
-  } while (0)
 
 // One case on the device: each input copied to its own allocation at the case's offset.
 int run_on_device(const test::FoldCase& c, const std::vector<const void*>& in, void* out) {

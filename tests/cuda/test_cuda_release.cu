@@ -16,20 +16,12 @@
 #include <future>
 #include <thread>
 
+#include "check_cuda.h"
 #include "kernels/cuda/ipc.h"
 
 namespace kc = chorus::kernels::cuda;
 
 namespace {
-
-#define CHECK_CUDA(x)                                                                 \
-  do {                                                                                \
-    cudaError_t e_ = (x);                                                             \
-    if (e_ != cudaSuccess) {                                                          \
-      std::printf("%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      return 1;                                                                       \
-    }                                                                                 \
-  } while (0)
 
 // A hang cannot be unwound: say so and leave (the blocked threads with the process).
 [[noreturn]] void hung(const char* what) {
