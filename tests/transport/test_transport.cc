@@ -16,6 +16,7 @@
 #include "transport/registry.h"
 #include "transport/rendezvous.h"
 #include "transport/rendezvous_file.h"
+#include "transport/shm/link.h"
 #include "transport/shm/segment.h"
 #include "transport/store.h"
 #include "transport/wire.h"
@@ -110,6 +111,56 @@ TEST_CASE("a /dev/shm too small for the rings is a clear error", "[shm]") {
   REQUIRE_FALSE(seg.is_ok());
   INFO(seg.status().message());
   REQUIRE(seg.status().message().find("/dev/shm is too small") != std::string::npos);
+}
+
+// A message's header taken from a slot that also holds its data is progress, though the slot
+// is not yet free: the caller posts the data's receive next and must look again before it
+// sleeps. When it was not, a grouped exchange slept through data already there (the engine's
+// whole 100 ms slice; 10 ms a device send/recv on an H100).
+TEST_CASE("an shm receive that takes part of a slot counts as progress", "[shm]") {
+  ShmConfig cfg;
+  cfg.slot_bytes = 4096;
+  cfg.nslots = 4;
+  const std::string base = "/chorus-test-partial-" + std::to_string(getpid());
+  auto a = ShmSegment::create(base + "-a", 1, cfg);
+  auto b = ShmSegment::create(base + "-b", 1, cfg);
+  REQUIRE(a.is_ok());
+  REQUIRE(b.is_ok());
+  auto a_seen_by_b = ShmSegment::open(base + "-a");
+  auto b_seen_by_a = ShmSegment::open(base + "-b");
+  REQUIRE(a_seen_by_b.is_ok());
+  REQUIRE(b_seen_by_a.is_ok());
+  ShmWake wake_a(std::move(*a)), wake_b(std::move(*b));
+  ShmLink a_to_b(1, "rank 1", &wake_a, 0, std::shared_ptr<ShmSegment>(std::move(*b_seen_by_a)), 0,
+                 getpid());
+  ShmLink b_from_a(0, "rank 0", &wake_b, 0, std::shared_ptr<ShmSegment>(std::move(*a_seen_by_b)), 0,
+                   getpid());
+  // A header and its data, sent together: one slot.
+  char header[48], data[480];
+  std::memset(header, 'h', sizeof header);
+  std::memset(data, 'd', sizeof data);
+  a_to_b.post_send(header, sizeof header);
+  a_to_b.post_send(data, sizeof data);
+  auto sent = a_to_b.progress();
+  REQUIRE(sent.is_ok());
+  REQUIRE(*sent);
+  // The receiver first wants the header alone.
+  char got_header[48] = {}, got_data[480] = {};
+  const uint64_t h = b_from_a.post_recv(got_header, sizeof got_header);
+  auto moved = b_from_a.progress();
+  REQUIRE(moved.is_ok());
+  CHECK(b_from_a.recv_done(h));
+  CHECK(*moved);  // false before the fix: the slot still held the data
+  const uint64_t d = b_from_a.post_recv(got_data, sizeof got_data);
+  moved = b_from_a.progress();
+  REQUIRE(moved.is_ok());
+  CHECK(*moved);
+  CHECK(b_from_a.recv_done(d));
+  CHECK(std::memcmp(got_header, header, sizeof header) == 0);
+  CHECK(std::memcmp(got_data, data, sizeof data) == 0);
+  moved = b_from_a.progress();  // nothing left
+  REQUIRE(moved.is_ok());
+  CHECK_FALSE(*moved);
 }
 
 TEST_CASE("SipHash-2-4-128 matches the reference vectors", "[auth]") {

@@ -69,6 +69,9 @@ void ShmLink::release_in_slot() {
 }
 
 // Copies published bytes into posted receives; frees each slot once it is fully consumed.
+// Moved: any byte copied or receive completed, a slot freed or not (a message's header taken
+// from a slot that also holds its data is movement: the caller posts the data's receive next,
+// and must look again before it sleeps -- it slept through the data, 100 ms at a time).
 bool ShmLink::progress_recv() {
   bool moved = false;
   while (!recvs_.empty()) {
@@ -83,13 +86,17 @@ bool ShmLink::progress_recv() {
       in_offset_ += n;
       r.done += n;
       if (r.done == r.n) complete_recv();
+      moved = true;
     }
     if (in_offset_ < len) break;
     release_in_slot();
     moved = true;
   }
   // Zero-byte receives complete without data.
-  while (!recvs_.empty() && recvs_.front().n == 0) complete_recv();
+  while (!recvs_.empty() && recvs_.front().n == 0) {
+    complete_recv();
+    moved = true;
+  }
   return moved;
 }
 
