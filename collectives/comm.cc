@@ -3,6 +3,8 @@
 
 #include <unistd.h>
 
+#include <cstdlib>
+
 #include <algorithm>
 
 #include "collectives/device_timing.h"
@@ -178,14 +180,38 @@ Status CommImpl::create_channels(const transport::Transports& transports, Deadli
 // Two ranks on one GPU (the same UUID, on any host: namespaces of one machine share its GPUs)
 // time-slice it; refused unless CHORUS_ALLOW_SHARED_GPU=1 (NCCL's NCCL_MULTI_RANK_GPU_ENABLE is
 // the precedent). Every rank finds the same first pair, so every rank names the same two.
+namespace {
+
+// Where CUDA's MPS clients look for the control daemon's pipe (CUDA_MPS_PIPE_DIRECTORY, else
+// /tmp/nvidia-mps), and whether the daemon's "control" pipe is there.
+bool mps_daemon_found(std::string* dir) {
+  const char* env = std::getenv("CUDA_MPS_PIPE_DIRECTORY");
+  *dir = env && *env ? env : "/tmp/nvidia-mps";
+  return access((*dir + "/control").c_str(), F_OK) == 0;
+}
+
+}  // namespace
+
 Status CommImpl::check_gpu_sharing(const std::vector<kernels::cuda::GpuIdentity>& gpus) {
   CHORUS_ASSIGN_OR_RETURN(int64_t allow, env_int_in("CHORUS_ALLOW_SHARED_GPU", 0, 0, 1));
+  bool hinted = false;
   for (int a = 0; a < size(); ++a)
     for (int b = a + 1; b < size(); ++b) {
       const auto& g = gpus[a];
       if (g.uuid.empty() || g.uuid != gpus[b].uuid) continue;
       if (allow) {
         log_info("ranks {} and {} share GPU {} (CHORUS_ALLOW_SHARED_GPU=1)", a, b, g.uuid);
+        // Without MPS the ranks' contexts take turns on the GPU by time slice: on an H100, 2-rank
+        // DDP of the tutorial CNN ran at 10,900 images/s against 84,200 under MPS
+        // (bench/RESULTS.md, 2026-11-27). Said once, by the lower rank of the first pair.
+        std::string dir;
+        if (!hinted && rank_ == a && !mps_daemon_found(&dir))
+          log_warn(
+              "ranks {} and {} share GPU {} and no MPS daemon was found (no {}/control): their "
+              "kernels will take turns by time slice, several times slower than side by side; "
+              "start one with `nvidia-cuda-mps-control -d` before the job",
+              a, b, g.uuid, dir);
+        hinted = true;
         continue;
       }
       return make_error(Code::kInvalidUsage,

@@ -5,6 +5,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -12,7 +13,9 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <regex>
+#include <string>
 #include <vector>
 
 #include "chorus/chorus.hpp"
@@ -114,19 +117,36 @@ TEST_CASE("two ranks on one GPU are refused on every rank, naming both; the over
   });
   require_codes(refused, {0, 0, 0, 0});
   for (const auto& r : refused) CHECK(contains(r.output, "CHORUS_ALLOW_SHARED_GPU=1"));
+  // Allowed: without an MPS daemon (no "control" pipe where CUDA_MPS_PIPE_DIRECTORY says), the
+  // lower rank of the pair says the ranks will take turns and how to start one; with the pipe
+  // there, nothing is said.
+  char mps_template[] = "/tmp/chorus-mps-XXXXXX";
+  const std::string mps = ::mkdtemp(mps_template);
   RunOptions allow;
   allow.env["CHORUS_ALLOW_SHARED_GPU"] = "1";
-  auto allowed = run_ranks(
-      4,
-      [&](int rank) {
-        fake(rank);
-        auto comm = chorus::Communicator::from_env();
-        float x = 1.0f;
-        comm.all_reduce(&x, &x, 1, chorusFloat32, chorusSum);
-        return x == 4.0f ? 0 : 1;
-      },
-      allow);
-  require_codes(allowed, {0, 0, 0, 0});
+  allow.env["CUDA_MPS_PIPE_DIRECTORY"] = mps;
+  const std::string hint =
+      "ranks 0 and 2 share GPU GPU-aaaa and no MPS daemon was found (no " + mps + "/control)";
+  for (bool daemon : {false, true}) {
+    if (daemon) std::ofstream(mps + "/control").put('\n');
+    auto allowed = run_ranks(
+        4,
+        [&](int rank) {
+          fake(rank);
+          auto comm = chorus::Communicator::from_env();
+          float x = 1.0f;
+          comm.all_reduce(&x, &x, 1, chorusFloat32, chorusSum);
+          return x == 4.0f ? 0 : 1;
+        },
+        allow);
+    require_codes(allowed, {0, 0, 0, 0});
+    for (int r = 0; r < 4; ++r) {
+      INFO("MPS daemon " << daemon << ", rank " << r << ":\n" << allowed[size_t(r)].output);
+      CHECK(contains(allowed[size_t(r)].output, hint) == (r == 0 && !daemon));
+    }
+  }
+  std::remove((mps + "/control").c_str());
+  ::rmdir(mps.c_str());
   // Distinct GPUs (and ranks with none) need no override.
   auto distinct = run_ranks(3, [&](int rank) {
     if (rank < 2) setenv("CHORUS_TEST_GPU_UUID", rank == 0 ? "GPU-aaaa" : "GPU-bbbb", 1);
