@@ -74,10 +74,11 @@ train_graph() {  # name, ranks, batch
 # Where a call's GPU time goes, stage by stage (CHORUS_DEVICE_TIMING: a timing event after each
 # signal, wait and kernel; printed at destroy), 1 MiB, 2 ranks. The medians' lines say which wait
 # holds the time.
-timing() {  # collective
-  step "timing_$1" 60 env CHORUS_ALLOW_SHARED_GPU=1 CHORUS_DEVICE_TIMING=40 \
-    "$bin/chorus-run" -n 2 "$bin/chorus-perf" --device cuda --coll "$1" -b 1M -e 1M -n 10 -w 3
-  grep -h "median of" "$logs/timing_$1.log" 2>/dev/null
+timing() {  # collective [size, default 1M]
+  local size=${2:-1M}
+  step "timing_$1_$size" 60 env CHORUS_ALLOW_SHARED_GPU=1 CHORUS_DEVICE_TIMING=40 \
+    "$bin/chorus-run" -n 2 "$bin/chorus-perf" --device cuda --coll "$1" -b "$size" -e "$size" -n 10 -w 3
+  grep -h "median of" "$logs/timing_$1_$size.log" 2>/dev/null
 }
 # kill -9 of rank 1 of 3 mid-call (CHORUS_TEST_DEVICE_DIE): the survivors' streams end and they
 # name it within 5 s ("ok" from each of the two; chorus-run --elastic keeps them running when
@@ -102,6 +103,7 @@ for coll in broadcast reduce all_gather reduce_scatter send_recv; do perf "${col
 # send/recv (~10 ms a call on the H200) against the all-reduce (~20 us), stage by stage.
 timing send_recv
 timing all_reduce
+timing all_reduce 64M  # issue 19's bar starts at 64 MiB: where its time goes
 # NCCL beside it (bench/gpu/nccl_perf.cu), from the nvidia-nccl wheel when python has one.
 nccl_lib=$(python3 -c 'import sys, os
 for d in sys.path:
@@ -226,6 +228,7 @@ if [ "$part" = quick ]; then
   device_kill
   perf allreduce_p2 2 all_reduce
   timing send_recv
+  timing all_reduce 64M
   step train_bench 240 python3 bench/gpu/train_compare.py "$bin" --steps 50 --rounds 1 \
     --fashion-dir "$bundle/data/fashion-mnist" --accuracy-epochs 0
   grep -h "^#\|^  " "$logs/train_bench.log" 2>/dev/null
