@@ -7,7 +7,11 @@
 
 #include <catch2/catch.hpp>
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <string>
+#include <vector>
 
 #include "tests/tools/launch_harness.h"
 
@@ -179,4 +183,68 @@ TEST_CASE("chorus-run reports bad usage clearly", "[chorus-run]") {
         "MASTER_ADDR",      "MASTER_PORT",     "CHORUS_JOB_SECRET", "CHORUS_RESTART_COUNT"}) {
     CHECK_THAT(help.out, Catch::Contains(word));
   }
+}
+
+// --mps, with a stand-in for CUDA's nvidia-cuda-mps-control on PATH (`-d` makes the control
+// pipe; "quit" on its stdin removes it; each call logged): the workers inherit the job's pipe
+// directory with the daemon's pipe in it, the daemon is asked to quit at the end and the
+// directories go; one already running is used and left alone; none on PATH is an error naming
+// the program.
+TEST_CASE("chorus-run --mps runs an MPS daemon for the job and stops it", "[chorus-run]") {
+  char dir_template[] = "/tmp/chorus-test-mps-XXXXXX";
+  const std::string dir = mkdtemp(dir_template);
+  const std::string log = dir + "/calls.log";
+  {
+    std::FILE* f = std::fopen((dir + "/nvidia-cuda-mps-control").c_str(), "w");
+    REQUIRE(f);
+    std::fputs(
+        "#!/bin/sh\n"
+        "echo \"call $* $CUDA_MPS_PIPE_DIRECTORY\" >> \"$FAKE_MPS_LOG\"\n"
+        "if [ \"$1\" = -d ]; then mkfifo \"$CUDA_MPS_PIPE_DIRECTORY/control\"; exit 0; fi\n"
+        "read cmd; echo \"stdin $cmd\" >> \"$FAKE_MPS_LOG\"\n"
+        "[ \"$cmd\" = quit ] && rm -f \"$CUDA_MPS_PIPE_DIRECTORY/control\"\n",
+        f);
+    std::fclose(f);
+    chmod((dir + "/nvidia-cuda-mps-control").c_str(), 0755);
+  }
+  const std::string path = "PATH=" + dir + ":" + std::getenv("PATH");
+  const std::vector<std::string> report = {
+      "/bin/sh", "-c",
+      "echo PIPE=$CUDA_MPS_PIPE_DIRECTORY; test -p $CUDA_MPS_PIPE_DIRECTORY/control && echo "
+      "CONTROL=yes"};
+  std::vector<std::string> args = {"-n", "2", "--mps"};
+  args.insert(args.end(), report.begin(), report.end());
+  auto r = run_launcher(args, {path, "FAKE_MPS_LOG=" + log, "CUDA_MPS_PIPE_DIRECTORY"});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  auto pipe = values_by_rank(r.out, "PIPE");
+  REQUIRE(pipe.size() == 2);
+  CHECK(pipe[0] == pipe[1]);
+  CHECK(pipe[0].rfind("/tmp/chorus-mps-", 0) == 0);
+  CHECK(values_by_rank(r.out, "CONTROL")[1] == "yes");
+  std::ifstream in(log);
+  const std::string calls((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CHECK(calls == "call -d " + pipe[0] + "\ncall  " + pipe[0] + "\nstdin quit\n");
+  CHECK(access(pipe[0].c_str(), F_OK) != 0);  // its directories removed
+  // A daemon already running: used, not started or stopped.
+  std::remove(log.c_str());
+  const std::string running = dir + "/running";
+  mkdir(running.c_str(), 0700);
+  mkfifo((running + "/control").c_str(), 0600);
+  auto again =
+      run_launcher(args, {path, "FAKE_MPS_LOG=" + log, "CUDA_MPS_PIPE_DIRECTORY=" + running});
+  INFO(again.out << again.err);
+  REQUIRE(again.exit_code == 0);
+  CHECK(values_by_rank(again.out, "PIPE")[0] == running);
+  CHECK(again.err.find("using the MPS daemon already running") != std::string::npos);
+  CHECK(access(log.c_str(), F_OK) != 0);  // never called
+  // None on PATH.
+  auto none = run_launcher({"-n", "1", "--mps", "/bin/true"},
+                           {"PATH=/nonexistent", "CUDA_MPS_PIPE_DIRECTORY"});
+  CHECK(none.exit_code == 1);
+  CHECK(none.err.find("'nvidia-cuda-mps-control' not found") != std::string::npos);
+  std::remove((running + "/control").c_str());
+  rmdir(running.c_str());
+  std::remove((dir + "/nvidia-cuda-mps-control").c_str());
+  rmdir(dir.c_str());
 }

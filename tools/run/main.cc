@@ -1,6 +1,7 @@
 // chorus-run: starts the workers of a chorus job on this node, like torchrun --nproc-per-node.
 // Usage: chorus-run [--standalone] -n N [--nnodes M --node-rank K --master-addr H --master-port P]
-//        [--max-restarts R] [--elastic] [--grace S] [--no-prefix] PROGRAM [ARGS...]   (--help)
+//        [--max-restarts R] [--elastic] [--mps] [--grace S] [--no-prefix] PROGRAM [ARGS...]
+//        (--help)
 #include <fmt/format.h>
 #include <stdlib.h>
 
@@ -10,6 +11,7 @@
 
 #include "tools/run/bind.h"
 #include "tools/run/job.h"
+#include "tools/run/mps.h"
 #include "tools/run/options.h"
 #include "tools/run/supervisor.h"
 #include "transport/rendezvous.h"
@@ -58,6 +60,11 @@ int main(int argc, char** argv) {
       say(fmt::format("rank {} bound to {}",
                       options.node_rank * options.nproc_per_node + int(local),
                       job.bindings[local].text));
+  MpsDaemon mps;  // --mps: stopped when main returns
+  if (options.mps && !mps.start(error)) {
+    say(error);
+    return 1;
+  }
   std::unique_ptr<chorus::transport::StoreServer> store;  // --elastic: lives as long as the job
   if (options.elastic) {
     auto s = chorus::transport::host_launcher_store(job.master_addr, job.master_port, job.secret,

@@ -125,6 +125,10 @@ void add_flags(CLI::App& app, RunOptions& o, RawArgs& raw) {
                "chorus-run (not in rank 0), so the survivors can shrink their communicator and "
                "go on, whichever rank died (one node); with --max-restarts R, a dead worker is "
                "restarted (R times in all) and rejoins the running job");
+  app.add_flag("--mps", o.mps,
+               "run CUDA's MPS control daemon for the job (nvidia-cuda-mps-control -d, pipe and "
+               "log directories of its own; one already running is used), so that workers "
+               "sharing a GPU run side by side instead of taking turns; stopped at the end");
   app.add_flag("--no-prefix,--no_prefix", raw.no_prefix,
                "do not prefix output lines with the rank");
 }

@@ -19,6 +19,7 @@ struct RunOptions {
   double grace_s = 5.0;  // SIGTERM -> SIGKILL delay when stopping workers
   bool prefix = true;
   bool elastic = false;           // --elastic: the store in chorus-run; a dead worker stops nobody
+  bool mps = false;               // --mps: an MPS control daemon for the job (tools/run/mps.h)
   std::string bind = "none";      // --bind cores|numa|none
   std::string program;            // as the user wrote it (argv[0] of the workers)
   std::string program_path;       // resolved through PATH, checked executable
