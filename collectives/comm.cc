@@ -209,7 +209,8 @@ Status CommImpl::check_gpu_sharing(const std::vector<kernels::cuda::GpuIdentity>
           log_warn(
               "ranks {} and {} share GPU {} and no MPS daemon was found (no {}/control): their "
               "kernels will take turns by time slice, several times slower than side by side; "
-              "start one with `nvidia-cuda-mps-control -d` before the job",
+              "start one with `nvidia-cuda-mps-control -d` (or run the job with `chorus-run "
+              "--mps`)",
               a, b, g.uuid, dir);
         hinted = true;
         continue;

@@ -205,6 +205,11 @@ if [ "$part" = mps ]; then
       tail -5 "$CUDA_MPS_LOG_DIRECTORY"/* 2>/dev/null
     fi
     unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+    # chorus-run --mps: the launcher starts and stops a daemon of the job's own.
+    step mps_flag_train_p2_b32 120 env CHORUS_ALLOW_SHARED_GPU=1 "$bin/chorus-run" --mps -n 2 \
+      "$bin/train_cnn" --device cuda:0 --data synthetic --synthetic-size 8192 \
+      --synthetic-shape 3x32x32 --epochs 1 --batch-size 32 --log-every 16 --no-progress
+    grep -h "images/s\|mps" "$logs/mps_flag_train_p2_b32.log" 2>/dev/null | tail -3
   else
     echo "skip mps: nvidia-cuda-mps-control is not on PATH"
   fi
