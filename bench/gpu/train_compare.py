@@ -15,7 +15,8 @@ TF32 on either side.
    GPU (CHORUS_ALLOW_SHARED_GPU=1, the same global batch), PyTorch on 1 (its NCCL refuses two ranks
    on one GPU); on a GPU also chorus with its step captured as CUDA graphs (train_cnn
    --cuda-graph: "chorus 1 rank graph", and "chorus 2 ranks graph", where DDP's all-reduces run
-   between two graphs a step).
+   between two graphs a step), and where MPS is installed "chorus 2 ranks mps" (chorus-run --mps:
+   the two ranks side by side instead of taking turns by time slice).
 2. Accuracy: --accuracy-epochs epochs of Fashion-MNIST at batch 64 on each side for each of
    --accuracy-seeds seeds, then the mean test accuracy of each and their difference (issue 12's
    bar: within 1 point; one seed alone wanders by more: 0.844-0.873 for chorus, 0.851-0.867 for
@@ -29,6 +30,7 @@ import argparse
 import gzip
 import os
 import re
+import shutil
 import statistics
 import struct
 import subprocess
@@ -142,8 +144,8 @@ def torch_accuracy(device, fashion, epochs, batch, limit, seed):
     return right / len(tx)
 
 
-def run_chorus(a, ranks, args):
-    cmd = [a.chorus_run, "-n", str(ranks), a.train_cnn, "--device", a.device] + args
+def run_chorus(a, ranks, args, launcher=()):
+    cmd = [a.chorus_run, *launcher, "-n", str(ranks), a.train_cnn, "--device", a.device] + args
     env = dict(os.environ, CHORUS_ALLOW_SHARED_GPU="1")
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
     if out.returncode != 0:
@@ -151,7 +153,7 @@ def run_chorus(a, ranks, args):
     return out.stdout
 
 
-def chorus_images_per_s(a, ranks, batch, steps, fashion_dir=None, extra=()):
+def chorus_images_per_s(a, ranks, batch, steps, fashion_dir=None, extra=(), launcher=()):
     per_rank = batch // ranks
     if fashion_dir:
         data = ["--data", f"fashion-mnist:{fashion_dir}", "--max-steps", str(steps + 10)]
@@ -160,7 +162,7 @@ def chorus_images_per_s(a, ranks, batch, steps, fashion_dir=None, extra=()):
                 "--synthetic-shape", "3x32x32"]
     out = run_chorus(a, ranks, data + ["--epochs", "1", "--batch-size", str(per_rank),
                                        "--log-every", str(max(1, steps // 4)), "--no-progress"] +
-                     list(extra))
+                     list(extra), launcher)
     rates = [float(m) for m in re.findall(r"step [0-9/]+: .*\| ([0-9.]+) images/s", out)]
     if not rates:
         raise RuntimeError(f"no images/s in the output of train_cnn:\n{out[-2000:]}")
@@ -220,11 +222,18 @@ def main():
             if graph:
                 results["chorus 1 rank graph"] = []
                 results["chorus 2 ranks graph"] = []
+            # Two ranks on one GPU side by side (chorus-run --mps) where MPS is installed.
+            mps = graph and shutil.which("nvidia-cuda-mps-control") is not None
+            if mps:
+                results["chorus 2 ranks mps"] = []
             for _ in range(a.rounds):  # interleaved, round by round
                 results["torch 1 rank"].append(
                     torch_images_per_s(a.device, batch, a.steps, fashion if fdir else None))
                 results["chorus 1 rank"].append(chorus_images_per_s(a, 1, batch, a.steps, fdir))
                 results["chorus 2 ranks"].append(chorus_images_per_s(a, 2, batch, a.steps, fdir))
+                if mps:
+                    results["chorus 2 ranks mps"].append(
+                        chorus_images_per_s(a, 2, batch, a.steps, fdir, launcher=["--mps"]))
                 if graph:
                     for ranks in (1, 2):
                         results[f"chorus {ranks} rank{'s' if ranks > 1 else ''} graph"].append(
