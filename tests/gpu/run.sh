@@ -199,6 +199,8 @@ if [ "$part" = mps ]; then
       step mps_timing_send_recv 60 env CHORUS_ALLOW_SHARED_GPU=1 CHORUS_DEVICE_TIMING=40 \
         "$bin/chorus-run" -n 2 "$bin/chorus-perf" --device cuda --coll send_recv -b 1M -e 1M -n 10 -w 3
       grep -h "median of" "$logs/mps_timing_send_recv.log" 2>/dev/null
+      perf mps_allreduce_p2 2 all_reduce  # issue 19's efficiency with the ranks side by side
+      perf mps_allreduce_p3 3 all_reduce
       echo quit | timeout 20 nvidia-cuda-mps-control
     else
       echo "skip mps: nvidia-cuda-mps-control -d failed"
