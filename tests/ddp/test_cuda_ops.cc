@@ -2,7 +2,7 @@
 // error <= 1e-5 of the largest value: TF32 off, the GEMM sums in float; with TF32 allowed, the
 // linear and convolution layers within 2e-3 and not the float bits), SGD on its own, then 3 steps
 // of the tutorial net (forward, loss, backward, SGD with momentum and weight decay) on both
-// devices, the losses and each parameter's change compared; and 6 steps with the step captured as a
+// devices, losses, gradients and parameters compared; and 6 steps with the step captured as a
 // CUDA graph against the eager GPU steps, bit for bit. Exits 77 with the reason where the CUDA
 // kernels cannot run (no CUDA build, no device): tests/gpu/run.sh runs it where a GPU is lent.
 #include <algorithm>
@@ -92,6 +92,10 @@ int main() {
       "conv2d lenet",
       {random(Shape{64, 3, 32, 32}, rng), random(Shape{6, 3, 5, 5}, rng), random(Shape{6}, rng)},
       [](const std::vector<Tensor>& t) { return conv2d(t[0], t[1], t[2]); }, rng);
+  check_op(  // the net's second convolution, as it sees it at batch 64
+      "conv2d lenet conv2",
+      {random(Shape{64, 6, 14, 14}, rng), random(Shape{16, 6, 5, 5}, rng), random(Shape{16}, rng)},
+      [](const std::vector<Tensor>& t) { return conv2d(t[0], t[1], t[2]); }, rng);
   for (auto [k_, s_] : {std::pair{2, 2}, {3, 2}, {3, 1}}) {
     const int k = k_, s = s_;
     check_op(
@@ -180,16 +184,15 @@ int main() {
     compare("sgd (momentum, weight decay) after 3 steps", pc, pg);
     g_tolerance = 1e-5f;
   }
-  // Three steps of the tutorial net on both devices: the losses within 1e-5 each step; then each
-  // parameter's change within 10% of the largest change. Not the parameters within 1e-5: the
-  // convolutions' weight and bias gradients are float sums of 6400 to 50176 products whose total
-  // largely cancels, and the GPU's order (split k) and OpenBLAS's leave updates up to 3% apart
-  // (H100, 2026-11-27: conv2.bias); the operators above are the exact check, this one catches a
-  // step that goes elsewhere (a wrong momentum, a lost update, a gradient of the wrong layer).
+  // Three steps of the tutorial net on both devices (issue 12: a step equal to the CPU step within
+  // 1e-5): each step's loss, each parameter's gradient (of the largest gradient) and, after the
+  // first step and after the third, each parameter (of the largest value), all within 1e-5; every
+  // gradient's distance printed, so that a run shows where the devices part. On an H100
+  // (2026-11-27) the parameters after 3 steps were 1.2e-6 to 6.1e-6 apart in the convolutions
+  // (up to 8e-5 of their scale; the linear layers within 1e-5). Summation order does not explain
+  // that much: the same 3 steps on the cpu with each batch in reverse order end 1e-8 apart.
   Net cpu_net(3, 32, 5), gpu_net(3, 32, 5);
   gpu_net.to(kGpu);
-  std::vector<std::vector<float>> before;
-  for (const Tensor& p : cpu_net.parameters()) before.push_back(p.to_vector());
   const SgdOptions so{.lr = 0.01f, .momentum = 0.9f, .weight_decay = 5e-4f};
   Sgd cpu_opt(cpu_net.parameters(), so), gpu_opt(gpu_net.parameters(), so);
   for (int step = 0; step < 3; ++step) {
@@ -200,29 +203,30 @@ int main() {
     gpu_opt.zero_grad();
     Tensor lc = cross_entropy(cpu_net.forward(x), y),
            lg = cross_entropy(gpu_net.forward(x.to(kGpu)), y);
-    compare("net step " + std::to_string(step) + " loss", lc, lg);
+    const std::string at = "net step " + std::to_string(step);
+    compare(at + " loss", lc, lg);
     lc.backward();
     lg.backward();
+    const auto pc = cpu_net.named_parameters(), pg = gpu_net.named_parameters();
+    for (size_t i = 0; i < pc.size(); ++i) {
+      const std::vector<float> a = pc[i].second.grad().to_vector(),
+                               b = pg[i].second.grad().to_vector();
+      float largest = 0, apart = 0;
+      for (size_t k = 0; k < a.size(); ++k) {
+        largest = std::max(largest, std::fabs(a[k]));
+        apart = std::max(apart, std::fabs(a[k] - b[k]));
+      }
+      std::printf("%s: %-12s gradient apart by %.3g of its largest %.3g (%.2g)\n", at.c_str(),
+                  pc[i].first.c_str(), apart, largest, largest > 0 ? apart / largest : 0.0);
+      compare(at + " gradient of " + pc[i].first, pc[i].second.grad(), pg[i].second.grad());
+    }
     cpu_opt.step();
     gpu_opt.step();
-  }
-  const auto pc = cpu_net.named_parameters(), pg = gpu_net.named_parameters();
-  for (size_t i = 0; i < pc.size(); ++i) {
-    const std::vector<float> a = pc[i].second.to_vector(), b = pg[i].second.to_vector();
-    float moved = 0, apart = 0;
-    size_t worst = 0;
-    for (size_t k = 0; k < a.size(); ++k) {
-      moved = std::max(moved, std::fabs(a[k] - before[i][k]));
-      if (std::fabs(a[k] - b[k]) > apart) apart = std::fabs(a[k] - b[k]), worst = k;
-    }
-    ++g_checked;
-    std::printf("net after 3 steps: %-12s largest change %.3g, devices apart by %.3g (%.2f%%)\n",
-                pc[i].first.c_str(), moved, apart, moved > 0 ? 100.0 * apart / moved : 0.0);
-    if (!(moved > 0 && apart <= 0.1f * moved)) {
-      std::printf("FAIL net after 3 steps: %s: element %zu: cpu %.9g, gpu %.9g (changed by %g)\n",
-                  pc[i].first.c_str(), worst, a[worst], b[worst], moved);
-      ++g_failed;
-    }
+    if (step == 0 || step == 2)
+      for (size_t i = 0; i < pc.size(); ++i)
+        compare(
+            "net after " + std::to_string(step + 1) + " step" + (step ? "s: " : ": ") + pc[i].first,
+            pc[i].second, pg[i].second);
   }
   // The step as a CUDA graph (ddp/train/step_graph.h: 2 eager warm-up steps, the capture, then
   // replays on static inputs): 6 steps end with the eager GPU run's losses and parameters, bit for
