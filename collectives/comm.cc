@@ -177,9 +177,6 @@ Status CommImpl::create_channels(const transport::Transports& transports, Deadli
   return Status::ok();
 }
 
-// Two ranks on one GPU (the same UUID, on any host: namespaces of one machine share its GPUs)
-// time-slice it; refused unless CHORUS_ALLOW_SHARED_GPU=1 (NCCL's NCCL_MULTI_RANK_GPU_ENABLE is
-// the precedent). Every rank finds the same first pair, so every rank names the same two.
 namespace {
 
 // Where CUDA's MPS clients look for the control daemon's pipe (CUDA_MPS_PIPE_DIRECTORY, else
@@ -192,6 +189,9 @@ bool mps_daemon_found(std::string* dir) {
 
 }  // namespace
 
+// Two ranks on one GPU (the same UUID, on any host: namespaces of one machine share its GPUs)
+// time-slice it; refused unless CHORUS_ALLOW_SHARED_GPU=1 (NCCL's NCCL_MULTI_RANK_GPU_ENABLE is
+// the precedent). Every rank finds the same first pair, so every rank names the same two.
 Status CommImpl::check_gpu_sharing(const std::vector<kernels::cuda::GpuIdentity>& gpus) {
   CHORUS_ASSIGN_OR_RETURN(int64_t allow, env_int_in("CHORUS_ALLOW_SHARED_GPU", 0, 0, 1));
   bool hinted = false;
