@@ -15,6 +15,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -23,6 +24,7 @@
 #include <regex>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "chorus/chorus.hpp"
@@ -69,7 +71,8 @@ enum class Mode { kKill, kDeviceDie, kLeave };
 
 // One rank's training: 3 ranks, one epoch of 384 samples at 16 a rank (8 steps), DDP on cuda:0
 // with several buckets. Writes the final parameters to `out` (survivors only).
-int train_rank(int rank, Mode mode, int64_t step, const std::string& out, bool stuck = false) {
+int train_rank(int rank, Mode mode, int64_t step, const std::string& out,
+               const std::string& sync_dir = "", bool stuck = false) {
   if (!real_gpu()) {
     test::use_emulated_gpu();
     test::emulated_gpu().never_drains = stuck;  // the failed step's GPU work never ends
@@ -111,12 +114,29 @@ int train_rank(int rank, Mode mode, int64_t step, const std::string& out, bool s
     ddp = std::make_unique<DistributedDataParallel>(model, *comm, d);
     return TrainOptions::Recovered{comm, ddp.get(), "rank 2"};
   };
-  if (mode == Mode::kKill && rank == 2) {
+  if (mode == Mode::kKill) {
     // After its backward (whose hooks launched the step's all-reduces), before it waits for
-    // them: its peers finish the step and fail in the next one's exchange of buffer handles.
-    to.before_sync = [step](int64_t g) {
-      if (g == step) ::kill(::getpid(), SIGKILL);
-    };
+    // them: its peers finish the step and fail in the next one's exchange of buffer handles. On
+    // the emulation rank 2 dies only once both peers have ended that step (each leaves a file
+    // in `sync_dir`): a peer still inside the step's last all-reduce when the death is news
+    // voids it and rolls back one step further (seen under ASan). On a GPU the kill is not
+    // held back: it lands with the step's GPU work still pending, the case that hung there.
+    const std::string done = sync_dir + "/done";
+    if (rank < 2 && !real_gpu())
+      to.after_step = [done, step, rank](int64_t g) {
+        if (g == step) std::ofstream(done + std::to_string(rank)).put('\n');
+      };
+    if (rank == 2)
+      to.before_sync = [done, step](int64_t g) {
+        if (g != step) return;
+        const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+        while (!real_gpu() && !(::access((done + "0").c_str(), F_OK) == 0 &&
+                                ::access((done + "1").c_str(), F_OK) == 0)) {
+          if (std::chrono::steady_clock::now() > end) break;  // the resume check then says so
+          std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        }
+        ::kill(::getpid(), SIGKILL);
+      };
   }
   if (mode == Mode::kLeave)
     to.leave = [&, left = false](int64_t g) mutable -> std::optional<TrainOptions::Recovered> {
@@ -175,7 +195,7 @@ void run_case(Mode kill_mode, int64_t kill_in, int64_t expect_resume) {
     auto res = run_ranks(
         3,
         [&](int rank) {
-          return train_rank(rank, mode, step, dir + "/" + tag + std::to_string(rank) + ".bin");
+          return train_rank(rank, mode, step, dir + "/" + tag + std::to_string(rank) + ".bin", dir);
         },
         o);
     for (int r = 0; r < 3; ++r) {
@@ -207,7 +227,7 @@ void run_case(Mode kill_mode, int64_t kill_in, int64_t expect_resume) {
     CHECK(kill == leave);  // (not printed: bytes)
   }
   CHECK(slurp(dir + "/leave0.bin") == slurp(dir + "/leave1.bin"));  // DDP kept them equal
-  for (const char* f : {"leave0", "leave1", "kill0", "kill1"})
+  for (const char* f : {"leave0", "leave1", "kill0", "kill1", "done0", "done1"})
     std::remove((dir + "/" + f + ".bin").c_str());
   ::rmdir(dir.c_str());
 }
@@ -271,13 +291,21 @@ TEST_CASE("elastic DDP on a GPU: a failed step's work that does not end is named
 TEST_CASE("elastic DDP on a GPU: the trainer does not roll back behind a stream that never ends",
           "[device][ddp][elastic][emulated]") {
   if (skipped_on_gpu()) return;
+  char sync_template[] = "/tmp/chorus-elastic-stuck-XXXXXX";
+  const std::string sync = ::mkdtemp(sync_template);
   RunOptions o = rank_options();
   auto res = run_ranks(
-      3, [](int rank) { return train_rank(rank, Mode::kKill, 5, "/dev/null", /*stuck=*/true); }, o);
+      3,
+      [&sync](int rank) {
+        return train_rank(rank, Mode::kKill, 5, "/dev/null", sync, /*stuck=*/true);
+      },
+      o);
   for (int r = 0; r < 2; ++r) {
     INFO("rank " << r << ":\n" << res[static_cast<size_t>(r)].output);
     CHECK(res[static_cast<size_t>(r)].exit_code == 1);
     CHECK_THAT(res[static_cast<size_t>(r)].output,
                Catch::Contains("the failed step's GPU work on cuda:0 did not end within 30 s"));
   }
+  for (const char* f : {"/done0", "/done1"}) std::remove((sync + f).c_str());
+  ::rmdir(sync.c_str());
 }
