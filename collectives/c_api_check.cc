@@ -146,8 +146,9 @@ Status check_space(const void* buf, const char* name, At at) {
   if (info.space != kernels::cuda::MemSpace::kDevice) return Status::ok();
   return make_error(Code::kInvalidArgument,
                     "{}: {} {} is memory of CUDA device {}; device memory goes to all-reduce, "
-                    "reduce, broadcast, all-gather, reduce-scatter and the blocking send/recv, "
-                    "not to this call (copy it to host memory, or use managed memory)",
+                    "reduce, broadcast, all-gather, reduce-scatter, gather, scatter, all-to-all "
+                    "and the blocking send/recv, not to this call (copy it to host memory, or "
+                    "use managed memory)",
                     at, name, buf, info.device);
 }
 
@@ -238,6 +239,9 @@ bool takes_device_path(const Call& call, const Args& a) {
     case OpKind::kBroadcast:
     case OpKind::kAllGather:
     case OpKind::kReduceScatter:
+    case OpKind::kGather:
+    case OpKind::kScatter:
+    case OpKind::kAllToAll:
       return device_buffers(a.sendbuff, a.recvbuff);
     default:
       return false;

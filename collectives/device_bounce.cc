@@ -30,7 +30,7 @@ Status place_staged(DeviceIpc& st, std::span<LocalBuffer* const> bufs, int rank,
     if (!b->staged) continue;
     size_t piece = piece_size.size();
     for (size_t i = 0; i < staged.size(); ++i)
-      if (staged[i]->user == b->user) piece = piece_of[i];
+      if (staged[i]->user == b->user && !staged[i]->aside && !b->aside) piece = piece_of[i];
     if (piece == piece_size.size()) piece_size.push_back(0);
     piece_size[piece] = std::max(piece_size[piece], round_up(b->bytes));
     staged.push_back(b);
@@ -63,13 +63,15 @@ Status place_staged(DeviceIpc& st, std::span<LocalBuffer* const> bufs, int rank,
       return make_error(Code::kSystemError, "{} on rank {}: exporting the bounce buffer failed: {}",
                         call, rank, ipc.error_string(rc));
   }
-  if (!st.bounce_said) {
+  const auto unmapped =
+      std::find_if(staged.begin(), staged.end(), [](const LocalBuffer* b) { return !b->aside; });
+  if (!st.bounce_said && unmapped != staged.end()) {
     st.bounce_said = true;
     log_info(
         "rank {}: {}: {} {} is device memory that CUDA IPC cannot map (VMM or "
         "cudaMallocAsync memory: {}); it goes through a bounce buffer of this "
         "communicator, one copy in and one out per call (this line once per communicator)",
-        rank, call, staged[0]->name, staged[0]->user, ipc.error_string(kc::kNotLegacyIpc));
+        rank, call, (*unmapped)->name, (*unmapped)->user, ipc.error_string(kc::kNotLegacyIpc));
   }
   return Status::ok();
 }

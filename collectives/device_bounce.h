@@ -31,7 +31,11 @@ struct LocalBuffer {
   bool used = false;           // the call touches it at all
   bool shared = true;          // peers map it (a receive's buffer: only this rank copies into it)
   bool staged = false;         // CUDA IPC cannot map it: it goes through the bounce buffer
-  void* at = nullptr;          // where the GPU work finds it: `user`, or its piece when staged
+  // The call's input overlaps its output other than as the rank's own block (an in-place
+  // all-to-all; a gather's or scatter's root with one buffer inside the other): copied aside
+  // into a piece of its own, as if staged, wherever it lives.
+  bool aside = false;
+  void* at = nullptr;  // where the GPU work finds it: `user`, or its piece when staged
   kernels::cuda::IpcHandle* handle = nullptr;  // its record's handle (staged: of its piece)
 };
 
@@ -42,7 +46,8 @@ struct CallBuffers {
 };
 
 // Gives every staged buffer of `bufs` (one call's, or a group's) a piece of the bounce buffer --
-// one piece for a sendbuff and recvbuff that are the same pointer (in place) -- grown first when
+// one piece for a sendbuff and recvbuff that are the same pointer (in place), unless one is
+// copied aside -- grown first when
 // too small, and exports each piece into its handle. Says at CHORUS_DEBUG=INFO, once per
 // communicator, that buffers are staged and why. `call` and `rank` name the call in errors.
 Status place_staged(DeviceIpc& st, std::span<LocalBuffer* const> bufs, int rank, const char* call);

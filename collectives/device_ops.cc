@@ -14,7 +14,9 @@
 //         2. this rank's tasks (device_plan.h): fold kernels reading peers' memory directly and
 //            writing the result into every output at once (an all-reduce: each rank's), copies
 //            by a kernel too (a copy-engine copy into another process's memory cost about
-//            280 us on an H200);
+//            280 us on an H200), moving bytes whatever the type (gather, scatter and all-to-all
+//            are only copies; an input overlapping its output other than as the rank's own
+//            block is copied aside into the bounce buffer first, set_aside);
 //         3. done: the same signal-then-wait on the done words: no rank goes on before every
 //            peer has written into its buffers and stopped reading them.
 //   Send/recv: the sender signals "data ready", the receiver "buffer free"; each waits for the
@@ -387,8 +389,32 @@ std::string describe(const Record& x) {
   s += fmt::format(" of count {} of {}", x.count, dtype_name(x.datatype));
   if (k == OpKind::kAllReduce || k == OpKind::kReduce || k == OpKind::kReduceScatter)
     s += fmt::format(" by {}", redop_name(x.op));
-  if (k == OpKind::kReduce || k == OpKind::kBroadcast) s += fmt::format(" with root {}", x.root);
+  if (rule_for(k).root) s += fmt::format(" with root {}", x.root);
   return s;
+}
+
+// A gather's, scatter's or all-to-all's input that overlaps its output -- other than as this
+// rank's own block of a gather's or scatter's root, which is then a copy onto itself -- is
+// copied aside first (LocalBuffer::aside): else this rank's writes would change what it, or a
+// peer, has still to read.
+void set_aside(OpKind kind, int rank, size_t block_bytes, CallBuffers& bufs, Record& me) {
+  if (kind != OpKind::kGather && kind != OpKind::kScatter && kind != OpKind::kAllToAll) return;
+  if (!bufs.send.used || !bufs.recv.used) return;  // gather, scatter: off the root
+  const char* in = static_cast<const char*>(bufs.send.user);
+  const char* out = static_cast<const char*>(bufs.recv.user);
+  if (!(in < out + bufs.recv.bytes && out < in + bufs.send.bytes)) return;
+  const size_t own = rank * block_bytes;
+  if ((kind == OpKind::kGather && in == out + own) || (kind == OpKind::kScatter && out == in + own))
+    return;
+  bufs.send.aside = bufs.send.staged = true;
+  bufs.send.handle = &me.send;
+}
+
+// What a copy moves its elements of `es` bytes as: an unsigned integer of their size, or bytes
+// (2-byte elements) -- never the call's type, whose fold would quiet a signalling NaN of f16 or
+// bf16 on its way through float: a copy's bytes arrive as sent.
+kernels::DType copy_type(size_t es) {
+  return es == 8 ? kernels::DType::kU64 : es == 4 ? kernels::DType::kU32 : kernels::DType::kU8;
 }
 
 bool same_call(const Record& a, const Record& b) {
@@ -436,6 +462,7 @@ chorusResult_t device_collective(chorusComm_t h, CommImpl& comm, const Call& cal
   bufs.recv.used = uses_recv;
   bufs.recv.bytes = device_recv_count(call.kind, a.count, p) * es;
   describe_self(st, bufs, me, r);
+  if (me.ok) set_aside(call.kind, r, a.count * es, bufs, me);
   if (me.ok)
     if (Status s = place_staged(st, std::array{&bufs.send, &bufs.recv}, r, call.name); !s.is_ok())
       set_why(me, s.message());
@@ -543,7 +570,8 @@ chorusResult_t device_collective(chorusComm_t h, CommImpl& comm, const Call& cal
     s = t.reduce ? gpu.fold(dt, op, ins[i], outs[i], t.count, avg_n,
                             "launching the reduction "
                             "kernel")
-                 : gpu.fold(dt, kernels::RedOp::kSum, ins[i], outs[i], t.count, 0,
+                 : gpu.fold(copy_type(es), kernels::RedOp::kSum, ins[i], outs[i],
+                            t.count * es / kernels::dtype_size(copy_type(es)), 0,
                             fmt::format("copying rank {}'s {}", t.in[0].rank,
                                         t.in[0].recv ? "recvbuff" : "sendbuff"));
   }

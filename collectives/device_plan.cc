@@ -24,25 +24,30 @@ std::vector<BufRef> every_send(int p, size_t elem) {
 }  // namespace
 
 bool device_uses_send(OpKind kind, int rank, int root) {
-  return kind != OpKind::kBroadcast || rank == root;
+  return (kind != OpKind::kBroadcast && kind != OpKind::kScatter) || rank == root;
 }
 
 bool device_uses_recv(OpKind kind, int rank, int root) {
-  return kind != OpKind::kReduce || rank == root;
+  return (kind != OpKind::kReduce && kind != OpKind::kGather) || rank == root;
 }
 
 size_t device_send_count(OpKind kind, size_t count, int nranks) {
-  return kind == OpKind::kReduceScatter ? count * nranks : count;
+  const bool blocks =
+      kind == OpKind::kReduceScatter || kind == OpKind::kScatter || kind == OpKind::kAllToAll;
+  return blocks ? count * nranks : count;
 }
 
 size_t device_recv_count(OpKind kind, size_t count, int nranks) {
-  return kind == OpKind::kAllGather ? count * nranks : count;
+  const bool blocks =
+      kind == OpKind::kAllGather || kind == OpKind::kGather || kind == OpKind::kAllToAll;
+  return blocks ? count * nranks : count;
 }
 
 std::vector<DeviceTask> plan_device_op(const DevicePlanArgs& a) {
   const int p = a.nranks, r = a.rank;
   const size_t n = a.count;
-  const bool rooted = a.kind == OpKind::kReduce || a.kind == OpKind::kBroadcast;
+  const bool rooted = a.kind == OpKind::kReduce || a.kind == OpKind::kBroadcast ||
+                      a.kind == OpKind::kGather || a.kind == OpKind::kScatter;
   const int leader = rooted ? a.root : 0;
   std::vector<DeviceTask> tasks;
   if (n == 0 || (a.one_gpu && r != leader)) return tasks;
@@ -76,6 +81,20 @@ std::vector<DeviceTask> plan_device_op(const DevicePlanArgs& a) {
       break;
     case OpKind::kReduceScatter:
       for (int d : outs) tasks.push_back({every_send(p, d * n), {{d, true, 0}}, n, true});
+      break;
+    case OpKind::kGather:  // the root's output only; its own block first
+      if (r != a.root) break;
+      tasks.push_back({{{r, false, 0}}, {{r, true, r * n}}, n, false});
+      for (int q = 0; q < p; ++q)
+        if (q != r) tasks.push_back({{{q, false, 0}}, {{r, true, q * n}}, n, false});
+      break;
+    case OpKind::kScatter:
+      for (int d : outs) tasks.push_back({{{a.root, false, d * n}}, {{d, true, 0}}, n, false});
+      break;
+    case OpKind::kAllToAll:  // rank d's block q: rank q's block d
+      for (int d : outs)
+        for (int q = 0; q < p; ++q)
+          tasks.push_back({{{q, false, d * n}}, {{d, true, q * n}}, n, false});
       break;
     default:
       break;

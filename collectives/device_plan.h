@@ -27,27 +27,33 @@ struct DeviceTask {
 };
 
 struct DevicePlanArgs {
-  OpKind kind = OpKind::kAllReduce;  // all-reduce, reduce, broadcast, all-gather, reduce-scatter
+  // all-reduce, reduce, broadcast, all-gather, reduce-scatter, gather, scatter, all-to-all
+  OpKind kind = OpKind::kAllReduce;
   int nranks = 1;
   int rank = 0;
-  int root = 0;      // reduce and broadcast
-  size_t count = 0;  // the call's count: all-gather's sendcount, reduce-scatter's recvcount
+  int root = 0;      // reduce, broadcast, gather, scatter
+  size_t count = 0;  // the call's count: sendcount (all-gather, gather), recvcount
+                     // (reduce-scatter, scatter), a block (all-to-all)
   size_t align = 1;  // slices start at multiples of this many elements (16-byte loads)
   bool one_gpu = false;
 };
 
 // This rank's tasks. Ranks on GPUs of their own each take a slice (all-reduce, reduce) or their
-// own output (broadcast, all-gather, reduce-scatter), reading the peers' buffers directly; ranks
-// that share one GPU leave every task to one rank (the root, else rank 0): their contexts take
+// own output (broadcast, all-gather, reduce-scatter, gather at the root, scatter, all-to-all),
+// reading the peers' buffers directly; ranks that share one GPU leave every task to one rank
+// (the root, else rank 0): their contexts take
 // turns on the GPU, so several workers buy nothing there and each turn costs about 300 us
 // (bench/RESULTS.md, "First GPU run"). An all-reduce slice is one task writing every rank's
 // output: each input byte read once, each output byte written once (2pN bytes for p ranks' N,
 // the bound of ../shared/notes/gpu-collectives.md), where a copy per peer after the fold moved
-// (3p-1)N.
+// (3p-1)N. Gathers, scatters and all-to-all are copies of blocks; where a rank's input overlaps
+// its output other than as its own block (an in-place all-to-all, a root's sendbuff elsewhere in
+// its recvbuff), device_ops.cc first copies the input aside, so a plan never reads what it writes.
 std::vector<DeviceTask> plan_device_op(const DevicePlanArgs& a);
 
 // Whether a rank's call reads its sendbuff / writes its recvbuff (the other may be anything, as
-// in NCCL: a broadcast's sendbuff off the root, a reduce's recvbuff off the root).
+// in NCCL: a broadcast's or scatter's sendbuff off the root, a reduce's or gather's recvbuff off
+// the root).
 bool device_uses_send(OpKind kind, int rank, int root);
 bool device_uses_recv(OpKind kind, int rank, int root);
 

@@ -47,10 +47,13 @@
  * - root and peer are ranks of the communicator (a peer is never this rank).
  * - nranks (chorusCommInitRank), ndev (chorusCommInitAll) and launcher world sizes are
  *   1..CHORUS_MAX_RANKS; rank is 0..nranks-1.
- * - stream must be NULL (CPU buffers); request must not be NULL.
- * - Buffers are host memory (managed memory is taken too: the CPU reads it). A CUDA device
- *   buffer is refused with chorusInvalidArgument naming the argument and the device, before
- *   any rank touches it: this build does not move device memory yet (where no CUDA driver is
+ * - stream must be NULL with host buffers (chorusBarrier: or in a process that uses a CUDA
+ *   device); request must not be NULL.
+ * - Buffers are host memory (managed memory is taken too: the CPU reads it), or CUDA device
+ *   memory of the current device in the calls that take it with a stream: all-reduce, reduce,
+ *   broadcast, all-gather, reduce-scatter, gather, scatter, all-to-all and the blocking
+ *   send/recv (README.md). Elsewhere a device buffer is refused with chorusInvalidArgument
+ *   naming the argument and the device, before any rank touches it (where no CUDA driver is
  *   loaded, every buffer counts as host memory).
  * - chorusWait: timeout_seconds NaN is refused; a negative value, INFINITY, or anything above
  *   1e9 waits until the operation ends.

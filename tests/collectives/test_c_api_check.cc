@@ -257,7 +257,8 @@ TEST_CASE("c api table: device buffers are refused by name, host and managed one
                                         "all-reduce, reduce, broadcast"));
     // On the device path (device_ops.h) the same buffers pass the table.
     if (k == OpKind::kAllReduce || k == OpKind::kReduce || k == OpKind::kBroadcast ||
-        k == OpKind::kAllGather || k == OpKind::kReduceScatter || k == OpKind::kRecv)
+        k == OpKind::kAllGather || k == OpKind::kReduceScatter || k == OpKind::kRecv ||
+        k == OpKind::kGather || k == OpKind::kScatter || k == OpKind::kAllToAll)
       CHECK(check_args({"chorusTest", k, false}, good(), 0, 2, /*device=*/true).is_ok());
   }
   Args send_dev = good();

@@ -93,9 +93,21 @@ std::vector<char> folded(kn::DType t, kn::RedOp op, const std::vector<std::vecto
   return out;
 }
 
-enum class Coll { kAllReduce, kReduce, kBroadcast, kAllGather, kReduceScatter };
-constexpr Coll kColls[] = {Coll::kAllReduce, Coll::kReduce, Coll::kBroadcast, Coll::kAllGather,
-                           Coll::kReduceScatter};
+enum class Coll {
+  kAllReduce,
+  kReduce,
+  kBroadcast,
+  kAllGather,
+  kReduceScatter,
+  kGather,
+  kScatter,
+  kAllToAll
+};
+constexpr Coll kColls[] = {Coll::kAllReduce, Coll::kReduce,  Coll::kBroadcast,     Coll::kAllGather,
+                           Coll::kGather,    Coll::kScatter, Coll::kReduceScatter, Coll::kAllToAll};
+bool reduces(Coll c) {
+  return c == Coll::kAllReduce || c == Coll::kReduce || c == Coll::kReduceScatter;
+}
 const char* coll_name(Coll c) {
   switch (c) {
     case Coll::kAllReduce:
@@ -106,38 +118,60 @@ const char* coll_name(Coll c) {
       return "broadcast";
     case Coll::kAllGather:
       return "all-gather";
+    case Coll::kGather:
+      return "gather";
+    case Coll::kScatter:
+      return "scatter";
+    case Coll::kAllToAll:
+      return "all-to-all";
     default:
       return "reduce-scatter";
   }
 }
 
-std::string fmt_case(Coll coll, const TypeCase& ty, const OpCase& op, size_t n, bool in_place,
+// Where a case puts its buffers: apart; in place (all-gather's and gather's sendbuff at the
+// rank's block of recvbuff, reduce-scatter's and scatter's recvbuff at the rank's block of
+// sendbuff, else the same pointer); or overlapping elsewhere (gather's and scatter's buffer at
+// the next rank's block of the other, all-to-all's recvbuff one block past its sendbuff), which
+// the device path must copy aside first.
+enum class Place { kApart, kInPlace, kElsewhere };
+
+std::string fmt_case(Coll coll, const TypeCase& ty, const OpCase& op, size_t n, Place place,
                      int root) {
   return fmt::format("{} {} {} count {}{} root {}", coll_name(coll), kn::dtype_name(ty.k),
-                     kn::red_op_name(op.k), n, in_place ? " in place" : "", root);
+                     kn::red_op_name(op.k), n,
+                     place == Place::kInPlace     ? " in place"
+                     : place == Place::kElsewhere ? " overlapping elsewhere"
+                                                  : "",
+                     root);
 }
 
 // One case on this rank: fills its input, runs the call, checks its output. 0 or 1.
 int one_case(chorusComm_t comm, int r, int p, Coll coll, const TypeCase& ty, const OpCase& op,
-             size_t n, bool in_place, int root, char* dev_send, char* dev_recv, int salt) {
+             size_t n, Place place, int root, char* dev_send, char* dev_recv, int salt) {
   const size_t es = kn::dtype_size(ty.k);
-  const size_t send_n = coll == Coll::kReduceScatter ? n * p : n;
-  const size_t recv_n = coll == Coll::kAllGather ? n * p : n;
+  const bool send_blocks =
+      coll == Coll::kReduceScatter || coll == Coll::kScatter || coll == Coll::kAllToAll;
+  const bool recv_blocks =
+      coll == Coll::kAllGather || coll == Coll::kGather || coll == Coll::kAllToAll;
+  const size_t send_n = send_blocks ? n * p : n;
+  const size_t recv_n = recv_blocks ? n * p : n;
   std::vector<std::vector<char>> ins;
   for (int q = 0; q < p; ++q) ins.push_back(input(ty.k, send_n, q, salt));
   char* send = dev_send;
   char* recv = dev_recv;
-  if (in_place) {
-    if (coll == Coll::kAllGather) {
-      send = dev_recv + r * n * es;
-    } else if (coll == Coll::kReduceScatter) {
-      recv = dev_send + r * n * es;
+  const size_t block = (place == Place::kElsewhere ? (r + 1) % p : r) * n * es;
+  if (place != Place::kApart) {
+    if (coll == Coll::kAllGather || coll == Coll::kGather) {
+      send = dev_recv + block;
+    } else if (coll == Coll::kReduceScatter || coll == Coll::kScatter) {
+      recv = dev_send + block;
     } else {
-      recv = send;
+      recv = place == Place::kElsewhere ? send + n * es : send;
     }
   }
   std::memcpy(send, ins[r].data(), send_n * es);
-  if (!in_place) std::memset(recv, 0x5a, recv_n * es);
+  if (place == Place::kApart) std::memset(recv, 0x5a, recv_n * es);
   chorusResult_t rc = chorusSuccess;
   switch (coll) {
     case Coll::kAllReduce:
@@ -155,8 +189,17 @@ int one_case(chorusComm_t comm, int r, int p, Coll coll, const TypeCase& ty, con
     case Coll::kReduceScatter:
       rc = chorusReduceScatter(send, recv, n, ty.c, op.c, comm, kStream);
       break;
+    case Coll::kGather:
+      rc = chorusGather(send, recv, n, ty.c, root, comm, kStream);
+      break;
+    case Coll::kScatter:
+      rc = chorusScatter(send, recv, n, ty.c, root, comm, kStream);
+      break;
+    case Coll::kAllToAll:
+      rc = chorusAllToAll(send, recv, n, ty.c, comm, kStream);
+      break;
   }
-  const std::string what = fmt_case(coll, ty, op, n, in_place, root);
+  const std::string what = fmt_case(coll, ty, op, n, place, root);
   if (rc != chorusSuccess) return fail_with(r, what, chorusGetLastError(comm));
   std::vector<char> want;
   switch (coll) {
@@ -175,6 +218,18 @@ int one_case(chorusComm_t comm, int r, int p, Coll coll, const TypeCase& ty, con
       break;
     case Coll::kReduceScatter:
       want = folded(ty.k, op.k, ins, r * n, n);
+      break;
+    case Coll::kGather:
+      if (r != root) return 0;
+      for (int q = 0; q < p; ++q) want.insert(want.end(), ins[q].begin(), ins[q].end());
+      break;
+    case Coll::kScatter:
+      want.assign(ins[root].begin() + long(r * n * es), ins[root].begin() + long((r + 1) * n * es));
+      break;
+    case Coll::kAllToAll:
+      for (int q = 0; q < p; ++q)
+        want.insert(want.end(), ins[q].begin() + long(r * n * es),
+                    ins[q].begin() + long((r + 1) * n * es));
       break;
   }
   if (std::memcmp(recv, want.data(), want.size()) != 0) {
@@ -243,18 +298,23 @@ TEST_CASE("device collectives: every call x type x op x count x in place, bit fo
           auto alloc = c.unmapped >> r & 1 ? chorus::test::fake_unmapped_alloc
                        : c.vmm >> r & 1    ? chorus::test::fake_vmm_alloc
                                            : chorus::test::fake_device_alloc;
-          char* send = static_cast<char*>(alloc(kMaxCount * 8 * 3));
-          char* recv = static_cast<char*>(alloc(kMaxCount * 8 * 3));
+          // p + 1 blocks: an all-to-all's recvbuff may start one block past its sendbuff
+          char* send = static_cast<char*>(alloc(kMaxCount * 8 * 4));
+          char* recv = static_cast<char*>(alloc(kMaxCount * 8 * 4));
           int salt = 0, failures = 0, cases = 0;
           for (Coll coll : kColls)
             for (const TypeCase& ty : kTypes)
               for (const OpCase& op : kOps)
                 for (size_t n : {size_t(1), size_t(5), size_t(1000), kMaxCount})
-                  for (bool in_place : {false, true}) {
+                  for (Place place : {Place::kApart, Place::kInPlace, Place::kElsewhere}) {
+                    if (!reduces(coll) && op.k != kn::RedOp::kSum) continue;  // no op to vary
+                    if (place == Place::kElsewhere && coll != Coll::kGather &&
+                        coll != Coll::kScatter && coll != Coll::kAllToAll)
+                      continue;
                     const int root = int((n + salt) % c.p);
                     ++cases;
                     failures +=
-                        one_case(comm, r, c.p, coll, ty, op, n, in_place, root, send, recv, ++salt);
+                        one_case(comm, r, c.p, coll, ty, op, n, place, root, send, recv, ++salt);
                     if (failures > 5) return 1;
                   }
           std::fprintf(stderr, "rank %d: %d cases, %d failed\n", r, cases, failures);
@@ -280,6 +340,59 @@ TEST_CASE("device collectives: every call x type x op x count x in place, bit fo
       CHECK(occurrences(res[r].output, "map it through its file descriptor") ==
             int(c.vmm >> r & 1));
     }
+  }
+}
+
+TEST_CASE("device copies move bytes as sent: signalling NaNs of f16 and bf16 stay signalling",
+          "[device]") {
+  // Rank q's element j: one of these bit patterns (bf16 and f16 signalling NaNs, a quiet NaN, an
+  // infinity, a subnormal, ordinary values), shifted by rank; every copying call must deliver it.
+  constexpr uint16_t kBits[] = {0x7f81, 0xff81, 0x7c01, 0xfc01, 0x7fc0,
+                                0x7c00, 0x0001, 0x3c00, 0xc000, 0x1234};
+  auto value = [&](int q, size_t j) { return kBits[(j + q * 3) % std::size(kBits)]; };
+  for (bool one_gpu : {false, true}) {
+    INFO((one_gpu ? "one GPU" : "a GPU each"));
+    auto res = run_ranks(
+        2,
+        [&](int r) {
+          chorusComm_t comm = init(r);
+          if (!comm) return 1;
+          constexpr size_t n = 37;  // odd: the blocks of the second rank start unaligned
+          auto* send = static_cast<uint16_t*>(chorus::test::fake_device_alloc(2 * n * 2));
+          auto* recv = static_cast<uint16_t*>(chorus::test::fake_device_alloc(2 * n * 2));
+          for (chorusDataType_t t : {chorusFloat16, chorusBfloat16}) {
+            for (const char* call :
+                 {"broadcast", "all-gather", "gather", "scatter", "all-to-all"}) {
+              const std::string c = call;
+              for (size_t j = 0; j < 2 * n; ++j) send[j] = value(r, j), recv[j] = 0;
+              chorusResult_t rc =
+                  c == "broadcast"    ? chorusBroadcast(send, recv, n, t, 1, comm, kStream)
+                  : c == "all-gather" ? chorusAllGather(send, recv, n, t, comm, kStream)
+                  : c == "gather"     ? chorusGather(send, recv, n, t, 0, comm, kStream)
+                  : c == "scatter"    ? chorusScatter(send, recv, n, t, 1, comm, kStream)
+                                      : chorusAllToAll(send, recv, n, t, comm, kStream);
+              if (rc != chorusSuccess) return fail_with(r, c, chorusGetLastError(comm));
+              for (size_t j = 0; j < 2 * n; ++j) {
+                const size_t b = j / n, e = j % n;  // block, element in it
+                int want = -1;  // the bits expected at recv[j]; -1: untouched (0)
+                if (c == "broadcast" && j < n) want = value(1, j);
+                if (c == "all-gather" || (c == "gather" && r == 0)) want = value(int(b), e);
+                if (c == "scatter" && j < n) want = value(1, r * n + j);
+                if (c == "all-to-all") want = value(int(b), r * n + e);
+                if (recv[j] != (want < 0 ? 0 : want))
+                  return fail_with(
+                      r, c + (t == chorusFloat16 ? " f16" : " bf16"),
+                      fmt::format("element {}: bits {:#06x}, sent as {:#06x}", j, recv[j], want));
+              }
+            }
+          }
+          chorus::test::fake_device_free(send);
+          chorus::test::fake_device_free(recv);
+          chorusCommDestroy(comm);
+          return 0;
+        },
+        opts(one_gpu));
+    check_all(res);
   }
 }
 
@@ -616,9 +729,11 @@ TEST_CASE("device collectives: disagreements named on every rank; I-calls, barri
                 chorusInvalidArgument ||
             !contains(chorusGetLastError(comm), "device buffers are sent by chorusSend"))
           return fail_with(r, "chorusIsend", chorusGetLastError(comm));
-        if (chorusGather(a, b, 10, chorusFloat32, 0, comm, nullptr) != chorusInvalidArgument ||
+        const size_t counts[3] = {10, 10, 10}, displs[3] = {0, 10, 20};
+        if (chorusAllToAllv(a, counts, displs, b, counts, displs, chorusFloat32, comm, kStream) !=
+                chorusInvalidArgument ||
             !contains(chorusGetLastError(comm), "is memory of CUDA device 0; device memory goes"))
-          return fail_with(r, "chorusGather", chorusGetLastError(comm));
+          return fail_with(r, "chorusAllToAllv", chorusGetLastError(comm));
         // In a group: two all-reduces, a broadcast and a send/recv around the ring, enqueued at
         // End (the collectives in call order, then the sends and receives); an I-call refused.
         auto* c = static_cast<float*>(chorus::test::fake_device_alloc(300 * 4));

@@ -1,5 +1,6 @@
 // The device operations' plans (collectives/device_plan.h) alone, for 1..6 ranks: run on host
-// memory they give every collective's result, in and out of place; and no task of one rank
+// memory they give every collective's result (gather, scatter and all-to-all included), in and
+// out of place; and no task of one rank
 // writes memory that another rank's task reads or writes (the ranks' tasks run at the same
 // time, between the ready and done signals, with nothing ordering them).
 #include <catch2/catch.hpp>
@@ -20,10 +21,13 @@ struct Layout {
   size_t send_at, recv_at;  // element offsets in the rank's memory
 };
 
+// In place as each call allows it: all-gather's and gather's sendbuff at the rank's block of
+// recvbuff, reduce-scatter's and scatter's recvbuff at the rank's block of sendbuff; an in-place
+// all-to-all's input is copied aside by device_ops.cc first, so its plan sees them apart.
 Layout layout(OpKind k, int r, size_t n, size_t send_n, bool in_place) {
-  if (!in_place) return {0, send_n};
-  if (k == OpKind::kAllGather) return {r * n, 0};
-  if (k == OpKind::kReduceScatter) return {0, r * n};
+  if (!in_place || k == OpKind::kAllToAll) return {0, send_n};
+  if (k == OpKind::kAllGather || k == OpKind::kGather) return {r * n, 0};
+  if (k == OpKind::kReduceScatter || k == OpKind::kScatter) return {0, r * n};
   return {0, 0};
 }
 
@@ -36,8 +40,9 @@ struct Range {
 }  // namespace
 
 TEST_CASE("device plans: results right and no rank races another", "[device]") {
-  const OpKind kinds[] = {OpKind::kAllReduce, OpKind::kReduce, OpKind::kBroadcast,
-                          OpKind::kAllGather, OpKind::kReduceScatter};
+  const OpKind kinds[] = {OpKind::kAllReduce,     OpKind::kReduce,  OpKind::kBroadcast,
+                          OpKind::kAllGather,     OpKind::kGather,  OpKind::kScatter,
+                          OpKind::kReduceScatter, OpKind::kAllToAll};
   int checked = 0;
   for (OpKind kind : kinds)
     for (int p = 1; p <= 6; ++p)
@@ -94,10 +99,10 @@ TEST_CASE("device plans: results right and no rank races another", "[device]") {
                   for (const Range& t : touched) REQUIRE_FALSE(w.overlaps(t));
                 }
               }
+            const bool rooted = kind == OpKind::kReduce || kind == OpKind::kBroadcast ||
+                                kind == OpKind::kGather || kind == OpKind::kScatter;
             if (one_gpu)
-              for (const Planned& a : all)
-                REQUIRE(a.rank ==
-                        (kind == OpKind::kReduce || kind == OpKind::kBroadcast ? root : 0));
+              for (const Planned& a : all) REQUIRE(a.rank == (rooted ? root : 0));
             for (const Planned& a : all) {
               std::vector<const void*> in;
               for (const BufRef& b : a.t.in) in.push_back(mem[b.rank].data() + at(b));
@@ -127,9 +132,20 @@ TEST_CASE("device plans: results right and no rank races another", "[device]") {
                   case OpKind::kAllGather:
                     want = input(int(j / n), j % n);
                     break;
-                  default:
+                  case OpKind::kGather:
+                    want = r == root ? input(int(j / n), j % n) : before[r][lay[r].recv_at + j];
+                    break;
+                  case OpKind::kScatter:
+                    want = input(root, r * n + j);
+                    break;
+                  case OpKind::kAllToAll:
+                    want = input(int(j / n), r * n + j % n);
+                    break;
+                  case OpKind::kReduceScatter:
                     for (int q = 0; q < p; ++q) want += input(q, r * n + j);
                     break;
+                  default:
+                    FAIL("no expected result for kind " << int(kind));
                 }
                 REQUIRE(got[j] == want);
                 ++checked;

@@ -306,7 +306,8 @@ void mem_free(Mem m, void* p, cudaStream_t stream) {
   if (m == Mem::kAsync) CK(cudaFreeAsync(p, stream));
 }
 
-// The other device collectives (f32 sum of small integers: exact), send/recv in a group both
+// The other device collectives (f32 sum of small integers: exact; gather, scatter and
+// all-to-all too), send/recv in a group both
 // ways around the ring, the barrier with a stream; in and out of place; against the host. On
 // memory of kind `m` (rank 0: cudaMalloc memory whatever `m`, so that kinds meet in one call).
 int other_collectives(chorusComm_t comm, cudaStream_t stream, Mem m = Mem::kMalloc) {
@@ -321,17 +322,20 @@ int other_collectives(chorusComm_t comm, cudaStream_t stream, Mem m = Mem::kMall
   auto in = [](int q, size_t i) { return float(value(q, i)); };
   for (size_t n : counts)
     for (int in_place = 0; in_place < 2; ++in_place)
-      for (int which = 0; which < 5; ++which) {
+      for (int which = 0; which < 8; ++which) {
         const int root = int(n % p);
-        const size_t send_n = which == 3 ? n * p : n, recv_n = which == 2 ? n * p : n;
+        const bool send_blocks = which == 3 || which == 6 || which == 7,
+                   recv_blocks = which == 2 || which == 5 || which == 7;
+        const size_t send_n = send_blocks ? n * p : n, recv_n = recv_blocks ? n * p : n;
         float* s = send;
         float* d = in_place ? send : recv;
-        if (in_place && which == 2) s = recv + r * n, d = recv;
-        if (in_place && which == 3) d = send + r * n;
+        if (in_place && (which == 2 || which == 5)) s = recv + r * n, d = recv;
+        if (in_place && (which == 3 || which == 6)) d = send + r * n;
         for (size_t i = 0; i < send_n; ++i) host[i] = in(r, i);
         CK(cudaMemcpyAsync(s, host.data(), send_n * 4, cudaMemcpyHostToDevice, stream));
         chorusResult_t rc = chorusSuccess;
-        const char* names[] = {"reduce", "broadcast", "all-gather", "reduce-scatter", "send/recv"};
+        const char* names[] = {"reduce",    "broadcast", "all-gather", "reduce-scatter",
+                               "send/recv", "gather",    "scatter",    "all-to-all"};
         const int right = (r + 1) % p, left = (r + p - 1) % p;
         switch (which) {
           case 0:
@@ -345,6 +349,15 @@ int other_collectives(chorusComm_t comm, cudaStream_t stream, Mem m = Mem::kMall
             break;
           case 3:
             rc = chorusReduceScatter(s, d, n, chorusFloat32, chorusSum, comm, stream);
+            break;
+          case 5:
+            rc = chorusGather(s, d, n, chorusFloat32, root, comm, stream);
+            break;
+          case 6:
+            rc = chorusScatter(s, d, n, chorusFloat32, root, comm, stream);
+            break;
+          case 7:  // in place: the input copied aside first (device_bounce.h)
+            rc = chorusAllToAll(s, d, n, chorusFloat32, comm, stream);
             break;
           default:
             if (in_place) d = recv;  // send/recv: never one buffer
@@ -361,7 +374,7 @@ int other_collectives(chorusComm_t comm, cudaStream_t stream, Mem m = Mem::kMall
           fail(name + ": " + chorusGetLastError(comm));
           break;
         }
-        if (which == 0 && r != root) continue;
+        if ((which == 0 || which == 5) && r != root) continue;
         for (size_t i = 0; i < recv_n; ++i) {
           float w = 0;
           if (which == 0)
@@ -371,6 +384,9 @@ int other_collectives(chorusComm_t comm, cudaStream_t stream, Mem m = Mem::kMall
           if (which == 3)
             for (int q = 0; q < p; ++q) w += in(q, r * n + i);
           if (which == 4) w = in(left, i);
+          if (which == 5) w = in(int(i / n), i % n);
+          if (which == 6) w = in(root, r * n + i);
+          if (which == 7) w = in(int(i / n), r * n + i % n);
           want[i] = w;
         }
         CK(cudaMemcpyAsync(back.data(), d, recv_n * 4, cudaMemcpyDeviceToHost, stream));
