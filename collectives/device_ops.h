@@ -74,10 +74,10 @@ Status with_peer_news(CommImpl& comm, const Status& s);
 namespace chorus::capi {
 
 // All-reduce, reduce, broadcast, all-gather, reduce-scatter, gather, scatter, all-to-all on
-// device buffers, or a barrier with a stream: enqueued on `a.stream` (NULL: the legacy default stream) after the work already
-// there; the host returns once the ranks have exchanged their buffers' handles, without waiting
-// for the GPU. `h` is the handle the call came with (the exchange runs through it). The
-// arguments are checked here. Reports its error as every C API call does.
+// device buffers, or a barrier with a stream: enqueued on `a.stream` (NULL: the legacy default
+// stream) after the work already there; the host returns once the ranks have exchanged their
+// buffers' handles, without waiting for the GPU. `h` is the handle the call came with (the exchange
+// runs through it). The arguments are checked here. Reports its error as every C API call does.
 chorusResult_t device_collective(chorusComm_t h, CommImpl& comm, const Call& call, const Args& a);
 
 // One chorusSend or chorusRecv on device buffers, alone or one of a group's.
