@@ -133,6 +133,15 @@ step train_elastic 120 bash -c "env CHORUS_ALLOW_SHARED_GPU=1 '$bin/chorus-run' 
   --epochs 1 --batch-size 32 --log-every 16 --no-progress --fail-at-step 20 --fail-rank 2 \
   && grep -q 'continuing with 2 ranks' '$logs/train_elastic.log'"
 grep -h "died at step\|continuing" "$logs/train_elastic.log" 2>/dev/null | head -3
+# The same kill with --max-restarts 1: chorus-run restarts rank 2, which rejoins on the GPU before
+# step 30 (chorusCommGrow; a new communicator with device state of its own) and training goes on
+# with 3 ranks.
+step train_rejoin 150 bash -c "env CHORUS_ALLOW_SHARED_GPU=1 '$bin/chorus-run' -n 3 --elastic \
+  --max-restarts 1 '$bin/train_cnn' --device cuda:0 --data synthetic --synthetic-size 6144 \
+  --synthetic-shape 3x32x32 --epochs 1 --batch-size 32 --log-every 16 --no-progress \
+  --fail-at-step 20 --fail-rank 2 --await-rejoin-at 30 \
+  && grep -q 'rank 2 rejoined at step 29; continuing with 3 ranks' '$logs/train_rejoin.log'"
+grep -h "died at step\|rejoined\|continuing" "$logs/train_rejoin.log" 2>/dev/null | head -3
 # Where a step's time goes, op by op, batch 64 and 256 (bench/gpu/op_times.cc).
 step op_times 90 "$bin/op-times" --device cuda:0
 step op_times_host 30 "$bin/op-times" --device null --reps 200  # the host's share of a step
