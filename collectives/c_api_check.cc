@@ -144,12 +144,13 @@ Status check_space(const void* buf, const char* name, At at) {
   if (buf == nullptr) return Status::ok();
   kernels::cuda::PointerInfo info = kernels::cuda::classify_pointer(buf);
   if (info.space != kernels::cuda::MemSpace::kDevice) return Status::ok();
-  return make_error(Code::kInvalidArgument,
-                    "{}: {} {} is memory of CUDA device {}; device memory goes to all-reduce, "
-                    "reduce, broadcast, all-gather, reduce-scatter, gather, scatter, all-to-all "
-                    "and the blocking send/recv, not to this call (copy it to host memory, or "
-                    "use managed memory)",
-                    at, name, buf, info.device);
+  return make_error(
+      Code::kInvalidArgument,
+      "{}: {} {} is memory of CUDA device {}; device memory goes to all-reduce, "
+      "reduce, broadcast, all-gather, reduce-scatter, gather, scatter, all-to-all(-v) "
+      "and the blocking send/recv, not to this call (copy it to host memory, or "
+      "use managed memory)",
+      at, name, buf, info.device);
 }
 
 // The buffers the call's rule uses (any rank's role: a root's buffer is checked everywhere).
@@ -242,6 +243,7 @@ bool takes_device_path(const Call& call, const Args& a) {
     case OpKind::kGather:
     case OpKind::kScatter:
     case OpKind::kAllToAll:
+    case OpKind::kAllToAllv:
       return device_buffers(a.sendbuff, a.recvbuff);
     default:
       return false;
@@ -253,7 +255,7 @@ Result<Checked> check_args(const Call& call, const Args& a, int rank, int nranks
   const At at{call.name, rank};
   CHORUS_TRY(check_types(rule, a, at));
   if (rule.per_rank) {
-    CHORUS_TRY(check_spaces(rule, a, at));
+    if (!device) CHORUS_TRY(check_spaces(rule, a, at));
     return check_per_rank(a, rank, nranks, at);
   }
   CHORUS_ASSIGN_OR_RETURN(Checked c, check_sizes(rule, a, nranks, at));

@@ -35,6 +35,9 @@ struct LocalBuffer {
   // all-to-all; a gather's or scatter's root with one buffer inside the other): copied aside
   // into a piece of its own, as if staged, wherever it lives.
   bool aside = false;
+  // The call writes only parts of it (all-to-all-v's blocks): staged, it is copied in too, so
+  // that the rest comes out as it was.
+  bool partial = false;
   void* at = nullptr;  // where the GPU work finds it: `user`, or its piece when staged
   kernels::cuda::IpcHandle* handle = nullptr;  // its record's handle (staged: of its piece)
 };

@@ -313,7 +313,7 @@ class Enqueuer {
     if (int rc = kc::ipc().mark_wait(stream_, st_.bounce_mark); rc != 0)
       return failed("ordering after the last call through the bounce buffer", rc);
     for (const LocalBuffer* b : bufs)
-      if (b->staged && !b->output)
+      if (b->staged && (!b->output || b->partial))
         if (Status s = copy(b->user, b->at, b->bytes, "copying {} into the bounce buffer", b);
             !s.is_ok())
           return s;
@@ -386,6 +386,7 @@ std::string describe(const Record& x) {
   const OpKind k = static_cast<OpKind>(x.kind);
   std::string s = op_name(k);
   if (k == OpKind::kBarrier) return s;
+  if (k == OpKind::kAllToAllv) return s + " of " + dtype_name(x.datatype);
   s += fmt::format(" of count {} of {}", x.count, dtype_name(x.datatype));
   if (k == OpKind::kAllReduce || k == OpKind::kReduce || k == OpKind::kReduceScatter)
     s += fmt::format(" by {}", redop_name(x.op));
@@ -398,7 +399,9 @@ std::string describe(const Record& x) {
 // copied aside first (LocalBuffer::aside): else this rank's writes would change what it, or a
 // peer, has still to read.
 void set_aside(OpKind kind, int rank, size_t block_bytes, CallBuffers& bufs, Record& me) {
-  if (kind != OpKind::kGather && kind != OpKind::kScatter && kind != OpKind::kAllToAll) return;
+  if (kind != OpKind::kGather && kind != OpKind::kScatter && kind != OpKind::kAllToAll &&
+      kind != OpKind::kAllToAllv)
+    return;
   if (!bufs.send.used || !bufs.recv.used) return;  // gather, scatter: off the root
   const char* in = static_cast<const char*>(bufs.send.user);
   const char* out = static_cast<const char*>(bufs.recv.user);
@@ -417,6 +420,35 @@ kernels::DType copy_type(size_t es) {
   return es == 8 ? kernels::DType::kU64 : es == 4 ? kernels::DType::kU32 : kernels::DType::kU8;
 }
 
+// All-to-all-v: every rank's four arrays, through the host (an all-gather), into `flat` (rank
+// q's at 4p * q: sendcounts, sdispls, recvcounts, rdispls) and `per_rank` (pointing into it);
+// every pair's counts checked on every rank, so that all fail alike.
+chorusResult_t exchange_counts(chorusComm_t h, const Call& call, const Args& a, int r, int p,
+                               std::vector<size_t>& flat, std::vector<PerRankCounts>& per_rank) {
+  std::vector<size_t> mine;
+  for (const size_t* arr : {a.sendcounts, a.sdispls, a.recvcounts, a.rdispls})
+    mine.insert(mine.end(), arr, arr + p);
+  flat.assign(mine.size() * p, 0);
+  if (chorusResult_t rc = run_op({call.name, OpKind::kAllGather, false}, h,
+                                 {.sendbuff = mine.data(),
+                                  .recvbuff = flat.data(),
+                                  .count = mine.size() * sizeof(size_t),
+                                  .datatype = chorusUint8});
+      rc != chorusSuccess)
+    return rc;
+  per_rank.resize(p);
+  for (int q = 0; q < p; ++q) {
+    const size_t* f = flat.data() + 4 * p * q;
+    per_rank[q] = {f, f + p, f + 2 * p, f + 3 * p};
+  }
+  if (auto [from, to] = device_alltoallv_mismatch(per_rank); from >= 0)
+    return fail(Code::kMismatch,
+                "{} on rank {}: rank {} sends {} elements to rank {}, which expects {} from it",
+                call.name, r, from, per_rank[from].sendcounts[to], to,
+                per_rank[to].recvcounts[from]);
+  return chorusSuccess;
+}
+
 bool same_call(const Record& a, const Record& b) {
   return a.kind == b.kind && a.count == b.count && a.datatype == b.datatype && a.op == b.op &&
          a.root == b.root;
@@ -430,22 +462,36 @@ chorusResult_t device_collective(chorusComm_t h, CommImpl& comm, const Call& cal
   if (!k.is_ok()) return report(k.status());
   if (staged(comm, call.name)) return staged_collective(h, comm, call, a, k->elem_size);
   const OpRule& rule = rule_for(call.kind);
+  const bool v = call.kind == OpKind::kAllToAllv;  // per-rank counts, blocks anywhere
   Record me{};
-  me.count = a.count;
+  me.count = v ? 0 : a.count;
   me.kind = int32_t(call.kind);
   me.datatype = call.kind == OpKind::kBarrier ? 0 : a.datatype;
   me.op = rule.reduction ? a.op : -1;
   me.root = rule.root ? a.root : -1;
-  if (call.kind != OpKind::kBarrier && a.count == 0)
+  if (call.kind != OpKind::kBarrier && !v && a.count == 0)
     return chorusSuccess;  // as NCCL: nothing to do, nothing enqueued, no exchange
-  const bool uses_send = call.kind != OpKind::kBarrier && device_uses_send(call.kind, r, a.root);
-  const bool uses_recv = call.kind != OpKind::kBarrier && device_uses_recv(call.kind, r, a.root);
   const size_t es = k->elem_size;
+  CallBuffers bufs;
+  bufs.send.user = a.sendbuff;
+  bufs.recv.user = a.recvbuff;
+  if (v) {
+    bufs.send.bytes = device_extent(a.sendcounts, a.sdispls, p) * es;
+    bufs.recv.bytes = device_extent(a.recvcounts, a.rdispls, p) * es;
+    bufs.send.used = bufs.send.bytes > 0;
+    bufs.recv.used = bufs.recv.bytes > 0;
+    bufs.recv.partial = true;  // the gaps between its blocks keep what they hold
+  } else if (call.kind != OpKind::kBarrier) {
+    bufs.send.bytes = device_send_count(call.kind, a.count, p) * es;
+    bufs.recv.bytes = device_recv_count(call.kind, a.count, p) * es;
+    bufs.send.used = device_uses_send(call.kind, r, a.root);
+    bufs.recv.used = device_uses_recv(call.kind, r, a.root);
+  }
   if (p == 1) {  // no peers: a copy when the call has one to make
-    if (!uses_send || !uses_recv || a.sendbuff == a.recvbuff) return chorusSuccess;
-    const void* in = a.sendbuff;
-    void* out = a.recvbuff;
-    const size_t n = device_recv_count(call.kind, a.count, 1) * es;
+    const void* in = static_cast<const char*>(a.sendbuff) + (v ? a.sdispls[0] * es : 0);
+    void* out = static_cast<char*>(a.recvbuff) + (v ? a.rdispls[0] * es : 0);
+    const size_t n = v ? a.sendcounts[0] * es : bufs.recv.bytes;
+    if (!bufs.send.used || !bufs.recv.used || n == 0 || in == out) return chorusSuccess;
     if (int rc = kc::ipc().fold(kernels::DType::kU8, kernels::RedOp::kSum, &in, 1, &out, 1, n, 0,
                                 a.stream);
         rc != 0)
@@ -454,13 +500,6 @@ chorusResult_t device_collective(chorusComm_t h, CommImpl& comm, const Call& cal
     return chorusSuccess;
   }
   DeviceIpc& st = comm.device_ipc();
-  CallBuffers bufs;
-  bufs.send.user = a.sendbuff;
-  bufs.send.used = uses_send;
-  bufs.send.bytes = device_send_count(call.kind, a.count, p) * es;
-  bufs.recv.user = a.recvbuff;
-  bufs.recv.used = uses_recv;
-  bufs.recv.bytes = device_recv_count(call.kind, a.count, p) * es;
   describe_self(st, bufs, me, r);
   if (me.ok) set_aside(call.kind, r, a.count * es, bufs, me);
   if (me.ok)
@@ -479,6 +518,11 @@ chorusResult_t device_collective(chorusComm_t h, CommImpl& comm, const Call& cal
                   "{} on rank {}: ranks disagree: rank {} calls {}, rank {} {}", call.name, r, r,
                   describe(me), q, describe(all[q]));
   }
+  std::vector<size_t> flat;  // all-to-all-v: every rank's arrays
+  std::vector<PerRankCounts> per_rank;
+  if (v)
+    if (chorusResult_t rc = exchange_counts(h, call, a, r, p, flat, per_rank); rc != chorusSuccess)
+      return rc;
 
   if (comm.device_die_for_test() == r && st.seq.load() == 1)
     raise(SIGKILL);  // CHORUS_TEST_DEVICE_DIE
@@ -491,7 +535,9 @@ chorusResult_t device_collective(chorusComm_t h, CommImpl& comm, const Call& cal
   const bool barrier = call.kind == OpKind::kBarrier;
   std::vector<std::pair<uint32_t*, uint32_t>> owed;  // every signal this call makes
   std::vector<DeviceTask> tasks;
-  if (!barrier)
+  if (v)
+    tasks = plan_device_alltoallv(p, r, one_gpu, per_rank);
+  else if (!barrier)
     tasks = plan_device_op({.kind = call.kind,
                             .nranks = p,
                             .rank = r,

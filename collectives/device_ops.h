@@ -73,7 +73,7 @@ Status with_peer_news(CommImpl& comm, const Status& s);
 
 namespace chorus::capi {
 
-// All-reduce, reduce, broadcast, all-gather, reduce-scatter, gather, scatter, all-to-all on
+// All-reduce, reduce, broadcast, all-gather, reduce-scatter, gather, scatter, all-to-all(-v) on
 // device buffers, or a barrier with a stream: enqueued on `a.stream` (NULL: the legacy default
 // stream) after the work already there; the host returns once the ranks have exchanged their
 // buffers' handles, without waiting for the GPU. `h` is the handle the call came with (the exchange

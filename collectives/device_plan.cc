@@ -102,4 +102,35 @@ std::vector<DeviceTask> plan_device_op(const DevicePlanArgs& a) {
   return tasks;
 }
 
+std::vector<DeviceTask> plan_device_alltoallv(int nranks, int rank, bool one_gpu,
+                                              std::span<const PerRankCounts> all) {
+  std::vector<DeviceTask> tasks;
+  if (one_gpu && rank != 0) return tasks;
+  for (int d = 0; d < nranks; ++d) {
+    if (!one_gpu && d != rank) continue;
+    for (int q = 0; q < nranks; ++q) {
+      const size_t n = all[q].sendcounts[d];
+      if (n > 0)
+        tasks.push_back(
+            {{{q, false, all[q].sdispls[d]}}, {{d, true, all[d].rdispls[q]}}, n, false});
+    }
+  }
+  return tasks;
+}
+
+size_t device_extent(const size_t* counts, const size_t* displs, int nranks) {
+  size_t end = 0;
+  for (int j = 0; j < nranks; ++j)
+    if (counts[j] > 0) end = std::max(end, displs[j] + counts[j]);
+  return end;
+}
+
+std::pair<int, int> device_alltoallv_mismatch(std::span<const PerRankCounts> all) {
+  const int p = int(all.size());
+  for (int q = 0; q < p; ++q)
+    for (int d = 0; d < p; ++d)
+      if (all[q].sendcounts[d] != all[d].recvcounts[q]) return {q, d};
+  return {-1, -1};
+}
+
 }  // namespace chorus

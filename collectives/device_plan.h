@@ -6,6 +6,8 @@
 #pragma once
 
 #include <cstddef>
+#include <span>
+#include <utility>
 #include <vector>
 
 #include "collectives/op.h"
@@ -50,6 +52,28 @@ struct DevicePlanArgs {
 // its output other than as its own block (an in-place all-to-all, a root's sendbuff elsewhere in
 // its recvbuff), device_ops.cc first copies the input aside, so a plan never reads what it writes.
 std::vector<DeviceTask> plan_device_op(const DevicePlanArgs& a);
+
+// All-to-all-v: one rank's four arrays (nranks entries each, in elements), as it passed them.
+struct PerRankCounts {
+  const size_t* sendcounts = nullptr;
+  const size_t* sdispls = nullptr;
+  const size_t* recvcounts = nullptr;
+  const size_t* rdispls = nullptr;
+};
+
+// This rank's tasks of an all-to-all-v: rank d's block from rank q -- q's sendcounts[d] elements
+// at its sdispls[d] -- copied into d's recvbuff at d's rdispls[q]; each rank its own output, or
+// every task to rank 0 where the ranks share one GPU; empty blocks none. Every pair's counts must
+// agree (device_alltoallv_mismatch says where they do not).
+std::vector<DeviceTask> plan_device_alltoallv(int nranks, int rank, bool one_gpu,
+                                              std::span<const PerRankCounts> all);
+
+// All-to-all-v: the elements from a side's buffer start to its furthest non-empty block's end.
+size_t device_extent(const size_t* counts, const size_t* displs, int nranks);
+
+// The first pair (sender, receiver) whose counts disagree -- the sender's sendcounts[receiver]
+// against the receiver's recvcounts[sender] -- or {-1, -1}.
+std::pair<int, int> device_alltoallv_mismatch(std::span<const PerRankCounts> all);
 
 // Whether a rank's call reads its sendbuff / writes its recvbuff (the other may be anything, as
 // in NCCL: a broadcast's or scatter's sendbuff off the root, a reduce's or gather's recvbuff off

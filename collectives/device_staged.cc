@@ -33,10 +33,15 @@ chorusResult_t staged_collective(chorusComm_t h, CommImpl& comm, const Call& cal
       return report(copy_failed(call.name, r, "waiting for the stream", rc));
     return run_op({call.name, OpKind::kBarrier, false}, h, {});
   }
-  const bool uses_send = device_uses_send(call.kind, r, a.root);
-  const bool uses_recv = device_uses_recv(call.kind, r, a.root);
-  std::vector<char> in(uses_send ? device_send_count(call.kind, a.count, p) * elem_size : 0);
-  std::vector<char> out(uses_recv ? device_recv_count(call.kind, a.count, p) * elem_size : 0);
+  const bool v = call.kind == OpKind::kAllToAllv;  // each side to its furthest block's end
+  const bool uses_send = v || device_uses_send(call.kind, r, a.root);
+  const bool uses_recv = v || device_uses_recv(call.kind, r, a.root);
+  std::vector<char> in(!uses_send ? 0
+                       : v        ? device_extent(a.sendcounts, a.sdispls, p) * elem_size
+                                  : device_send_count(call.kind, a.count, p) * elem_size);
+  std::vector<char> out(!uses_recv ? 0
+                        : v        ? device_extent(a.recvcounts, a.rdispls, p) * elem_size
+                                   : device_recv_count(call.kind, a.count, p) * elem_size);
   // Also when there is nothing to copy: the stream's earlier work may still write recvbuff.
   if (int rc = ipc.to_host(in.data(), a.sendbuff, in.size(), a.stream); rc != 0)
     return report(copy_failed(call.name, r, "copying sendbuff to host memory", rc));
@@ -46,9 +51,16 @@ chorusResult_t staged_collective(chorusComm_t h, CommImpl& comm, const Call& cal
   host.stream = nullptr;
   if (chorusResult_t rc = run_op({call.name, call.kind, false}, h, host); rc != chorusSuccess)
     return rc;
-  if (!out.empty())
-    if (int rc = ipc.to_device(a.recvbuff, out.data(), out.size(), a.stream); rc != 0)
+  // All-to-all-v: its blocks only, the gaps between them as they were.
+  for (int q = 0; q < (v ? p : 1) && !out.empty(); ++q) {
+    const size_t at = v ? a.rdispls[q] * elem_size : 0,
+                 bytes = v ? a.recvcounts[q] * elem_size : out.size();
+    if (bytes == 0) continue;
+    if (int rc =
+            ipc.to_device(static_cast<char*>(a.recvbuff) + at, out.data() + at, bytes, a.stream);
+        rc != 0)
       return report(copy_failed(call.name, r, "copying the result to recvbuff", rc));
+  }
   return chorusSuccess;
 }
 

@@ -51,7 +51,7 @@
  *   device); request must not be NULL.
  * - Buffers are host memory (managed memory is taken too: the CPU reads it), or CUDA device
  *   memory of the current device in the calls that take it with a stream: all-reduce, reduce,
- *   broadcast, all-gather, reduce-scatter, gather, scatter, all-to-all and the blocking
+ *   broadcast, all-gather, reduce-scatter, gather, scatter, all-to-all(-v) and the blocking
  *   send/recv (README.md). Elsewhere a device buffer is refused with chorusInvalidArgument
  *   naming the argument and the device, before any rank touches it (where no CUDA driver is
  *   loaded, every buffer counts as host memory).

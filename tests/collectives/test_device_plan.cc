@@ -5,7 +5,11 @@
 // time, between the ready and done signals, with nothing ordering them).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdint>
+#include <numeric>
+#include <random>
+#include <tuple>
 #include <vector>
 
 #include "collectives/device_plan.h"
@@ -153,4 +157,77 @@ TEST_CASE("device plans: results right and no rank races another", "[device]") {
             }
           }
   CHECK(checked > 100000);
+}
+
+TEST_CASE("device all-to-all-v plans: every block where the arrays say, gaps untouched",
+          "[device]") {
+  std::mt19937 rng(5);
+  int checked = 0;
+  for (int p = 1; p <= 6; ++p)
+    for (bool one_gpu : {false, true})
+      for (int trial = 0; trial < 20; ++trial) {
+        // Rank q's arrays: counts 0..9 (sendcounts[d] of q is recvcounts[q] of d), blocks laid out
+        // in a shuffled order with gaps of 0..3 elements.
+        std::vector<std::vector<size_t>> sc(p, std::vector<size_t>(p)), sd = sc, rc = sc, rd = sc;
+        for (int q = 0; q < p; ++q)
+          for (int d = 0; d < p; ++d) sc[q][d] = rc[d][q] = rng() % 10;
+        std::vector<size_t> send_end(p), recv_end(p);
+        for (int q = 0; q < p; ++q)
+          for (auto [counts, displs, end] : {std::tuple{&sc[q], &sd[q], &send_end[q]},
+                                             std::tuple{&rc[q], &rd[q], &recv_end[q]}}) {
+            std::vector<int> order(p);
+            std::iota(order.begin(), order.end(), 0);
+            std::shuffle(order.begin(), order.end(), rng);
+            size_t at = 0;
+            for (int j : order) {
+              at += rng() % 4;
+              (*displs)[j] = at;
+              at += (*counts)[j];
+            }
+            *end = at + rng() % 3;
+          }
+        std::vector<chorus::PerRankCounts> all(p);
+        for (int q = 0; q < p; ++q)
+          all[q] = {sc[q].data(), sd[q].data(), rc[q].data(), rd[q].data()};
+        INFO(p << " ranks, one GPU " << one_gpu << ", trial " << trial);
+        REQUIRE(chorus::device_alltoallv_mismatch(all) == std::pair{-1, -1});
+        // Memory: rank q's sendbuff holds q * 1000 + element; recvbuff starts at a marker.
+        std::vector<std::vector<uint32_t>> send(p), recv(p);
+        for (int q = 0; q < p; ++q) {
+          for (size_t j = 0; j < send_end[q]; ++j) send[q].push_back(uint32_t(q * 1000 + j));
+          recv[q].assign(recv_end[q], 0xdeadbeef);
+        }
+        for (int r = 0; r < p; ++r) {
+          const std::vector<DeviceTask> tasks = chorus::plan_device_alltoallv(p, r, one_gpu, all);
+          if (one_gpu && r != 0) REQUIRE(tasks.empty());
+          for (const DeviceTask& t : tasks) {
+            REQUIRE(!t.reduce);
+            REQUIRE(t.in.size() == 1);
+            REQUIRE(t.out.size() == 1);
+            REQUIRE(!t.in[0].recv);
+            REQUIRE(t.out[0].recv);
+            REQUIRE((one_gpu || t.out[0].rank == r));  // own output only
+            REQUIRE(t.count > 0);
+            const BufRef &in = t.in[0], &out = t.out[0];
+            REQUIRE(in.elem + t.count <= send_end[in.rank]);
+            REQUIRE(out.elem + t.count <= recv_end[out.rank]);
+            std::copy_n(send[in.rank].begin() + long(in.elem), t.count,
+                        recv[out.rank].begin() + long(out.elem));
+          }
+        }
+        for (int d = 0; d < p; ++d) {
+          std::vector<uint32_t> want(recv_end[d], 0xdeadbeef);
+          for (int q = 0; q < p; ++q)
+            for (size_t j = 0; j < rc[d][q]; ++j)
+              want[rd[d][q] + j] = uint32_t(q * 1000 + sd[q][d] + j);
+          REQUIRE(recv[d] == want);
+          ++checked;
+        }
+      }
+  CHECK(checked == 2 * 20 * 21);
+  // A pair that disagrees: rank 1 sends 3 to rank 0, which expects 2.
+  std::vector<size_t> s0{1, 2}, s1{3, 4}, r0{1, 2}, r1{2, 4}, z{0, 0};
+  const chorus::PerRankCounts bad[] = {{s0.data(), z.data(), r0.data(), z.data()},
+                                       {s1.data(), z.data(), r1.data(), z.data()}};
+  CHECK(chorus::device_alltoallv_mismatch(bad) == std::pair{1, 0});
 }

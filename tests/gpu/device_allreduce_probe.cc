@@ -19,6 +19,7 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -306,6 +307,55 @@ void mem_free(Mem m, void* p, cudaStream_t stream) {
   if (m == Mem::kAsync) CK(cudaFreeAsync(p, stream));
 }
 
+// All-to-all-v on `send`/`recv` (2^20 + 3 words each at least): blocks of uneven size (rank q
+// to rank d: n + (q + 2d) % 5 words, n = 1, 1031, 2^18), laid out in reverse order with gaps,
+// apart and in place (the recv blocks over the send ones); every word of recv checked, the gaps
+// as they were.
+int alltoallv_cases(chorusComm_t comm, cudaStream_t stream, void* send_mem, void* recv_mem,
+                    Mem mine) {
+  const int p = g_size, r = g_rank;
+  int cases = 0;
+  for (size_t n : {size_t(1), size_t(1031), size_t(1) << 18})
+    for (int in_place = 0; in_place < 2; ++in_place) {
+      auto words = [&](int q, int d) { return n + size_t(q + 2 * d) % 5; };
+      std::vector<size_t> sc(p), sd(p), rc(p), rd(p);
+      size_t at = 0, end = 0;
+      for (int d = p - 1; d >= 0; --d)
+        at += 1 + d % 3, sc[d] = words(r, d), sd[d] = at, at += sc[d];
+      end = at;
+      at = in_place ? 1 : 2;
+      for (int q = 0; q < p; ++q) rc[q] = words(q, r), rd[q] = at, at += rc[q] + 2;
+      end = std::max(end, at);
+      auto* s = static_cast<uint32_t*>(send_mem);
+      auto* d = in_place ? s : static_cast<uint32_t*>(recv_mem);
+      std::vector<uint32_t> host_s(end), host_d(end);
+      for (size_t j = 0; j < end; ++j)
+        host_s[j] = 0xabab0000u + uint32_t(j), host_d[j] = ~host_s[j];
+      for (int q = 0; q < p; ++q)
+        for (size_t j = 0; j < sc[q]; ++j) host_s[sd[q] + j] = uint32_t(r << 24 | q << 20 | j);
+      std::vector<uint32_t> want = in_place ? host_s : host_d;
+      for (int q = 0; q < p; ++q)
+        for (size_t j = 0; j < rc[q]; ++j) want[rd[q] + j] = uint32_t(q << 24 | r << 20 | j);
+      CK(cudaMemcpyAsync(s, host_s.data(), end * 4, cudaMemcpyHostToDevice, stream));
+      if (!in_place) CK(cudaMemcpyAsync(d, host_d.data(), end * 4, cudaMemcpyHostToDevice, stream));
+      const std::string name = "all-to-all-v n " + std::to_string(n) +
+                               (in_place ? " in place" : "") + " on " + mem_name(mine);
+      if (chorusAllToAllv(s, sc.data(), sd.data(), d, rc.data(), rd.data(), chorusUint32, comm,
+                          stream) != chorusSuccess) {
+        fail(name + ": " + chorusGetLastError(comm));
+        return cases;
+      }
+      std::vector<uint32_t> back(end);
+      CK(cudaMemcpyAsync(back.data(), d, end * 4, cudaMemcpyDeviceToHost, stream));
+      CK(cudaStreamSynchronize(stream));
+      size_t wrong = 0;
+      for (size_t j = 0; j < end; ++j) wrong += back[j] != want[j];
+      if (wrong) fail(name + ": " + std::to_string(wrong) + " words wrong");
+      cases++;
+    }
+  return cases;
+}
+
 // The other device collectives (f32 sum of small integers: exact; gather, scatter and
 // all-to-all too), send/recv in a group both
 // ways around the ring, the barrier with a stream; in and out of place; against the host. On
@@ -396,6 +446,7 @@ int other_collectives(chorusComm_t comm, cudaStream_t stream, Mem m = Mem::kMall
         if (wrong) fail(name + ": " + std::to_string(wrong) + " wrong");
         cases++;
       }
+  cases += alltoallv_cases(comm, stream, send, recv, mine);
   mem_free(mine, send, stream);
   mem_free(mine, recv, stream);
   return cases;
