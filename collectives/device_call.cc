@@ -1,0 +1,135 @@
+// One rank's side of one device call (device_call.h).
+#include "collectives/device_call.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "common/log.h"
+#include "kernels/cuda/device.h"
+#include "kernels/cuda/memory.h"
+
+namespace chorus::capi::devcall {
+namespace {
+
+std::string where(const void* p) {
+  kc::PointerInfo i = kc::classify_pointer(p);
+  if (i.space == kc::MemSpace::kHost) return "host memory";
+  return fmt::format("{} memory of CUDA device {}", kc::mem_space_name(i.space), i.device);
+}
+
+}  // namespace
+
+void set_why(Record& r, const std::string& why) {
+  r.ok = 0;
+  std::snprintf(r.why, sizeof r.why, "%s", why.c_str());
+}
+
+std::string ipc_error(int rc) {
+  return kc::ipc().error_string(rc);
+}
+
+// This rank's part of the record: the buffers it uses device memory of the current device,
+// exported (memory that CUDA IPC cannot map: VMM allocations by file descriptor, device_vmm.h,
+// the rest staged, device_bounce.h); its flag words allocated (at its first device call) and
+// exported. `bufs` says where the GPU work finds each buffer.
+void describe_self(DeviceIpc& st, CallBuffers& bufs, Record& me, int rank) {
+  const kc::IpcBackend& ipc = kc::ipc();
+  const int dev = ipc.current_device();
+  me.ok = 1;
+  me.pid = int32_t(getpid());
+  for (const LocalBuffer* b : {&bufs.send, &bufs.recv}) {
+    if (!b->used) continue;
+    kc::PointerInfo i = kc::classify_pointer(b->user);
+    if (i.space != kc::MemSpace::kDevice || i.device != dev)
+      return set_why(me, fmt::format("{} {} is {}, {}: the buffers must be memory of the current "
+                                     "device",
+                                     b->name, b->user, where(b->user),
+                                     dev < 0 ? std::string("and this process uses no CUDA device")
+                                             : fmt::format("the current device is {}", dev)));
+  }
+  if (st.flags == nullptr) {
+    if (int rc = ipc.flags_alloc(kFlagBytes, &st.flags); rc != 0)
+      return set_why(me, "allocating its flag words failed: " + ipc_error(rc));
+    st.device = dev;
+    st.live_device.store(dev);
+    st.live_flags.store(st.flags);
+    Result<std::optional<kc::GpuIdentity>> g = kc::current_gpu();
+    if (g.is_ok() && g.value()) st.gpu = g.value()->uuid;
+  }
+  if (st.device != dev)
+    return set_why(me, fmt::format("the current device is {}, but this communicator's device "
+                                   "calls ran on device {}",
+                                   dev, st.device));
+  std::snprintf(me.gpu, sizeof me.gpu, "%s", st.gpu.c_str());
+  if (int rc = ipc.export_buffer(st.flags, &me.flags); rc != 0)
+    return set_why(me, "exporting its flag words failed: " + ipc_error(rc));
+  for (auto [b, h] : {std::pair{&bufs.send, &me.send}, {&bufs.recv, &me.recv}}) {
+    b->at = const_cast<void*>(b->user);
+    if (!b->used || !b->shared) continue;
+    const int rc = ipc.export_buffer(b->user, h);
+    if (rc == kc::kNotLegacyIpc && !vmm_describe(st, *b, h, rank)) {
+      b->staged = true;
+      b->handle = h;
+    } else if (rc != 0 && rc != kc::kNotLegacyIpc) {
+      return set_why(me, fmt::format("{} {} cannot be shared with other processes ({})", b->name,
+                                     b->user, ipc_error(rc)));
+    }
+  }
+}
+
+// Where rank q's buffer of handle h is mapped here: by CUDA IPC, or its VMM allocation mapped by
+// descriptor (device_vmm.h).
+Result<void*> open_peer(DeviceIpc& st, int q, const kc::IpcHandle& h) {
+  if (is_vmm_handle(h)) return vmm_open(st, q, h);
+  void* p = nullptr;
+  if (int rc = kc::ipc().open(h, &p); rc != 0)
+    return make_error(Code::kSystemError, "{}", ipc_error(rc));
+  return p;
+}
+
+// VMM buffers go to the ranks of the call that lack them, before the GPU work.
+Status pass_vmm(CommImpl& comm, DeviceIpc& st, std::vector<VmmTransfer> moves,
+                std::vector<int32_t> pids) {
+  if (moves.empty()) return Status::ok();
+  return vmm_pass(comm, st, moves, pids, Deadline::after_seconds(comm.timeout_seconds()));
+}
+
+// Checks a record after the exchange: a rank that could not take part fails every rank.
+Status check_ok(const Record& rec, int q, int r, const char* call) {
+  if (rec.ok) return Status::ok();
+  return make_error(q == r ? Code::kInvalidArgument : Code::kRemoteError, "{} on rank {}: {}{}",
+                    call, r, q == r ? "" : fmt::format("rank {}: ", q), rec.why);
+}
+
+// The end of a call whose work is enqueued: a failure of the communicator meanwhile (a peer died
+// during the call, whose waits were released) voids it.
+chorusResult_t finish(CommImpl& comm, const char* call) {
+  Status e = comm.error();
+  if (e.is_ok()) return chorusSuccess;
+  return report(Status(e.code(), fmt::format("{} on rank {}: the communicator failed during the "
+                                             "call, its results are void: {}",
+                                             call, comm.rank(), e.message())));
+}
+
+// This communicator's per-rank state, sized at its first device call.
+void size_state(DeviceIpc& st, int p) {
+  if (!st.peer_flags.empty()) return;
+  st.peer_flags.assign(p, nullptr);
+}
+
+bool staged(CommImpl& comm, const char* call) {
+  const int hosts = comm.hosts().nhosts();
+  if (hosts == 1 && comm.size() <= kMaxDeviceRanks) return false;
+  DeviceIpc& st = comm.device_ipc();
+  if (!st.staged_said) {
+    st.staged_said = true;
+    log_info("rank {}: {} on device buffers: staged through host memory ({})", comm.rank(), call,
+             hosts != 1 ? fmt::format("{} hosts; CUDA IPC maps memory of one host", hosts)
+                        : fmt::format("{} ranks; CUDA IPC here takes at most {}", comm.size(),
+                                      kMaxDeviceRanks));
+  }
+  return true;
+}
+
+}  // namespace chorus::capi::devcall

@@ -1,0 +1,201 @@
+// One rank's side of one device call over CUDA IPC (device_ops.cc's collectives, device_p2p.cc's
+// sends and receives; the design is device_ops.cc's): the record each rank sends the others,
+// the description of its own buffers, the peers' buffers mapped, and the GPU work enqueued in
+// order (Enqueuer). Internal to collectives/.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "collectives/c_api_internal.h"
+#include "collectives/comm.h"
+#include "collectives/device_bounce.h"
+#include "collectives/device_ops.h"
+#include "collectives/device_timing.h"
+#include "collectives/device_vmm.h"
+#include "kernels/cuda/ipc.h"
+
+namespace chorus {
+
+// The blocks of a rank's flag words (device_ops.cc, "Flag words"), kMaxDeviceRanks words each.
+enum FlagBlock : int { kReady = 0, kDone = 1, kTxReady = 2, kRxReady = 3, kRxDone = 4 };
+constexpr size_t kFlagBytes = 5 * kMaxDeviceRanks * sizeof(uint32_t);
+
+}  // namespace chorus
+
+namespace chorus::capi::devcall {
+
+namespace kc = kernels::cuda;
+
+// What each rank tells the others, as raw bytes through the host.
+struct Record {
+  uint64_t count;
+  int32_t kind;
+  int32_t datatype;
+  int32_t op;
+  int32_t root;  // collectives; send/recv: the peer
+  int32_t ok;    // 0: `why` says what this rank could not do
+  char why[180];
+  char gpu[48];  // the UUID of this rank's GPU ("" if unknown)
+  int32_t pid;   // for the descriptor sockets of VMM memory (device_vmm.h)
+  kc::IpcHandle flags, send, recv;
+};
+
+// Marks `r` as not taking part, saying why.
+void set_why(Record& r, const std::string& why);
+// The IPC backend's words for its error code rc.
+std::string ipc_error(int rc);
+
+// This rank's part of the record: the buffers it uses device memory of the current device,
+// exported (memory that CUDA IPC cannot map: VMM allocations by file descriptor, device_vmm.h,
+// the rest staged, device_bounce.h); its flag words allocated (at its first device call) and
+// exported. `bufs` says where the GPU work finds each buffer.
+void describe_self(DeviceIpc& st, CallBuffers& bufs, Record& me, int rank);
+
+// Where rank q's buffer of handle h is mapped here: by CUDA IPC, or its VMM allocation mapped by
+// descriptor (device_vmm.h).
+Result<void*> open_peer(DeviceIpc& st, int q, const kc::IpcHandle& h);
+
+// VMM buffers go to the ranks of the call that lack them, before the GPU work.
+Status pass_vmm(CommImpl& comm, DeviceIpc& st, std::vector<VmmTransfer> moves,
+                std::vector<int32_t> pids);
+
+// Checks a record after the exchange: a rank that could not take part fails every rank.
+Status check_ok(const Record& rec, int q, int r, const char* call);
+
+// The end of a call whose work is enqueued: a failure of the communicator meanwhile (a peer died
+// during the call, whose waits were released) voids it.
+chorusResult_t finish(CommImpl& comm, const char* call);
+
+// Rank q's word in `block` of a rank's flag words.
+inline uint32_t* word(uint32_t* flags, FlagBlock block, int q) {
+  return flags + block * kMaxDeviceRanks + q;
+}
+
+// This communicator's per-rank state, sized at its first device call.
+void size_state(DeviceIpc& st, int p);
+
+// Whether CUDA IPC cannot join the communicator's ranks -- several hosts, or more ranks than the
+// flag words have room for -- and the call goes through host memory (device_staged.cc). The
+// same answer on every rank; said once per communicator at CHORUS_DEBUG=INFO.
+bool staged(CommImpl& comm, const char* call);
+
+// The GPU-side work of one call on this rank, enqueued in order; failures after the exchange
+// still write every signal (release()).
+class Enqueuer {
+ public:
+  // `call`: what the call is, for CHORUS_DEVICE_TIMING's report (made only when it is on).
+  Enqueuer(CommImpl& comm, DeviceIpc& st, int rank, void* stream, const std::string& call)
+      : comm_(comm), st_(st), r_(rank), stream_(stream), timer_(timing(comm, st), call, stream) {}
+
+  // Rank q's flag words, mapped at first use from its exported handle.
+  Status map_flags(int q, const kc::IpcHandle& h) {
+    if (st_.peer_flags[q] != nullptr) return Status::ok();
+    void* f = nullptr;
+    if (q == r_) {
+      f = st_.flags;
+    } else if (int rc = kc::ipc().open(h, &f); rc != 0) {
+      return with_peer_news(comm_, failed(fmt::format("mapping rank {}'s flag words", q), rc));
+    }
+    st_.peer_flags[q] = static_cast<uint32_t*>(f);
+    return Status::ok();
+  }
+
+  // Writes v into peer q's word for this rank in `block`.
+  Status signal(int q, FlagBlock block, uint32_t v, const char* name) {
+    if (int rc = kc::ipc().write_u32(stream_, word(st_.peer_flags[q], block, r_), v); rc != 0)
+      return failed(fmt::format("signalling {} to rank {}", name, q), rc);
+    if (timer_.on()) timer_.stamp(fmt::format("signal {} to rank {}", name, q));
+    return Status::ok();
+  }
+  // Waits until q's word here in `block` is >= v.
+  Status wait(int q, FlagBlock block, uint32_t v, const char* name) {
+    if (int rc =
+            kc::ipc().wait_u32_geq(stream_, word(static_cast<uint32_t*>(st_.flags), block, q), v);
+        rc != 0)
+      return failed(fmt::format("waiting for rank {}'s {}", q, name), rc);
+    if (timer_.on()) timer_.stamp(fmt::format("wait for rank {}'s {}", q, name));
+    return Status::ok();
+  }
+  // One kernel: the fold of `in` into every one of `out` (a copy: one input, op sum, and no
+  // output that is the input itself).
+  Status fold(kernels::DType dt, kernels::RedOp op, const std::vector<const void*>& in,
+              std::vector<void*> out, size_t n, int avg_n, const std::string& what) {
+    if (in.size() == 1) std::erase(out, const_cast<void*>(in[0]));
+    if (out.empty()) return Status::ok();
+    if (int rc = kc::ipc().fold(dt, op, in.data(), int(in.size()), out.data(), int(out.size()), n,
+                                avg_n, stream_);
+        rc != 0)
+      return failed(what, rc);
+    if (timer_.on())  // "launching the reduction kernel" -> "reduction kernel"
+      timer_.stamp(fmt::format("{} ({} bytes)",
+                               what.starts_with("launching the ") ? what.substr(14) : what,
+                               n * kernels::dtype_size(dt)));
+    return Status::ok();
+  }
+
+  // The bounce buffer (device_bounce.h): before a call's first work, wait for the end of the last
+  // call that used it (on whatever stream), then copy the staged input into its piece; after the
+  // call's last wait, copy the staged output out of its piece and mark the end.
+  Status bounce_in(const std::vector<const LocalBuffer*>& bufs) {
+    if (!any_staged(bufs)) return Status::ok();
+    if (int rc = kc::ipc().mark_wait(stream_, st_.bounce_mark); rc != 0)
+      return failed("ordering after the last call through the bounce buffer", rc);
+    for (const LocalBuffer* b : bufs)
+      if (b->staged && (!b->output || b->partial))
+        if (Status s = copy(b->user, b->at, b->bytes, "copying {} into the bounce buffer", b);
+            !s.is_ok())
+          return s;
+    return Status::ok();
+  }
+  Status bounce_out(const std::vector<const LocalBuffer*>& bufs) {
+    if (!any_staged(bufs)) return Status::ok();
+    for (const LocalBuffer* b : bufs)
+      if (b->staged && b->output)
+        if (Status s = copy(b->at, b->user, b->bytes, "copying {} out of the bounce buffer", b);
+            !s.is_ok())
+          return s;
+    if (int rc = kc::ipc().mark_record(stream_, &st_.bounce_mark); rc != 0)
+      return failed("marking the end of a call through the bounce buffer", rc);
+    return Status::ok();
+  }
+
+  // After a failure: the signals not yet written, so that no peer's stream waits for ever.
+  void release(const std::vector<std::pair<uint32_t*, uint32_t>>& owed) {
+    for (const auto& [word, v] : owed)
+      if (word != nullptr) (void)kc::ipc().write_u32(stream_, word, v);
+  }
+
+ private:
+  static DeviceTiming* timing(CommImpl& comm, DeviceIpc& st) {
+    if (comm.device_timing_calls() == 0) return nullptr;
+    if (!st.timing) {
+      st.timing = std::make_shared<DeviceTiming>();
+      st.timing->left = comm.device_timing_calls();
+    }
+    return st.timing.get();
+  }
+  static bool any_staged(const std::vector<const LocalBuffer*>& bufs) {
+    return std::any_of(bufs.begin(), bufs.end(), [](const LocalBuffer* b) { return b->staged; });
+  }
+  Status copy(const void* from, const void* to, size_t bytes, const char* what,
+              const LocalBuffer* b) {
+    return fold(kernels::DType::kU8, kernels::RedOp::kSum, {from}, {const_cast<void*>(to)}, bytes,
+                0, fmt::format(fmt::runtime(what), b->name));
+  }
+  Status failed(const std::string& what, int rc) {
+    return make_error(Code::kSystemError, "{} failed: {}", what, ipc_error(rc));
+  }
+
+  CommImpl& comm_;
+  DeviceIpc& st_;
+  const int r_;
+  void* const stream_;
+  CallTimer timer_;
+};
+
+}  // namespace chorus::capi::devcall
