@@ -129,6 +129,12 @@ void run_call(chorus::Communicator& comm, const Call& c) {
       return chorus::check(chorusAllGather(c.send, c.recv, c.count, c.dtype, h, st));
     case Coll::kReduceScatter:
       return chorus::check(chorusReduceScatter(c.send, c.recv, c.count, c.dtype, c.op, h, st));
+    case Coll::kGather:
+      return chorus::check(chorusGather(c.send, c.recv, c.count, c.dtype, c.root, h, st));
+    case Coll::kScatter:
+      return chorus::check(chorusScatter(c.send, c.recv, c.count, c.dtype, c.root, h, st));
+    case Coll::kAllToAll:
+      return chorus::check(chorusAllToAll(c.send, c.recv, c.count, c.dtype, h, st));
     case Coll::kSendRecv: {  // a ring shift: send to the next rank, receive from the previous
       // Grouped, as nccl-tests does: both are posted together, so the ring cannot deadlock.
       const int n = comm.size(), r = comm.rank();
@@ -143,14 +149,14 @@ void run_call(chorus::Communicator& comm, const Call& c) {
 }
 
 // Sets up the buffers of one variant with the check pattern and returns the call to make.
-// In place follows NCCL: all_gather sends from recv + rank*count, reduce_scatter receives
-// into send + rank*count.
+// In place follows NCCL: all_gather (and gather) sends from recv + rank*count, reduce_scatter
+// (and scatter) receives into send + rank*count; all_to_all in one buffer.
 Call prepare(const CheckSpec& s, bool in_place, unsigned char* send, unsigned char* recv) {
   const size_t ts = s.type->size, per = s.shape.count;
   const bool is_root = s.rank == s.root;
   Call c{s.coll, send, recv, per, s.type->dtype, s.op, s.root};
   if (!in_place) {
-    if (s.coll == Coll::kBroadcast && !is_root) {
+    if ((s.coll == Coll::kBroadcast || s.coll == Coll::kScatter) && !is_root) {
       fill_sentinel(send, s.shape.send_count * ts);  // only the root's input may travel
     } else {
       fill_pattern(s, send, 0, s.shape.send_count);
@@ -168,13 +174,22 @@ Call prepare(const CheckSpec& s, bool in_place, unsigned char* send, unsigned ch
       }
       break;
     case Coll::kAllGather:
+    case Coll::kGather:
       fill_sentinel(recv, s.shape.recv_count * ts);
       fill_pattern(s, recv + s.rank * per * ts, 0, per);
       c.send = recv + s.rank * per * ts;
       break;
     case Coll::kReduceScatter:
-      fill_pattern(s, recv, 0, s.shape.send_count);
+    case Coll::kScatter:
+      if (s.coll == Coll::kScatter && !is_root) {
+        fill_sentinel(recv, s.shape.send_count * ts);
+      } else {
+        fill_pattern(s, recv, 0, s.shape.send_count);
+      }
       c.recv = recv + s.rank * per * ts;
+      break;
+    case Coll::kAllToAll:
+      fill_pattern(s, recv, 0, s.shape.send_count);
       break;
     default:  // all_reduce, reduce, send_recv
       fill_pattern(s, recv, 0, per);

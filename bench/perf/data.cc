@@ -12,7 +12,8 @@ namespace perf {
 
 const std::vector<std::string>& coll_names() {
   static const std::vector<std::string> names = {"all_reduce", "broadcast",      "reduce",
-                                                 "all_gather", "reduce_scatter", "send_recv"};
+                                                 "all_gather", "reduce_scatter", "send_recv",
+                                                 "gather",     "scatter",        "all_to_all"};
   return names;
 }
 
@@ -32,7 +33,7 @@ bool coll_reduces(Coll c) {
 }
 
 bool coll_has_root(Coll c) {
-  return c == Coll::kBroadcast || c == Coll::kReduce;
+  return c == Coll::kBroadcast || c == Coll::kReduce || c == Coll::kGather || c == Coll::kScatter;
 }
 
 double bus_factor(Coll c, int nranks) {
@@ -42,6 +43,9 @@ double bus_factor(Coll c, int nranks) {
       return 2.0 * (n - 1) / n;
     case Coll::kAllGather:
     case Coll::kReduceScatter:
+    case Coll::kGather:
+    case Coll::kScatter:
+    case Coll::kAllToAll:
       return (n - 1) / n;
     default:
       return 1.0;
@@ -50,7 +54,17 @@ double bus_factor(Coll c, int nranks) {
 
 double traffic_factor(Coll c, int nranks) {
   const double n = nranks;
-  return c == Coll::kAllReduce || c == Coll::kSendRecv ? 2.0 * n : n + 1.0;
+  switch (c) {
+    case Coll::kAllReduce:
+    case Coll::kSendRecv:
+    case Coll::kAllToAll:  // every rank's N read and written
+      return 2.0 * n;
+    case Coll::kGather:  // the total read once, written once
+    case Coll::kScatter:
+      return 2.0;
+    default:
+      return n + 1.0;
+  }
 }
 
 const std::vector<TypeInfo>& all_types() {
@@ -101,12 +115,18 @@ Shape shape_for(Coll c, size_t bytes, size_t type_size, int nranks) {
   Shape s;
   switch (c) {
     case Coll::kAllGather:
+    case Coll::kGather:
       s.count = s.send_count = elems / n;
       s.recv_count = s.total_count = s.send_count * n;
       break;
     case Coll::kReduceScatter:
+    case Coll::kScatter:
       s.count = s.recv_count = elems / n;
       s.send_count = s.total_count = s.recv_count * n;
+      break;
+    case Coll::kAllToAll:  // a block to each rank
+      s.count = elems / n;
+      s.send_count = s.recv_count = s.total_count = s.count * n;
       break;
     default:
       s.count = s.send_count = s.recv_count = s.total_count = elems;
@@ -335,7 +355,7 @@ size_t count_wrong(const CheckSpec& s, const void* out) {
   const size_t per = s.shape.count;  // all_gather: per-rank block; reduce_scatter: this rank's
   const bool tolerant = s.op == chorusAvg && coll_reduces(s.coll) && is_float(s.type->dtype);
   const double tol = avg_tolerance(s.type->dtype);
-  if (s.coll == Coll::kReduce && s.rank != s.root) return 0;
+  if ((s.coll == Coll::kReduce || s.coll == Coll::kGather) && s.rank != s.root) return 0;
   size_t wrong = 0;
   with_codec(s.type->dtype, [&](auto codec) {
     using C = decltype(codec);
@@ -354,7 +374,14 @@ size_t count_wrong(const CheckSpec& s, const void* out) {
           want = static_cast<double>(pattern(s, s.root, i));
           break;
         case Coll::kAllGather:
+        case Coll::kGather:
           want = static_cast<double>(pattern(s, static_cast<int>(i / per), i % per));
+          break;
+        case Coll::kScatter:
+          want = static_cast<double>(pattern(s, s.root, s.rank * per + i));
+          break;
+        case Coll::kAllToAll:
+          want = static_cast<double>(pattern(s, static_cast<int>(i / per), s.rank * per + i % per));
           break;
         default:
           want = static_cast<double>(pattern(s, prev, i));  // send_recv

@@ -13,13 +13,23 @@
 
 namespace perf {
 
-enum class Coll { kAllReduce, kBroadcast, kReduce, kAllGather, kReduceScatter, kSendRecv };
+enum class Coll {
+  kAllReduce,
+  kBroadcast,
+  kReduce,
+  kAllGather,
+  kReduceScatter,
+  kSendRecv,
+  kGather,
+  kScatter,
+  kAllToAll
+};
 
 const std::vector<std::string>& coll_names();  // in Coll order, as --coll spells them
 Coll coll_from_name(const std::string& name);
 const char* coll_name(Coll c);
 bool coll_reduces(Coll c);   // takes a reduce op
-bool coll_has_root(Coll c);  // broadcast and reduce
+bool coll_has_root(Coll c);  // broadcast, reduce, gather, scatter
 // nccl-tests' bus bandwidth factor: busbw = algbw * factor.
 double bus_factor(Coll c, int nranks);
 // --device cuda: bytes of memory traffic per byte of the row's size for every rank's GPU

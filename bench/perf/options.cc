@@ -92,7 +92,8 @@ std::optional<int> parse_options(int argc, char** argv, Options& o) {
                  "and the table an efficiency column)")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
-  app.add_option("-r,--root", o.root, "root rank of broadcast and reduce")->capture_default_str();
+  app.add_option("-r,--root", o.root, "root rank of broadcast, reduce, gather and scatter")
+      ->capture_default_str();
   app.add_flag("--csv", o.csv,
                "print CSV (a header row, then one row per size) instead of the table");
   app.add_option("--json", o.json_path, "also write every result to this JSON file (rank 0)");

@@ -35,10 +35,11 @@ check_csv() {
 }
 
 for transport in shm tcp; do
-  for coll in all_reduce broadcast reduce all_gather reduce_scatter send_recv; do
+  for coll in all_reduce broadcast reduce all_gather reduce_scatter send_recv gather scatter \
+      all_to_all; do
     label="$coll/$transport"
     extra=()
-    [ "$coll" = broadcast ] || [ "$coll" = reduce ] && extra=(--root 1)
+    case $coll in broadcast|reduce|gather|scatter) extra=(--root 1) ;; esac
     csv=$(timeout 30 "$chorus_run" --no-prefix -n 3 "$perf" "${sizes[@]}" -c 1 --csv -n 5 -w 1 \
       --coll "$coll" --transport "$transport" "${extra[@]}" 2>/tmp/chorus-perf-test.$$.err)
     rc=$?

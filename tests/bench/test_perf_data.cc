@@ -2,6 +2,7 @@
 // factors, f16/bf16 conversion, and that the output check counts exactly the wrong elements
 // (against expected outputs computed here, independently of data.cc's reference).
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -56,6 +57,20 @@ TEST_CASE("shapes and bus factors follow nccl-tests", "[perf]") {
   CHECK(bus_factor(Coll::kReduceScatter, 2) == Approx(0.5));
   CHECK(bus_factor(Coll::kBroadcast, 8) == 1.0);
   CHECK(bus_factor(Coll::kSendRecv, 8) == 1.0);
+  // gather, scatter, all_to_all: nccl-tests' gather_perf, scatter_perf and alltoall_perf
+  Shape g = shape_for(Coll::kGather, 1000 * 4, 4, 3);
+  CHECK((g.count == 333 && g.send_count == 333 && g.recv_count == 999 && g.total_count == 999));
+  Shape sc = shape_for(Coll::kScatter, 1000 * 4, 4, 3);
+  CHECK((sc.count == 333 && sc.send_count == 999 && sc.recv_count == 333 && sc.total_count == 999));
+  Shape a2a = shape_for(Coll::kAllToAll, 1000 * 4, 4, 3);  // a block of 333 to each rank
+  CHECK((a2a.count == 333 && a2a.send_count == 999 && a2a.recv_count == 999));
+  for (Coll c : {Coll::kGather, Coll::kScatter, Coll::kAllToAll})
+    CHECK(bus_factor(c, 4) == Approx(0.75));
+  CHECK(coll_has_root(Coll::kGather));
+  CHECK(coll_has_root(Coll::kScatter));
+  CHECK_FALSE(coll_has_root(Coll::kAllToAll));
+  CHECK(traffic_factor(Coll::kAllToAll, 3) == Approx(6.0));
+  CHECK(traffic_factor(Coll::kGather, 3) == Approx(2.0));
 }
 
 TEST_CASE("names of types, ops and collectives", "[perf]") {
@@ -67,6 +82,8 @@ TEST_CASE("names of types, ops and collectives", "[perf]") {
   CHECK(op_from_name("mean") == nullptr);
   CHECK(coll_from_name("reduce_scatter") == Coll::kReduceScatter);
   CHECK(std::string(coll_name(Coll::kSendRecv)) == "send_recv");
+  CHECK(coll_from_name("all_to_all") == Coll::kAllToAll);
+  CHECK(std::string(coll_name(Coll::kScatter)) == "scatter");
 }
 
 TEST_CASE("f16 and bf16 conversions round to nearest even", "[perf]") {
@@ -262,4 +279,43 @@ TEST_CASE("gather, scatter, broadcast and send_recv outputs are checked per bloc
   CHECK(count_wrong(sr, r.data()) == 0);
   fill_pattern(sr, r.data(), 0, 50);  // its own data instead of its neighbour's
   CHECK(count_wrong(sr, r.data()) > 0);
+
+  // gather to root 2: block j is rank j's input; off the root nothing is checked.
+  CheckSpec ga = spec(Coll::kGather, "int32", chorusSum, 2, n, 3 * 10 * 4);
+  ga.root = 2;
+  std::vector<unsigned char> gout(ga.shape.recv_count * 4);
+  for (int j = 0; j < n; ++j) {
+    CheckSpec from = ga;
+    from.rank = j;
+    fill_pattern(from, gout.data() + j * 10 * 4, 0, 10);
+  }
+  CHECK(count_wrong(ga, gout.data()) == 0);
+  gout[10 * 4] ^= 1;
+  CHECK(count_wrong(ga, gout.data()) == 1);
+  ga.rank = 0;
+  CHECK(count_wrong(ga, gout.data()) == 0);
+
+  // scatter from root 0: rank 1 gets block 1 of the root's input.
+  CheckSpec sc = spec(Coll::kScatter, "float", chorusSum, 1, n, 3 * 10 * 4);
+  sc.root = 0;
+  CheckSpec sroot = sc;
+  sroot.rank = 0;
+  std::vector<unsigned char> sin(sc.shape.send_count * 4);
+  fill_pattern(sroot, sin.data(), 0, sc.shape.send_count);
+  CHECK(count_wrong(sc, sin.data() + 10 * 4) == 0);
+  CHECK(count_wrong(sc, sin.data()) > 0);  // block 0 is rank 0's
+
+  // all_to_all: rank 1's block j is block 1 of rank j's input.
+  CheckSpec aa = spec(Coll::kAllToAll, "int32", chorusSum, 1, n, 3 * 10 * 4);
+  std::vector<unsigned char> aout(aa.shape.recv_count * 4);
+  for (int j = 0; j < n; ++j) {
+    CheckSpec from = aa;
+    from.rank = j;
+    std::vector<unsigned char> in(aa.shape.send_count * 4);
+    fill_pattern(from, in.data(), 0, aa.shape.send_count);
+    std::copy_n(in.begin() + 10 * 4, 10 * 4, aout.begin() + j * 10 * 4);
+  }
+  CHECK(count_wrong(aa, aout.data()) == 0);
+  aa.rank = 2;  // another rank's view: its blocks are block 2 of each input
+  CHECK(count_wrong(aa, aout.data()) > 0);
 }

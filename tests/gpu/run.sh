@@ -99,7 +99,10 @@ grep -h "cases in\|^\[0\] *[0-9].* [0-9.]*$\|copy engine" "$logs/device_allreduc
 device_kill
 perf allreduce_p2 2 all_reduce
 perf allreduce_p3 3 all_reduce
-for coll in broadcast reduce all_gather reduce_scatter send_recv; do perf "${coll}_p2" 2 "$coll"; done
+for coll in broadcast reduce all_gather reduce_scatter send_recv gather scatter all_to_all; do
+  perf "${coll}_p2" 2 "$coll"
+done
+perf all_to_all_p3 3 all_to_all
 # send/recv (~10 ms a call on the H200) against the all-reduce (~20 us), stage by stage.
 timing send_recv
 timing all_reduce
