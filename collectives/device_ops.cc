@@ -19,6 +19,10 @@
 //            block is copied aside into the bounce buffer first, set_aside);
 //         3. done: the same signal-then-wait on the done words: no rank goes on before every
 //            peer has written into its buffers and stopped reading them.
+//         Ranks that share one GPU leave every task to one leader; then only the leader and each
+//         peer meet (device_meet): a peer signals ready to the leader and waits for its done, the
+//         leader waits for every ready and signals every done -- 2 stream memory operations a
+//         call on each peer instead of 4(p-1) (a barrier still meets every rank).
 //   Send/recv: the sender signals "data ready", the receiver "buffer free"; each waits for the
 //   other's; the receiver copies and signals "copied", which the sender waits for. In a group
 //   every item signals before any item waits, so exchanges both ways cannot deadlock.
@@ -285,11 +289,16 @@ chorusResult_t device_collective(chorusComm_t h, CommImpl& comm, const Call& cal
                comm.device_timing_calls() ? fmt::format("{}: {}", call.name, describe(me)) : "");
   Status s;
   for (int q = 0; q < p && s.is_ok(); ++q) s = gpu.map_flags(q, all[q].flags);
+  // Whom this rank meets (device_plan.h): on one GPU the leader and each peer only.
+  const int leader = v ? 0 : device_leader(call.kind, a.root);
+  std::vector<DeviceMeet> meet(p);
+  for (int q = 0; q < p; ++q)
+    if (q != r) meet[q] = device_meet(r, q, leader, one_gpu, barrier);
   if (s.is_ok())
-    for (int q = 0; q < p; ++q)
-      if (q != r)
-        for (FlagBlock b : {kReady, kDone})
-          if (b == kReady || !barrier) owed.push_back({word(st.peer_flags[q], b, r), seq});
+    for (int q = 0; q < p; ++q) {
+      if (meet[q].signal_ready) owed.push_back({word(st.peer_flags[q], kReady, r), seq});
+      if (meet[q].signal_done) owed.push_back({word(st.peer_flags[q], kDone, r), seq});
+    }
   if (s.is_ok()) {  // every VMM buffer to every other rank
     std::vector<VmmTransfer> moves;
     std::vector<int32_t> pids(p);
@@ -343,9 +352,9 @@ chorusResult_t device_collective(chorusComm_t h, CommImpl& comm, const Call& cal
   const std::vector<const LocalBuffer*> staged{&bufs.send, &bufs.recv};
   if (s.is_ok()) s = gpu.bounce_in(staged);
   for (int q = 0; q < p && s.is_ok(); ++q)
-    if (q != r) s = gpu.signal(q, kReady, seq, "ready");
+    if (meet[q].signal_ready) s = gpu.signal(q, kReady, seq, "ready");
   for (int q = 0; q < p && s.is_ok(); ++q)
-    if (q != r) s = gpu.wait(q, kReady, seq, "ready");
+    if (meet[q].wait_ready) s = gpu.wait(q, kReady, seq, "ready");
   const int avg_n = op == kernels::RedOp::kAvg ? p : 0;
   for (size_t i = 0; i < tasks.size() && s.is_ok(); ++i) {
     const DeviceTask& t = tasks[i];
@@ -357,10 +366,10 @@ chorusResult_t device_collective(chorusComm_t h, CommImpl& comm, const Call& cal
                             fmt::format("copying rank {}'s {}", t.in[0].rank,
                                         t.in[0].recv ? "recvbuff" : "sendbuff"));
   }
-  for (int q = 0; q < p && s.is_ok() && !barrier; ++q)
-    if (q != r) s = gpu.signal(q, kDone, seq, "done");
-  for (int q = 0; q < p && s.is_ok() && !barrier; ++q)
-    if (q != r) s = gpu.wait(q, kDone, seq, "done");
+  for (int q = 0; q < p && s.is_ok(); ++q)
+    if (meet[q].signal_done) s = gpu.signal(q, kDone, seq, "done");
+  for (int q = 0; q < p && s.is_ok(); ++q)
+    if (meet[q].wait_done) s = gpu.wait(q, kDone, seq, "done");
   if (s.is_ok()) s = gpu.bounce_out(staged);
   if (s.is_ok()) return finish(comm, call.name);
   gpu.release(owed);

@@ -43,12 +43,23 @@ size_t device_recv_count(OpKind kind, size_t count, int nranks) {
   return blocks ? count * nranks : count;
 }
 
+int device_leader(OpKind kind, int root) {
+  const bool rooted = kind == OpKind::kReduce || kind == OpKind::kBroadcast ||
+                      kind == OpKind::kGather || kind == OpKind::kScatter;
+  return rooted ? root : 0;
+}
+
+DeviceMeet device_meet(int rank, int peer, int leader, bool star, bool barrier) {
+  if (!star || barrier) return {true, true, !barrier, !barrier};  // a barrier: every rank
+  if (rank == leader) return {false, true, true, false};
+  if (peer == leader) return {true, false, false, true};
+  return {};
+}
+
 std::vector<DeviceTask> plan_device_op(const DevicePlanArgs& a) {
   const int p = a.nranks, r = a.rank;
   const size_t n = a.count;
-  const bool rooted = a.kind == OpKind::kReduce || a.kind == OpKind::kBroadcast ||
-                      a.kind == OpKind::kGather || a.kind == OpKind::kScatter;
-  const int leader = rooted ? a.root : 0;
+  const int leader = device_leader(a.kind, a.root);
   std::vector<DeviceTask> tasks;
   if (n == 0 || (a.one_gpu && r != leader)) return tasks;
   // The ranks whose outputs this rank writes: all of them for the one-GPU leader, else its own.

@@ -75,6 +75,21 @@ size_t device_extent(const size_t* counts, const size_t* displs, int nranks);
 // against the receiver's recvcounts[sender] -- or {-1, -1}.
 std::pair<int, int> device_alltoallv_mismatch(std::span<const PerRankCounts> all);
 
+// The rank that does every task where the ranks share one GPU: the root of a rooted call
+// (reduce, broadcast, gather, scatter), else rank 0.
+int device_leader(OpKind kind, int root);
+
+// Whom a rank meets in a call on device buffers: whether it signals its ready (done) to peer q
+// and whether it waits for q's. Where every task is the leader's (ranks sharing one GPU, and not a
+// barrier) only the leader and each peer meet -- the peer signals ready to the leader and waits for
+// its done; the leader waits for every ready and signals every done: 2 stream memory operations
+// on each other rank instead of 4(p-1), 2(p-1) on the leader, and no wait of the leader's for a
+// peer's context after its tasks. Otherwise every rank meets every other (a barrier: ready only).
+struct DeviceMeet {
+  bool signal_ready = false, wait_ready = false, signal_done = false, wait_done = false;
+};
+DeviceMeet device_meet(int rank, int peer, int leader, bool star, bool barrier);
+
 // Whether a rank's call reads its sendbuff / writes its recvbuff (the other may be anything, as
 // in NCCL: a broadcast's or scatter's sendbuff off the root, a reduce's or gather's recvbuff off
 // the root).

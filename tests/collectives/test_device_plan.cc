@@ -231,3 +231,34 @@ TEST_CASE("device all-to-all-v plans: every block where the arrays say, gaps unt
                                        {s1.data(), z.data(), r1.data(), z.data()}};
   CHECK(chorus::device_alltoallv_mismatch(bad) == std::pair{1, 0});
 }
+
+TEST_CASE("device meetings: every wait has its signal; on one GPU only the leader and each peer",
+          "[device]") {
+  for (int p = 1; p <= 6; ++p)
+    for (int leader = 0; leader < p; ++leader)
+      for (bool star : {false, true})
+        for (bool barrier : {false, true}) {
+          INFO(p << " ranks, leader " << leader << ", star " << star << ", barrier " << barrier);
+          for (int r = 0; r < p; ++r) {
+            int ops = 0;
+            for (int q = 0; q < p; ++q) {
+              if (q == r) continue;
+              const chorus::DeviceMeet mine = chorus::device_meet(r, q, leader, star, barrier),
+                                       theirs = chorus::device_meet(q, r, leader, star, barrier);
+              // A wait that no signal ends would hang the stream; a signal that no one waits for
+              // would let the signalling rank's writes race (its peer goes on unordered).
+              REQUIRE(mine.wait_ready == theirs.signal_ready);
+              REQUIRE(mine.wait_done == theirs.signal_done);
+              if (barrier) REQUIRE_FALSE((mine.signal_done || mine.wait_done));
+              // Whoever writes or reads a rank's buffers (the leader on one GPU, everyone
+              // otherwise) waits for its ready, and it waits for their done.
+              const bool touches = !star || barrier || r == leader;
+              if (!barrier) REQUIRE(mine.wait_ready == touches);
+              if (!barrier && (!star || q == leader)) REQUIRE(mine.wait_done);
+              ops += mine.signal_ready + mine.wait_ready + mine.signal_done + mine.wait_done;
+            }
+            if (star && !barrier) REQUIRE(ops == (r == leader ? 2 * (p - 1) : 2));
+            if (!star || barrier) REQUIRE(ops == (barrier ? 2 : 4) * (p - 1));
+          }
+        }
+}
