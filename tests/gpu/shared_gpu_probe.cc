@@ -3,8 +3,8 @@
 //                                   side by side) both must fail naming the GPU's UUID; with
 //                                   CHORUS_ALLOW_SHARED_GPU=1 (through chorus-run) both create
 //                                   the communicator, all-reduces of host and of device memory
-//                                   work, and an all-to-all of device memory (a call without a
-//                                   device path) is refused naming the device.
+//                                   work, and a chorusIsend of device memory (a call without a
+//                                   device path: device sends go in a group) is refused by name.
 //   shared_gpu_probe --worker       one worker (uses CUDA first, as GPU programs do).
 // Exits 77 with the reason where no GPU is visible.
 #include <cuda_runtime.h>
@@ -38,8 +38,8 @@ int worker() {
   if (cudaMalloc(&dev, 64) != cudaSuccess) return 11;
   const float one[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
   float back[16] = {0};
-  // A device all-reduce runs (CUDA IPC); a device all-to-all (no device path) is refused naming
-  // the device.
+  // A device all-reduce runs (CUDA IPC); a device chorusIsend (no device path) is refused by
+  // name.
   int rc = 0;
   if (cudaMemcpy(dev, one, sizeof one, cudaMemcpyHostToDevice) != cudaSuccess ||
       chorusAllReduce(dev, dev, 16, chorusFloat32, chorusSum, comm, nullptr) != chorusSuccess ||
@@ -48,8 +48,11 @@ int worker() {
     std::printf("device all-reduce failed: %s (got %g)\n", chorusGetLastError(comm), back[15]);
     rc = 4;
   }
-  chorusResult_t b = chorusAllToAll(dev, dev, 8, chorusFloat32, comm, nullptr);
-  std::printf("device all-to-all: %s\n",
+  int rank = 0;
+  chorusCommUserRank(comm, &rank);
+  chorusRequest_t req = nullptr;
+  chorusResult_t b = chorusIsend(dev, 8, chorusFloat32, 1 - rank, 0, comm, &req);
+  std::printf("device chorusIsend: %s\n",
               b == chorusSuccess ? "accepted" : chorusGetLastError(comm));
   if (b != chorusInvalidArgument) rc = 5;
   cudaFree(dev);
@@ -107,9 +110,9 @@ int main(int argc, char** argv) {
     std::printf("FAIL: with the override, the device all-reduce failed\n");
     failed++;
   }
-  if (count(allowed, "is memory of CUDA device 0") != 2) {
+  if (count(allowed, "device buffers are sent by chorusSend") != 2) {
     std::printf(
-        "FAIL: with the override, the device all-to-all was not refused by name on both ranks\n");
+        "FAIL: with the override, the device chorusIsend was not refused by name on both ranks\n");
     failed++;
   }
   std::printf("%s\n", failed ? "FAILED" : "ok");
