@@ -230,8 +230,9 @@ if [ "$part" = mps ]; then
 fi
 # Part "quick" only (one call of about 5 minutes, for a lease too short for the three parts):
 # what decides the open questions first -- the operators against the cpu, a step op by op,
-# training throughput on 1 and 2 ranks (eager and as graphs), DDP's graph bits, the kill, the
-# all-reduce's bandwidth and send/recv's stages, and a short comparison with PyTorch.
+# training throughput on 1 and 2 ranks (eager and as graphs), DDP's graph bits, the kill, every
+# device collective, the all-reduce's bandwidth on 2 and 3 ranks and send/recv's stages, and a
+# short comparison with PyTorch.
 if [ "$part" = quick ]; then
   step cuda_release 30 "$bin/test_cuda_release"
   step cuda_ops 120 "$bin/test_cuda_ops"
@@ -245,7 +246,11 @@ if [ "$part" = quick ]; then
   step ddp_graph 120 env CHORUS_TEST_TRAIN_DEVICE=cuda:0 "$bin/test_step_graph" 'DDP with cuda_graph*'
   step elastic_device 150 env CHORUS_TEST_TRAIN_DEVICE=cuda:0 "$bin/test_elastic_device" '[killed]'
   device_kill
+  # every device collective on 2 and 3 ranks (gather, scatter, all-to-all(-v) new 2026-11-27)
+  step device_allreduce 180 "$bin/device_allreduce_probe" "$bin/chorus-run" 2 3
+  grep -h "cases in" "$logs/device_allreduce.log" 2>/dev/null
   perf allreduce_p2 2 all_reduce
+  perf allreduce_p3 3 all_reduce  # the leader-only meeting (2026-11-27) at 64 MiB and up
   timing send_recv
   timing all_reduce 64M
   step train_bench 240 python3 bench/gpu/train_compare.py "$bin" --steps 50 --rounds 1 \
