@@ -1,8 +1,8 @@
 // chorus-perf's own parts, without a communicator: size parsing and sweeps, shapes and bus
 // factors, f16/bf16 conversion, and that the output check counts exactly the wrong elements
 // (against expected outputs computed here, independently of data.cc's reference).
-#include <catch2/catch.hpp>
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
