@@ -180,6 +180,12 @@ chorusResult_t exchange_counts(chorusComm_t h, const Call& call, const Args& a, 
     const size_t* f = flat.data() + 4 * p * q;
     per_rank[q] = {f, f + p, f + 2 * p, f + 3 * p};
   }
+  if (int q = device_alltoallv_out_of_range(per_rank, kMaxBufferBytes / dtype_size(a.datatype));
+      q >= 0)
+    return fail(Code::kRemoteError,
+                "{} on rank {}: rank {}'s counts and displacements arrived out of range (a block "
+                "past what a buffer can hold): corrupt",
+                call.name, r, q);
   if (auto [from, to] = device_alltoallv_mismatch(per_rank); from >= 0)
     return fail(Code::kMismatch,
                 "{} on rank {}: rank {} sends {} elements to rank {}, which expects {} from it",

@@ -136,6 +136,16 @@ size_t device_extent(const size_t* counts, const size_t* displs, int nranks) {
   return end;
 }
 
+int device_alltoallv_out_of_range(std::span<const PerRankCounts> all, size_t most) {
+  const int p = int(all.size());
+  for (int q = 0; q < p; ++q)
+    for (int j = 0; j < p; ++j)
+      for (auto [count, displ] : {std::pair{all[q].sendcounts[j], all[q].sdispls[j]},
+                                  std::pair{all[q].recvcounts[j], all[q].rdispls[j]}})
+        if (count > most || displ > most - count) return q;
+  return -1;
+}
+
 std::pair<int, int> device_alltoallv_mismatch(std::span<const PerRankCounts> all) {
   const int p = int(all.size());
   for (int q = 0; q < p; ++q)

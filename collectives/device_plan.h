@@ -71,6 +71,11 @@ std::vector<DeviceTask> plan_device_alltoallv(int nranks, int rank, bool one_gpu
 // All-to-all-v: the elements from a side's buffer start to its furthest non-empty block's end.
 size_t device_extent(const size_t* counts, const size_t* displs, int nranks);
 
+// The first rank whose arrays (as it sent them) put a block past `most` elements -- a count
+// above it, or a displacement past most - count -- or -1. Every rank checked its own arrays so
+// (c_api_check); this keeps a peer's corrupt ones out of the pointer arithmetic.
+int device_alltoallv_out_of_range(std::span<const PerRankCounts> all, size_t most);
+
 // The first pair (sender, receiver) whose counts disagree -- the sender's sendcounts[receiver]
 // against the receiver's recvcounts[sender] -- or {-1, -1}.
 std::pair<int, int> device_alltoallv_mismatch(std::span<const PerRankCounts> all);

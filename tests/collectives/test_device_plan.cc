@@ -230,6 +230,13 @@ TEST_CASE("device all-to-all-v plans: every block where the arrays say, gaps unt
   const chorus::PerRankCounts bad[] = {{s0.data(), z.data(), r0.data(), z.data()},
                                        {s1.data(), z.data(), r1.data(), z.data()}};
   CHECK(chorus::device_alltoallv_mismatch(bad) == std::pair{1, 0});
+  // Arrays out of range (as a corrupt peer's would arrive): named by rank, the limit exact.
+  CHECK(chorus::device_alltoallv_out_of_range(bad, 5) == -1);
+  CHECK(chorus::device_alltoallv_out_of_range(bad, 3) == 1);  // rank 1 sends 4
+  std::vector<size_t> far{0, SIZE_MAX - 1};
+  const chorus::PerRankCounts wrap[] = {{s0.data(), z.data(), r0.data(), far.data()},
+                                        {s1.data(), z.data(), r1.data(), z.data()}};
+  CHECK(chorus::device_alltoallv_out_of_range(wrap, size_t(1) << 40) == 0);  // 2 + (2^64 - 2)
 }
 
 TEST_CASE("device meetings: every wait has its signal; on one GPU only the leader and each peer",
