@@ -1,3 +1,5 @@
+// The plans of the device operations (device_plan.h): which blocks each rank folds or copies
+// where, whom it meets, and all-to-all-v's arrays checked -- from the call alone.
 #include "collectives/device_plan.h"
 
 #include <algorithm>
