@@ -234,10 +234,11 @@ chorusResult_t device_collective(chorusComm_t h, CommImpl& comm, const Call& cal
     bufs.recv.used = device_uses_recv(call.kind, r, a.root);
   }
   if (p == 1) {  // no peers: a copy when the call has one to make
+    const size_t n = v ? a.sendcounts[0] * es : bufs.recv.bytes;
+    if (!bufs.send.used || !bufs.recv.used || n == 0) return chorusSuccess;
     const void* in = static_cast<const char*>(a.sendbuff) + (v ? a.sdispls[0] * es : 0);
     void* out = static_cast<char*>(a.recvbuff) + (v ? a.rdispls[0] * es : 0);
-    const size_t n = v ? a.sendcounts[0] * es : bufs.recv.bytes;
-    if (!bufs.send.used || !bufs.recv.used || n == 0 || in == out) return chorusSuccess;
+    if (in == out) return chorusSuccess;
     if (int rc = kc::ipc().fold(kernels::DType::kU8, kernels::RedOp::kSum, &in, 1, &out, 1, n, 0,
                                 a.stream);
         rc != 0)

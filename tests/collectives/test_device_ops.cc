@@ -491,6 +491,50 @@ TEST_CASE(
   }
 }
 
+TEST_CASE("device calls on one rank: each a copy of its block, all-to-all-v's gaps kept",
+          "[device]") {
+  auto res = run_ranks(
+      1,
+      [](int r) {
+        chorusComm_t comm = init(r);
+        if (!comm) return 1;
+        auto* a = static_cast<float*>(chorus::test::fake_device_alloc(64 * 4));
+        auto* b = static_cast<float*>(chorus::test::fake_device_alloc(64 * 4));
+        const char* names[] = {"all-reduce",     "reduce",     "broadcast",
+                               "all-gather",     "gather",     "scatter",
+                               "reduce-scatter", "all-to-all", "all-to-all-v"};
+        for (int c = 0; c < 9; ++c) {
+          for (int j = 0; j < 64; ++j) a[j] = float(j), b[j] = -1;
+          const size_t n = 7, counts[1] = {5}, sd[1] = {2}, rd[1] = {3};
+          chorusResult_t rc =
+              c == 0   ? chorusAllReduce(a, b, n, chorusFloat32, chorusSum, comm, kStream)
+              : c == 1 ? chorusReduce(a, b, n, chorusFloat32, chorusSum, 0, comm, kStream)
+              : c == 2 ? chorusBroadcast(a, b, n, chorusFloat32, 0, comm, kStream)
+              : c == 3 ? chorusAllGather(a, b, n, chorusFloat32, comm, kStream)
+              : c == 4 ? chorusGather(a, b, n, chorusFloat32, 0, comm, kStream)
+              : c == 5 ? chorusScatter(a, b, n, chorusFloat32, 0, comm, kStream)
+              : c == 6 ? chorusReduceScatter(a, b, n, chorusFloat32, chorusSum, comm, kStream)
+              : c == 7
+                  ? chorusAllToAll(a, b, n, chorusFloat32, comm, kStream)
+                  : chorusAllToAllv(a, counts, sd, b, counts, rd, chorusFloat32, comm, kStream);
+          if (rc != chorusSuccess) return fail_with(r, names[c], chorusGetLastError(comm));
+          for (int j = 0; j < 64; ++j) {
+            const bool v = c == 8;
+            const bool copied = v ? j >= 3 && j < 8 : j < 7;
+            const float want = !copied ? -1.0f : v ? float(j - 1) : float(j);
+            if (b[j] != want)
+              return fail_with(r, names[c], fmt::format("element {}: {}, want {}", j, b[j], want));
+          }
+        }
+        chorus::test::fake_device_free(a);
+        chorus::test::fake_device_free(b);
+        chorusCommDestroy(comm);
+        return 0;
+      },
+      opts(false));
+  check_all(res);
+}
+
 TEST_CASE("through the bounce buffer on two streams: each call waits for the last one's end",
           "[device]") {
   auto res = run_ranks(
