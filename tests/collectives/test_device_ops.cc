@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -533,6 +534,85 @@ TEST_CASE("device calls on one rank: each a copy of its block, all-to-all-v's ga
       },
       opts(false));
   check_all(res);
+}
+
+TEST_CASE("device calls in a random sequence: kinds, placements, memory and streams mixed",
+          "[device]") {
+  // 3 ranks; the same sequence of 240 calls on every rank (one seed), each rank's memory for each
+  // call drawn on its own (mapped by CUDA IPC, unmapped -- through the bounce buffer --, or VMM
+  // by descriptor; ranks differ in one call), a barrier with a stream (or the legacy one) and an
+  // all-to-all-v now and then; every result checked. On a GPU each, then one
+  // shared (the leader-only meeting).
+  for (bool one_gpu : {false, true}) {
+    INFO((one_gpu ? "one GPU" : "a GPU each"));
+    auto res = run_ranks(
+        3,
+        [](int r) {
+          chorusComm_t comm = init(r);
+          if (!comm) return 1;
+          constexpr size_t kMax = 1500;
+          char* bufs[3][2];  // [memory kind][send, recv]
+          for (int m = 0; m < 3; ++m)
+            for (char*& b : bufs[m]) {
+              auto alloc = m == 0   ? chorus::test::fake_device_alloc
+                           : m == 1 ? chorus::test::fake_unmapped_alloc
+                                    : chorus::test::fake_vmm_alloc;
+              b = static_cast<char*>(alloc(kMax * 8 * 4));
+            }
+          std::mt19937 shared(2026), own(77 + r);
+          int failures = 0, made = 0;
+          for (int i = 0; i < 240 && failures == 0; ++i) {
+            const int pick = int(shared() % 12);
+            ++made;
+            const auto mem = own() % 3;
+            if (pick == 10) {  // a barrier with a stream
+              if (chorusBarrier(comm, shared() % 2 ? kStream : nullptr) != chorusSuccess)
+                failures += fail_with(r, "barrier", chorusGetLastError(comm));
+              continue;
+            }
+            if (pick == 11) {  // an all-to-all-v: blocks of 0..40 words, in reverse order
+              auto* send = reinterpret_cast<uint32_t*>(bufs[mem][0]);
+              auto* recv = reinterpret_cast<uint32_t*>(bufs[mem][1]);
+              const uint32_t salt = uint32_t(shared());
+              auto words = [&](int q, int d) { return size_t((salt >> (q * 3 + d)) % 41); };
+              size_t sc[3], sd[3], rc[3], rd[3], at = 0;
+              for (int d = 2; d >= 0; --d) sc[d] = words(r, d), sd[d] = at, at += sc[d] + 1;
+              at = 0;
+              for (int q = 0; q < 3; ++q) rc[q] = words(q, r), rd[q] = at, at += rc[q] + 1;
+              for (int d = 0; d < 3; ++d)
+                for (size_t j = 0; j < sc[d]; ++j) send[sd[d] + j] = salt + uint32_t(r << 8 | d);
+              if (chorusAllToAllv(send, sc, sd, recv, rc, rd, chorusUint32, comm, kStream) !=
+                  chorusSuccess) {
+                failures += fail_with(r, "all-to-all-v", chorusGetLastError(comm));
+                continue;
+              }
+              for (int q = 0; q < 3; ++q)
+                for (size_t j = 0; j < rc[q]; ++j)
+                  if (recv[rd[q] + j] != salt + uint32_t(q << 8 | r))
+                    failures += fail_with(r, fmt::format("call {}: all-to-all-v", i), "wrong");
+              continue;
+            }
+            const Coll coll = kColls[pick % std::size(kColls)];
+            const TypeCase& ty = kTypes[shared() % std::size(kTypes)];
+            const OpCase& op = kOps[shared() % std::size(kOps)];
+            const size_t n = 1 + shared() % kMax;
+            const Place place = Place(shared() % 3);
+            const int root = int(shared() % 3);
+            if (place == Place::kElsewhere && coll != Coll::kGather && coll != Coll::kScatter &&
+                coll != Coll::kAllToAll)
+              continue;
+            failures +=
+                one_case(comm, r, 3, coll, ty, op, n, place, root, bufs[mem][0], bufs[mem][1], i);
+          }
+          std::fprintf(stderr, "rank %d: %d calls made, %d failed\n", r, made, failures);
+          for (auto& m : bufs)
+            for (char* b : m) chorus::test::fake_device_free(b);
+          chorusCommDestroy(comm);
+          return failures == 0 && made > 200 ? 0 : 1;
+        },
+        opts(one_gpu));
+    check_all(res);
+  }
 }
 
 TEST_CASE("through the bounce buffer on two streams: each call waits for the last one's end",
