@@ -615,6 +615,50 @@ TEST_CASE("device calls in a random sequence: kinds, placements, memory and stre
   }
 }
 
+TEST_CASE("device gather, scatter and all-to-all(-v) in a group, and as chorusI* calls",
+          "[device]") {
+  auto res = run_ranks(
+      3,
+      [](int r) {
+        chorusComm_t comm = init(r);
+        if (!comm) return 1;
+        auto* a = static_cast<int32_t*>(chorus::test::fake_device_alloc(64 * 4));
+        auto* g = static_cast<int32_t*>(chorus::test::fake_device_alloc(64 * 4));
+        auto* x = static_cast<int32_t*>(chorus::test::fake_device_alloc(64 * 4));
+        auto* v = static_cast<int32_t*>(chorus::test::fake_device_alloc(64 * 4));
+        for (int j = 0; j < 64; ++j) a[j] = 100 * r + j, g[j] = x[j] = v[j] = -1;
+        const size_t counts[3] = {2, 2, 2}, displs[3] = {0, 2, 4};
+        // Enqueued at End in call order: gather to rank 2, all-to-all, all-to-all-v.
+        if (chorusGroupStart() != chorusSuccess ||
+            chorusGather(a, g, 4, chorusInt32, 2, comm, kStream) != chorusSuccess ||
+            chorusAllToAll(a, x, 4, chorusInt32, comm, kStream) != chorusSuccess ||
+            chorusAllToAllv(a, counts, displs, v, counts, displs, chorusInt32, comm, kStream) !=
+                chorusSuccess ||
+            chorusGroupEnd() != chorusSuccess)
+          return fail_with(r, "a group of device calls", chorusGetLastError(comm));
+        for (int q = 0; q < 3; ++q)
+          for (int j = 0; j < 4; ++j) {
+            if (r == 2 && g[q * 4 + j] != 100 * q + j) return fail_with(r, "gather", "wrong");
+            if (x[q * 4 + j] != 100 * q + r * 4 + j) return fail_with(r, "all-to-all", "wrong");
+            if (j < 2 && v[q * 2 + j] != 100 * q + r * 2 + j)
+              return fail_with(r, "all-to-all-v", "wrong");
+          }
+        // A non-blocking scatter: complete when it returns (enqueued), right.
+        chorusRequest_t req = nullptr;
+        if (chorusIscatter(a, x, 5, chorusInt32, 1, comm, &req) != chorusSuccess ||
+            chorusWait(req, 1.0) != chorusSuccess)
+          return fail_with(r, "chorusIscatter", chorusGetLastError(comm));
+        chorusRequestFree(req);
+        for (int j = 0; j < 5; ++j)
+          if (x[j] != 100 + r * 5 + j) return fail_with(r, "chorusIscatter", "wrong");
+        for (int32_t* p : {a, g, x, v}) chorus::test::fake_device_free(p);
+        chorusCommDestroy(comm);
+        return 0;
+      },
+      opts(false));
+  check_all(res);
+}
+
 TEST_CASE("through the bounce buffer on two streams: each call waits for the last one's end",
           "[device]") {
   auto res = run_ranks(
