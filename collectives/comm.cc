@@ -161,6 +161,7 @@ Status CommImpl::create_channels(const transport::Transports& transports, Deadli
   std::vector<std::string> host_ids;
   for (const transport::PeerInfo& p : peers) host_ids.push_back(p.host);
   hosts_ = HostLayout::from_hosts(host_ids);
+  check_gpu_reach(gpus_);
   // Inside the first of the largest hosts: the same answer on every rank, as the tuner's must be.
   std::vector<transport::PeerInfo> local;
   for (const std::vector<int>& m : hosts_.members)
@@ -227,6 +228,27 @@ Status CommImpl::check_gpu_sharing(const std::vector<kernels::cuda::GpuIdentity>
   return Status::ok();
 }
 
+void CommImpl::check_gpu_reach(const std::vector<kernels::cuda::GpuIdentity>& gpus) {
+  auto reaches = [](const kernels::cuda::GpuIdentity& from, const std::string& bus) {
+    const std::string list = "," + from.peers + ",";
+    return list.find("," + bus + ",") != std::string::npos;
+  };
+  for (int a = 0; a < size(); ++a)
+    for (int b = a + 1; b < size(); ++b) {
+      const auto &ga = gpus[a], &gb = gpus[b];
+      if (ga.uuid.empty() || gb.uuid.empty() || ga.uuid == gb.uuid) continue;
+      if (hosts_.host_of[size_t(a)] != hosts_.host_of[size_t(b)]) continue;
+      const int from = !reaches(ga, gb.bus_id) ? a : !reaches(gb, ga.bus_id) ? b : -1;
+      if (from < 0) continue;
+      const auto &g = gpus[size_t(from)], &other = from == a ? gb : ga;
+      gpus_unreachable_ = fmt::format(
+          "GPU {} at {} (rank {}) cannot reach the memory of GPU {} at {} (rank {}) peer to "
+          "peer, or that GPU is not visible to it",
+          g.uuid, g.bus_id, from, other.uuid, other.bus_id, from == a ? b : a);
+      return;
+    }
+}
+
 // Each rank publishes its settings and reads everyone's; on a mismatch, every rank fails
 // naming itself and a rank that differs. The settings carry each rank's GPU (kernels/cuda/
 // device.h), so that every rank also refuses two ranks on one GPU, naming both, unless
@@ -235,10 +257,11 @@ Status CommImpl::agree_on_settings(const std::optional<kernels::cuda::GpuIdentit
                                    Deadline deadline, const std::function<Status()>& interrupt) {
   auto& store = job_->store();
   const int det = tuner_.deterministic ? 1 : 0;
-  CHORUS_TRY(store.set(fmt::format("{}/nch/{}", prefix_, rank_),
-                       gpu ? fmt::format("{} {} {} {} {} {}", tuner_.nchannels, det, gpu->uuid,
-                                         gpu->ordinal, gpu->bus_id, gpu->compute_mode)
-                           : fmt::format("{} {} - -1 - 0", tuner_.nchannels, det)));
+  CHORUS_TRY(store.set(
+      fmt::format("{}/nch/{}", prefix_, rank_),
+      gpu ? fmt::format("{} {} {} {} {} {} {}", tuner_.nchannels, det, gpu->uuid, gpu->ordinal,
+                        gpu->bus_id, gpu->compute_mode, gpu->peers.empty() ? "-" : gpu->peers)
+          : fmt::format("{} {} - -1 - 0 -", tuner_.nchannels, det)));
   // Marks in the store that this rank has stopped reading (see the end).
   auto done = [&] { (void)store.set(fmt::format("{}/nch_done/{}", prefix_, rank_), "1"); };
   Status agreed = Status::ok();
@@ -250,11 +273,12 @@ Status CommImpl::agree_on_settings(const std::optional<kernels::cuda::GpuIdentit
       return v.status();
     }
     int their_nch = 0, their_det = 0;
-    char uuid[65] = "-", bus[33] = "-";
+    char uuid[65] = "-", bus[33] = "-", peers[1025] = "-";
     kernels::cuda::GpuIdentity& g = gpus[r];
-    sscanf(v.value().c_str(), "%d %d %64s %d %32s %d", &their_nch, &their_det, uuid, &g.ordinal,
-           bus, &g.compute_mode);
+    sscanf(v.value().c_str(), "%d %d %64s %d %32s %d %1024s", &their_nch, &their_det, uuid,
+           &g.ordinal, bus, &g.compute_mode, peers);
     if (std::string(uuid) != "-") g.uuid = uuid, g.bus_id = bus;
+    if (std::string(peers) != "-") g.peers = peers;
     if (their_nch != tuner_.nchannels)
       agreed = make_error(
           Code::kInvalidUsage,
@@ -268,7 +292,10 @@ Status CommImpl::agree_on_settings(const std::optional<kernels::cuda::GpuIdentit
                           det ? "on" : "off", rank_, their_det ? "on" : "off", r);
   }
   if (agreed.is_ok()) agreed = check_gpu_sharing(gpus);
-  if (agreed.is_ok()) return agreed;
+  if (agreed.is_ok()) {
+    gpus_ = std::move(gpus);  // check_gpu_reach reads them once the hosts are known
+    return agreed;
+  }
   // A mismatch: every rank that gets here finds one. The one whose process hosts the store
   // waits (5 s at most) until the others are done reading: its failure may end the process and
   // close the store under a rank still reading, which would then report a closed store

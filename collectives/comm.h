@@ -124,6 +124,10 @@ class CommImpl : public std::enable_shared_from_this<CommImpl> {
   const transport::LinkModel& link_model() const { return link_model_; }
   // Which ranks share a host, the same on every rank.
   const HostLayout& hosts() const { return hosts_; }
+  // Why CUDA IPC cannot join this communicator's ranks of one host -- two of their GPUs that
+  // cannot reach each other's memory peer to peer, named -- or "" (the same on every rank:
+  // decided from the GPU identities exchanged at creation).
+  const std::string& gpus_unreachable() const { return gpus_unreachable_; }
   // The tuner's answer, remembered for the last (kind, size): training repeats its calls.
   // Any thread may call it (the cache is under a lock of its own).
   Tuned tune(OpKind kind, size_t bytes) {
@@ -222,6 +226,8 @@ class CommImpl : public std::enable_shared_from_this<CommImpl> {
   Status create_channels(const transport::Transports& transports, Deadline deadline);
   // Every rank must open the same number of channels and share the deterministic mode.
   Status check_gpu_sharing(const std::vector<kernels::cuda::GpuIdentity>& gpus);
+  // gpus_unreachable_ from every rank's identity.
+  void check_gpu_reach(const std::vector<kernels::cuda::GpuIdentity>& gpus);
   Status agree_on_settings(const std::optional<kernels::cuda::GpuIdentity>& gpu, Deadline deadline,
                            const std::function<Status()>& interrupt);
   Status wait_idle(std::unique_lock<std::mutex>& lock, Deadline deadline);
@@ -250,6 +256,8 @@ class CommImpl : public std::enable_shared_from_this<CommImpl> {
   std::string timeout_origin_ = "CHORUS_TIMEOUT";
   transport::LinkModel link_model_{};
   HostLayout hosts_;
+  std::vector<kernels::cuda::GpuIdentity> gpus_;  // every rank's, from agree_on_settings
+  std::string gpus_unreachable_;
   DeviceIpc device_ipc_;
   int device_die_ = -1;
   int device_timing_ = 0;

@@ -120,14 +120,17 @@ void size_state(DeviceIpc& st, int p) {
 
 bool staged(CommImpl& comm, const char* call) {
   const int hosts = comm.hosts().nhosts();
-  if (hosts == 1 && comm.size() <= kMaxDeviceRanks) return false;
+  const std::string& unreachable = comm.gpus_unreachable();
+  if (hosts == 1 && comm.size() <= kMaxDeviceRanks && unreachable.empty()) return false;
   DeviceIpc& st = comm.device_ipc();
   if (!st.staged_said) {
     st.staged_said = true;
-    log_info("rank {}: {} on device buffers: staged through host memory ({})", comm.rank(), call,
-             hosts != 1 ? fmt::format("{} hosts; CUDA IPC maps memory of one host", hosts)
-                        : fmt::format("{} ranks; CUDA IPC here takes at most {}", comm.size(),
-                                      kMaxDeviceRanks));
+    log_info(
+        "rank {}: {} on device buffers: staged through host memory ({})", comm.rank(), call,
+        hosts != 1 ? fmt::format("{} hosts; CUDA IPC maps memory of one host", hosts)
+        : comm.size() > kMaxDeviceRanks
+            ? fmt::format("{} ranks; CUDA IPC here takes at most {}", comm.size(), kMaxDeviceRanks)
+            : unreachable);
   }
   return true;
 }

@@ -79,8 +79,9 @@ inline uint32_t* word(uint32_t* flags, FlagBlock block, int q) {
 // This communicator's per-rank state, sized at its first device call.
 void size_state(DeviceIpc& st, int p);
 
-// Whether CUDA IPC cannot join the communicator's ranks -- several hosts, or more ranks than the
-// flag words have room for -- and the call goes through host memory (device_staged.cc). The
+// Whether CUDA IPC cannot join the communicator's ranks -- several hosts, more ranks than the
+// flag words have room for, or two GPUs of the host that cannot reach each other peer to peer
+// (CommImpl::gpus_unreachable) -- and the call goes through host memory (device_staged.cc). The
 // same answer on every rank; said once per communicator at CHORUS_DEBUG=INFO.
 bool staged(CommImpl& comm, const char* call);
 

@@ -74,18 +74,23 @@ const char* compute_mode_name(int mode) {
 Result<std::optional<GpuIdentity>> test_gpu_from_env() {
   const char* v = std::getenv("CHORUS_TEST_GPU_UUID");
   if (v == nullptr) return std::optional<GpuIdentity>();
-  std::string uuid = v, bus = "0000:00:00.0";
+  std::string uuid = v, bus = "0000:00:00.0", peers;
   if (size_t at = uuid.find('@'); at != std::string::npos) {  // UUID@BUS: a PCI address too
     bus = uuid.substr(at + 1);
     uuid.resize(at);
+    if (size_t p = bus.find('@'); p != std::string::npos) {  // UUID@BUS@PEERS: and its peers
+      peers = bus.substr(p + 1);
+      bus.resize(p);
+    }
   }
   if (uuid.empty() || uuid.size() > 64 || uuid.find_first_of(" \t\n") != std::string::npos ||
-      bus.empty() || bus.size() > 32 || bus.find_first_of(" \t\n") != std::string::npos)
+      bus.empty() || bus.size() > 32 || bus.find_first_of(" \t\n@") != std::string::npos ||
+      peers.size() > 1000 || peers.find_first_of(" \t\n@") != std::string::npos)
     return make_error(Code::kInvalidArgument,
-                      "CHORUS_TEST_GPU_UUID '{}': expected UUID[@PCI-BUS], 1..64 characters "
-                      "without spaces",
+                      "CHORUS_TEST_GPU_UUID '{}': expected UUID[@PCI-BUS[@PEER-BUS,...]], 1..64 "
+                      "characters without spaces",
                       v);
-  return std::optional<GpuIdentity>(GpuIdentity{uuid, 0, bus, 0});
+  return std::optional<GpuIdentity>(GpuIdentity{uuid, 0, bus, 0, peers});
 }
 
 Result<std::optional<GpuIdentity>> current_gpu() {

@@ -13,8 +13,8 @@ namespace chorus::kernels::cuda {
 // The GPU of the calling thread's current CUDA context: a rank that has used CUDA (cudaSetDevice
 // then any allocation or launch, as every GPU program does before creating a communicator). No
 // context (a CPU-only rank, no driver, no CUDA build): nullopt, and the rank takes part in no
-// GPU check. Creates no context. CHORUS_TEST_GPU_UUID=<uuid> makes the rank report that GPU
-// (tests of the exchange on machines without one).
+// GPU check. Creates no context. CHORUS_TEST_GPU_UUID=<uuid>[@<bus>[@<peer bus>,...]] makes the
+// rank report that GPU (tests of the exchange on machines without one).
 Result<std::optional<GpuIdentity>> current_gpu();
 
 // The test hook's identity: CHORUS_TEST_GPU_UUID's GPU, or nullopt when it is unset.

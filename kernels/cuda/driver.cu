@@ -100,7 +100,19 @@ int driver_current_gpu(GpuIdentity* out) {
   g.uuid = text;
   g.ordinal = int(dev);
   g.bus_id = bus;
-  for (char& c : g.bus_id) c = char(std::tolower(static_cast<unsigned char>(c)));
+  for (int other = 0; other < d.devices; ++other) {  // the GPUs it can reach peer to peer
+    int can = 0;
+    char at[32] = {0};
+    if (other == int(dev) || cudaDeviceCanAccessPeer(&can, int(dev), other) != cudaSuccess ||
+        !can || cudaDeviceGetPCIBusId(at, sizeof at, other) != cudaSuccess) {
+      (void)cudaGetLastError();
+      continue;
+    }
+    if (!g.peers.empty()) g.peers += ',';
+    g.peers += at;
+  }
+  for (std::string* s : {&g.bus_id, &g.peers})
+    for (char& c : *s) c = char(std::tolower(static_cast<unsigned char>(c)));
   *out = g;
   return 1;
 }

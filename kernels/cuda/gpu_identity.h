@@ -10,6 +10,9 @@ struct GpuIdentity {
   int ordinal = -1;      // the device number in this process (after CUDA_VISIBLE_DEVICES)
   std::string bus_id;    // "0000:3b:00.0"
   int compute_mode = 0;  // CU_COMPUTEMODE_*: 0 default, 2 prohibited, 3 exclusive-process
+  // The PCI addresses of the other GPUs this process sees whose memory this one can reach peer
+  // to peer (cudaDeviceCanAccessPeer), comma-separated; "" when none.
+  std::string peers;
 };
 
 }  // namespace chorus::kernels::cuda

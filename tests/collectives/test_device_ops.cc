@@ -659,6 +659,55 @@ TEST_CASE("device gather, scatter and all-to-all(-v) in a group, and as chorusI*
   check_all(res);
 }
 
+TEST_CASE("GPUs of one host that cannot reach each other: staged through host memory, named",
+          "[device]") {
+  // Faked identities UUID@BUS@PEERS (the PCI addresses whose memory the rank's GPU reaches):
+  // none, one way only, both ways.
+  struct Case {
+    const char* a;
+    const char* b;
+    int named;  // the rank named as unable to reach, or -1: CUDA IPC
+  };
+  for (Case c : {Case{"GPU-a@0000:01:00.0", "GPU-b@0000:02:00.0", 0},
+                 Case{"GPU-a@0000:01:00.0", "GPU-b@0000:02:00.0@0000:01:00.0", 0},
+                 Case{"GPU-a@0000:01:00.0@0000:02:00.0", "GPU-b@0000:02:00.0", 1},
+                 Case{"GPU-a@0000:01:00.0@0000:09:00.0,0000:02:00.0",
+                      "GPU-b@0000:02:00.0@0000:01:00.0", -1}}) {
+    INFO(c.a << " and " << c.b);
+    RunOptions o = opts(false);
+    o.env["CHORUS_DEBUG"] = "INFO";
+    auto res = run_ranks(
+        2,
+        [c](int r) {
+          setenv("CHORUS_TEST_GPU_UUID", r == 0 ? c.a : c.b, 1);
+          chorusComm_t comm = init(r);
+          if (!comm) return 1;
+          auto* x = static_cast<float*>(chorus::test::fake_device_alloc(1000 * 4));
+          for (int j = 0; j < 1000; ++j) x[j] = float(r + j);
+          if (chorusAllReduce(x, x, 1000, chorusFloat32, chorusSum, comm, kStream) != chorusSuccess)
+            return fail_with(r, "all-reduce", chorusGetLastError(comm));
+          for (int j = 0; j < 1000; ++j)
+            if (x[j] != float(1 + 2 * j)) return fail_with(r, "all-reduce", "wrong");
+          chorus::test::fake_device_free(x);
+          chorusCommDestroy(comm);
+          return 0;
+        },
+        o);
+    check_all(res);
+    for (int r = 0; r < 2; ++r) {
+      INFO("rank " << r << ":\n" << res[r].output);
+      if (c.named < 0) {
+        CHECK_FALSE(contains(res[r].output, "staged through host memory"));
+      } else {
+        const char* gpu = c.named == 0 ? "GPU GPU-a at 0000:01:00.0 (rank 0)"
+                                       : "GPU GPU-b at 0000:02:00.0 (rank 1)";
+        CHECK(contains(res[r].output, "staged through host memory"));
+        CHECK(contains(res[r].output, std::string(gpu) + " cannot reach the memory of GPU"));
+      }
+    }
+  }
+}
+
 TEST_CASE("through the bounce buffer on two streams: each call waits for the last one's end",
           "[device]") {
   auto res = run_ranks(
