@@ -40,8 +40,9 @@
 // when the communicator fails -- the watch channel names the dead rank within its deadline --
 // every flag word of each survivor is set to its largest value on a stream of its own
 // (release_device_waits), so that their streams go on (on void results) instead of waiting for
-// ever, and their calls fail naming the dead rank. Ranks on several hosts (or more than 32) go
-// through host memory instead (device_staged.cc). VMM (cuMem) memory, which CUDA IPC cannot
+// ever, and their calls fail naming the dead rank. Ranks on several hosts (or more than 32, or
+// on GPUs that cannot reach each other peer to peer) go through host memory instead
+// (device_staged.cc). VMM (cuMem) memory, which CUDA IPC cannot
 // map, is mapped by the peers through its file descriptor where CUDA exports it as one
 // (device_vmm.h: after the record exchange and before any GPU work, each allocation once per
 // peer over a Unix socket); the rest -- stream-ordered memory, VMM memory without that handle
