@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include <functional>
 #include <utility>
 
 #include "chorus/chorus.h"
@@ -42,5 +43,18 @@ Result<CommImpl*> live(chorusComm_t h, const char* call);
 // Checks the arguments (c_api_check.h), then runs, queues or groups the operation: blocking
 // calls return when it is complete here, chorusI* calls hand back *a.request (c_api_ops.cc).
 chorusResult_t run_op(const Call& call, chorusComm_t h, const Args& a);
+
+// The host part of a staged device call (device_staged.cc). While a HostStage is alive on a
+// thread, run_op and chorusGroupEnd on it queue their host operation on the communicator's
+// progress thread as wrap(operation) and return without waiting for it: never inline (the
+// input is not on the host yet), never the chorusMemAlloc or measuring paths. One per thread.
+using OpWrap = std::function<OpFn(OpFn)>;
+class HostStage {
+ public:
+  explicit HostStage(OpWrap wrap);
+  ~HostStage();
+  HostStage(const HostStage&) = delete;
+  HostStage& operator=(const HostStage&) = delete;
+};
 
 }  // namespace chorus::capi

@@ -62,7 +62,19 @@ struct PendingCollective {
   std::shared_ptr<std::vector<size_t>> per_rank;
 };
 thread_local std::vector<PendingCollective> t_group_collectives;
+// The HostStage alive on this thread (c_api_internal.h), if any.
+thread_local const chorus::capi::OpWrap* t_host_stage = nullptr;
 }  // namespace
+
+namespace chorus::capi {
+HostStage::HostStage(OpWrap wrap) {
+  t_host_stage = new OpWrap(std::move(wrap));
+}
+HostStage::~HostStage() {
+  delete t_host_stage;
+  t_host_stage = nullptr;
+}
+}  // namespace chorus::capi
 
 struct chorusRequest {
   uint64_t magic = kRequestMagic;
@@ -74,6 +86,10 @@ namespace {
 // request == nullptr: a blocking call -- run inline when the communicator is idle, else queue
 // and wait. Otherwise queue it and hand back a request.
 chorusResult_t submit(CommImpl& c, const OpDesc& d, chorus::OpFn fn, chorusRequest_t* request) {
+  if (t_host_stage != nullptr) {  // a staged device call's: queued, not waited for
+    auto w = c.submit(d, (*t_host_stage)(std::move(fn)));
+    return w.is_ok() ? chorusSuccess : report(w.status());
+  }
   if (request == nullptr) {
     Status s;
     if (c.try_run_inline(d, fn, &s)) return report(s);
@@ -317,10 +333,11 @@ chorusResult_t run_op(const Call& call, chorusComm_t h, const Args& a) {
   try {
     // chorusMemAlloc buffers on every rank: each byte moves once (shared_allreduce.cc).
     chorusResult_t shared = chorusSuccess;
-    if (call.kind == OpKind::kAllReduce && !call.async &&
+    const bool plain = t_host_stage == nullptr;
+    if (plain && call.kind == OpKind::kAllReduce && !call.async &&
         shared_all_reduce(h, comm, call, a, *k, &shared))
       return shared;
-    if (call.kind == OpKind::kAllReduce)  // the first large one on shm: ring or direct?
+    if (plain && call.kind == OpKind::kAllReduce)  // the first large one on shm: ring or direct?
       if (chorusResult_t m = measure_large_in_place(h, comm, k->total_bytes); m != chorusSuccess)
         return m;
     std::shared_ptr<const std::vector<size_t>> per_rank;
@@ -604,15 +621,15 @@ chorusResult_t run_grouped(const std::vector<PendingGroupItem>& items) {
       continue;
     }
     const uint64_t uid = (*c)->uid();
-    auto w =
-        (*c)->submit(mine.front().desc,
-                     guarded([mine, uid](OpCtx& ctx) { return chorus::run_group(ctx, mine, uid); },
-                             "chorusGroupEnd"));
+    chorus::OpFn fn = guarded([mine, uid](OpCtx& ctx) { return chorus::run_group(ctx, mine, uid); },
+                              "chorusGroupEnd");
+    if (t_host_stage != nullptr) fn = (*t_host_stage)(std::move(fn));  // not waited for
+    auto w = (*c)->submit(mine.front().desc, std::move(fn));
     if (!w.is_ok()) {
       if (first == chorusSuccess) first = report(w.status());
       continue;
     }
-    works.push_back(w.value());
+    if (t_host_stage == nullptr) works.push_back(w.value());
   }
   for (auto& w : works) {
     w->wait(-1);

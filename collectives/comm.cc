@@ -417,6 +417,8 @@ void CommImpl::progress_loop() {
       current_since_ = now_seconds();
       running_op_ = true;
     }
+    // `fn` goes at the end of this turn, after fail() below: a staged device call's stream waits
+    // for that (device_stage.h).
     Status s;
     if (failed_.load()) {
       s = Status(error().code(), fmt::format("{}: communicator is broken by an earlier error: {}",
@@ -550,11 +552,18 @@ void CommImpl::on_remote_error(const std::string& text) {
   release_device_waits(device_ipc_);
 }
 
+void CommImpl::note_waiting(std::string what) {
+  std::lock_guard<std::mutex> lock(mu_);
+  waiting_note_ = std::move(what);
+}
+
 std::string CommImpl::state_text() const {
   std::lock_guard<std::mutex> lock(mu_);
+  const std::string note = waiting_note_.empty() ? "" : ", " + waiting_note_;
   if (busy_ && current_since_ > 0)
-    return fmt::format("in {} for {:.1f} s", describe(current_), now_seconds() - current_since_);
-  if (busy_) return fmt::format("in {}", describe(current_));
+    return fmt::format("in {} for {:.1f} s{}", describe(current_), now_seconds() - current_since_,
+                       note);
+  if (busy_) return fmt::format("in {}{}", describe(current_), note);
   if (have_last_)
     return fmt::format("idle, last finished {} {:.1f} s ago", describe(last_done_),
                        now_seconds() - last_done_at_);
@@ -718,6 +727,8 @@ Status CommImpl::destroy() {
   for (auto& q : queue)
     q.first->finish(
         make_error(Code::kAborted, "{}: communicator destroyed", describe(q.first->desc())));
+  queue.clear();  // a staged device call's host part signals its stream as it goes
+  stage_close(device_ipc_.stage, timeout_s_);
   if (job) job->remove(this);
   channels.clear();
   job.reset();

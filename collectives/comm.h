@@ -119,6 +119,7 @@ class CommImpl : public std::enable_shared_from_this<CommImpl> {
   int size() const { return static_cast<int>(job_ranks_.size()); }
   uint64_t uid() const { return uid_; }
   double timeout_seconds() const { return timeout_s_; }
+  const std::string& timeout_origin() const { return timeout_origin_; }
   bool deterministic() const { return tuner_.deterministic; }
   // The cost model of the slowest link any pair of ranks uses: the same answer on every rank.
   const transport::LinkModel& link_model() const { return link_model_; }
@@ -199,8 +200,10 @@ class CommImpl : public std::enable_shared_from_this<CommImpl> {
   // The state of device collectives (device_ops.h), filled at the first device call.
   DeviceIpc& device_ipc() { return device_ipc_; }
   // CHORUS_TEST_DEVICE_DIE: the rank of this communicator that kills itself (SIGKILL) right
-  // after the host exchange of its second device collective, before it signals (the first has
-  // mapped the peers' memory, as in a running job); -1: none.
+  // after the host exchange of its second device collective (200 ms after, so that the peers'
+  // exchange is over too), before it signals (the first has mapped the peers' memory, as in a
+  // running job); on the staged path (device_staged.cc), 200 ms into its second call's host part
+  // on the progress thread, while its peers' wait for it; -1: none.
   int device_die_for_test() const { return device_die_; }
   // CHORUS_DEVICE_TIMING: how many of this communicator's first device calls (CUDA IPC path) have
   // their GPU stages timed and printed at destroy (device_timing.h); 0: none.
@@ -217,6 +220,9 @@ class CommImpl : public std::enable_shared_from_this<CommImpl> {
   void on_peer_dead(int job_rank, const std::string& text);
   void on_remote_error(const std::string& text);
   std::string state_text() const;  // for "what are you doing?" queries
+  // What the running operation waits for besides its peers, added to state_text (so that a
+  // peer's timeout names it); empty: nothing. The staged device path's wait for its stream.
+  void note_waiting(std::string what);
 
  private:
   friend class OpCtx;
@@ -254,6 +260,7 @@ class CommImpl : public std::enable_shared_from_this<CommImpl> {
   int nchannels_ = 1;
   double timeout_s_ = 300;
   std::string timeout_origin_ = "CHORUS_TIMEOUT";
+  std::string waiting_note_;  // note_waiting's, under mu_
   transport::LinkModel link_model_{};
   HostLayout hosts_;
   std::vector<kernels::cuda::GpuIdentity> gpus_;  // every rank's, from agree_on_settings

@@ -42,7 +42,8 @@
 // (release_device_waits), so that their streams go on (on void results) instead of waiting for
 // ever, and their calls fail naming the dead rank. Ranks on several hosts (or more than 32, or
 // on GPUs that cannot reach each other peer to peer) go through host memory instead
-// (device_staged.cc). VMM (cuMem) memory, which CUDA IPC cannot
+// (device_staged.cc: the progress thread runs the host collective, the stream waits on a flag word
+// of its own, which release_device_waits sets too). VMM (cuMem) memory, which CUDA IPC cannot
 // map, is mapped by the peers through its file descriptor where CUDA exports it as one
 // (device_vmm.h: after the record exchange and before any GPU work, each allocation once per
 // peer over a Unix socket); the rest -- stream-ordered memory, VMM memory without that handle
@@ -96,6 +97,7 @@ std::array<uint32_t, 5 * kMaxDeviceRanks> device_release_values(const DeviceIpc&
 }
 
 void release_device_waits(DeviceIpc& st) {
+  stage_release(st.stage);
   void* flags = st.live_flags.load();
   if (flags == nullptr) return;
   const std::array<uint32_t, 5 * kMaxDeviceRanks> v = device_release_values(st);
@@ -272,8 +274,10 @@ chorusResult_t device_collective(chorusComm_t h, CommImpl& comm, const Call& cal
     if (chorusResult_t rc = exchange_counts(h, call, a, r, p, flat, per_rank); rc != chorusSuccess)
       return rc;
 
-  if (comm.device_die_for_test() == r && st.seq.load() == 1)
-    raise(SIGKILL);  // CHORUS_TEST_DEVICE_DIE
+  if (comm.device_die_for_test() == r && st.seq.load() == 1) {  // CHORUS_TEST_DEVICE_DIE
+    usleep(200 * 1000);  // the peers' exchange ends too (their last pieces may be in flight)
+    raise(SIGKILL);
+  }
   const uint32_t seq = ++st.seq;
   size_state(st, p);
   bool one_gpu = true;

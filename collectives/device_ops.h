@@ -11,6 +11,7 @@
 
 #include "chorus/chorus.h"
 #include "collectives/c_api_check.h"
+#include "collectives/device_stage.h"
 
 namespace chorus {
 
@@ -48,6 +49,8 @@ struct DeviceIpc {
   std::shared_ptr<VmmState> vmm;
   // CHORUS_DEVICE_TIMING's stamps (device_timing.h), made at the first device call when it is on.
   std::shared_ptr<DeviceTiming> timing;
+  // The staged path's flag word and host buffers (device_stage.h).
+  StageState stage;
 };
 
 // When the communicator fails (a peer died or failed, a revoke, a timeout): every flag word of
@@ -92,8 +95,9 @@ struct DeviceP2p {
 chorusResult_t device_p2p(chorusComm_t h, CommImpl& comm, const std::vector<DeviceP2p>& items);
 
 // The same calls where CUDA IPC cannot join the ranks (several hosts, more than 32 ranks):
-// through host memory (device_staged.cc). The host call returns when the result is enqueued
-// into the device buffers: it waits for the stream's earlier work and for the peers.
+// through host memory (device_staged.cc, device_stage.h). The host call returns once the call is
+// enqueued: the communicator's progress thread runs the host part when the stream's earlier
+// work is done, and the stream waits for it.
 chorusResult_t staged_collective(chorusComm_t h, CommImpl& comm, const Call& call, const Args& a,
                                  size_t elem_size);
 chorusResult_t staged_p2p(chorusComm_t h, CommImpl& comm, const std::vector<DeviceP2p>& items);

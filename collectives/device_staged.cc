@@ -1,16 +1,67 @@
-// Device buffers where CUDA IPC cannot join the ranks (several hosts, or more ranks than its flag
-// words hold): each rank copies its input to host memory after the stream's earlier work, the
-// host collective runs (shm within a host, tcp or verbs across), and the result goes back to
-// the device on the stream. Correct, and as fast as the host path plus two PCIe copies; the host
-// call waits for the stream and for the peers (NCCL's network path does not, nor will a later
-// device-side proxy here). In place or not, the host side runs out of place.
+// Device buffers where CUDA IPC cannot join the ranks (several hosts, more ranks than its flag
+// words hold, GPUs that cannot reach each other): the input goes to page-locked host memory on
+// the stream, the communicator's progress thread runs the host collective (shm within a host,
+// tcp or verbs across) once that copy is done, and the stream copies the result back after a
+// flag word says the host part ended (device_stage.h has the sequence). The calling thread only
+// enqueues: it returns without waiting for the stream's earlier work or for the peers, as
+// NCCL's network path does. In place or not, the host side runs out of place.
+#include <sched.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
 #include <vector>
 
 #include "collectives/c_api_internal.h"
 #include "collectives/comm.h"
 #include "collectives/device_ops.h"
 #include "collectives/device_plan.h"
+#include "common/log.h"
 #include "kernels/cuda/ipc.h"
+
+namespace chorus {
+
+namespace kc = kernels::cuda;
+
+void stage_signal(StageState& st, uint32_t n) {
+  void* word = st.word.load();
+  if (word == nullptr) return;
+  std::lock_guard<std::mutex> lock(st.mu);
+  if (static_cast<int32_t>(n - st.written) <= 0) return;  // cyclic, as the stream's wait
+  st.written = n;
+  if (int rc = kc::ipc().flags_release(st.device, word, &n, 1); rc)
+    log_warn("signalling a staged device call's end failed: {}", kc::ipc().error_string(rc));
+}
+
+void stage_release(StageState& st) {
+  stage_signal(st, st.enqueued.load() + (1u << 30));
+}
+
+void stage_close(StageState& st, double timeout_s) {
+  const kc::IpcBackend& ipc = kc::ipc();
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  for (StageBuffer& b : st.buffers) {
+    int rc = b.done != nullptr ? ipc.mark_done(b.done) : 0;
+    while (rc == kc::kStampNotReady && std::chrono::steady_clock::now() < end) {
+      usleep(1000);
+      rc = ipc.mark_done(b.done);
+    }
+    if (rc != 0) {  // the GPU may still copy from it: left allocated
+      log_warn(
+          "a staged device call's host buffer ({} bytes) is left allocated: its stream {}", b.bytes,
+          rc == kc::kStampNotReady ? "has not got past it" : "failed: " + ipc.error_string(rc));
+      continue;
+    }
+    ipc.pinned_free(b.host);
+    ipc.mark_free(b.ready);
+    ipc.mark_free(b.done);
+  }
+  st.buffers.clear();
+}
+
+}  // namespace chorus
 
 namespace chorus::capi {
 namespace {
@@ -22,45 +73,179 @@ Status copy_failed(const char* call, int rank, const char* what, int rc) {
                     kc::ipc().error_string(rc));
 }
 
+// A staged call's page-locked buffer of at least `bytes` (nullptr when 0): one whose last call's
+// stream is done with it, or a new one.
+Result<StageBuffer*> take_buffer(StageState& st, size_t bytes, const char* call, int rank) {
+  const kc::IpcBackend& ipc = kc::ipc();
+  StageBuffer* spare = nullptr;  // free, but too small
+  for (StageBuffer& b : st.buffers) {
+    if (b.used) {
+      const int rc = ipc.mark_done(b.done);
+      if (rc == kc::kStampNotReady) continue;
+      if (rc != 0) return copy_failed(call, rank, "asking whether a staging buffer is free", rc);
+      b.used = false;
+    }
+    if (b.bytes >= bytes) return &b;
+    spare = &b;
+  }
+  if (spare == nullptr) spare = &st.buffers.emplace_back();
+  ipc.pinned_free(spare->host);
+  spare->host = nullptr;
+  spare->bytes = 0;
+  if (bytes > 0) {
+    if (int rc = ipc.pinned_alloc(bytes, &spare->host); rc != 0)
+      return copy_failed(call, rank,
+                         fmt::format("allocating {} bytes of host memory", bytes).c_str(), rc);
+    spare->bytes = bytes;
+  }
+  return spare;
+}
+
+// The stage word, at the communicator's first staged call (on the calling thread: flags_alloc
+// makes the release stream that stage_signal writes on).
+Status prepare(StageState& st, const char* call, int rank) {
+  if (st.word.load() != nullptr) return Status::ok();
+  const kc::IpcBackend& ipc = kc::ipc();
+  st.device = ipc.current_device();
+  void* word = nullptr;
+  if (int rc = ipc.flags_alloc(sizeof(uint32_t), &word); rc != 0)
+    return copy_failed(call, rank, "allocating its flag word", rc);
+  st.word.store(word);
+  return Status::ok();
+}
+
+// Until the stream's work before the call (the input's copy) is done: bounded by the
+// communicator's timeout, and over at once when the communicator fails.
+Status wait_ready(CommImpl& comm, void* ready, const char* call) {
+  const kc::IpcBackend& ipc = kc::ipc();
+  const double limit = comm.timeout_seconds();
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0;; ++i) {
+    const int rc = ipc.mark_done(ready);
+    if (rc == 0) return Status::ok();
+    if (rc != kc::kStampNotReady)
+      return copy_failed(call, comm.rank(), "waiting for the stream's work before the call", rc);
+    if (Status e = comm.error(); !e.is_ok()) return e;
+    const double waited =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (waited > limit)
+      return make_error(Code::kTimeout,
+                        "{} on rank {}: staged through host memory: the work enqueued on its "
+                        "stream before the call has not finished after {:.0f} s ({})",
+                        call, comm.rank(), limit, comm.timeout_origin());
+    if (i < 64) {
+      sched_yield();
+    } else {
+      usleep(i < 1000 ? 50 : 1000);
+    }
+  }
+}
+
+// Writes the call's number into the stage word when the last copy of its host part goes: after
+// the progress thread ran it (and, when it failed, failed the communicator), or dropped it.
+class Signal {
+ public:
+  Signal(StageState& st, uint32_t n) : st_(st), n_(n) {}
+  Signal(const Signal&) = delete;
+  Signal& operator=(const Signal&) = delete;
+  ~Signal() { stage_signal(st_, n_); }
+
+ private:
+  StageState& st_;
+  uint32_t n_;
+};
+
+// What the progress thread runs for a staged call: its host operation, once the input is there.
+OpWrap wrap_for(CommImpl& comm, uint32_t n, void* ready, const char* call) {
+  auto signal = std::make_shared<Signal>(comm.device_ipc().stage, n);
+  return [signal, &comm, n, ready, call](OpFn fn) -> OpFn {
+    return [signal, &comm, n, ready, call, fn = std::move(fn)](OpCtx& ctx) -> Status {
+      comm.note_waiting(
+          "waiting for the work enqueued on its stream before the call (device "
+          "buffers staged through host memory)");
+      Status s = wait_ready(comm, ready, call);
+      comm.note_waiting("");
+      if (!s.is_ok()) return s;
+      if (comm.device_die_for_test() == comm.rank() && n == 2) {  // CHORUS_TEST_DEVICE_DIE
+        usleep(200 * 1000);  // the peers are inside the host collective by then
+        raise(SIGKILL);
+      }
+      s = fn(ctx);
+      if (s.is_ok()) s = ctx.drain();  // nothing reads the input after this
+      return s;
+    };
+  };
+}
+
+// The start of every staged call: a communicator that failed takes no more (its buffers may still
+// be in an earlier call's hands).
+Status usable(CommImpl& comm, const char* call) {
+  Status e = comm.error();
+  if (e.is_ok()) return prepare(comm.device_ipc().stage, call, comm.rank());
+  return Status(e.code(),
+                fmt::format("{} on rank {}: communicator is broken by an earlier error: {}", call,
+                            comm.rank(), e.message()));
+}
+
+constexpr size_t kAlign = 64;
+size_t aligned(size_t n) {
+  return (n + kAlign - 1) / kAlign * kAlign;
+}
+
 }  // namespace
 
 chorusResult_t staged_collective(chorusComm_t h, CommImpl& comm, const Call& call, const Args& a,
                                  size_t elem_size) {
   const int r = comm.rank(), p = comm.size();
   const kc::IpcBackend& ipc = kc::ipc();
-  if (call.kind == OpKind::kBarrier) {  // the stream's work first, then every rank
-    if (int rc = ipc.to_host(nullptr, nullptr, 0, a.stream); rc != 0)
-      return report(copy_failed(call.name, r, "waiting for the stream", rc));
-    return run_op({call.name, OpKind::kBarrier, false}, h, {});
-  }
+  StageState& st = comm.device_ipc().stage;
+  if (Status s = usable(comm, call.name); !s.is_ok()) return report(s);
   const bool v = call.kind == OpKind::kAllToAllv;  // each side to its furthest block's end
-  const bool uses_send = v || device_uses_send(call.kind, r, a.root);
-  const bool uses_recv = v || device_uses_recv(call.kind, r, a.root);
-  std::vector<char> in(!uses_send ? 0
-                       : v        ? device_extent(a.sendcounts, a.sdispls, p) * elem_size
-                                  : device_send_count(call.kind, a.count, p) * elem_size);
-  std::vector<char> out(!uses_recv ? 0
-                        : v        ? device_extent(a.recvcounts, a.rdispls, p) * elem_size
-                                   : device_recv_count(call.kind, a.count, p) * elem_size);
-  // Also when there is nothing to copy: the stream's earlier work may still write recvbuff.
-  if (int rc = ipc.to_host(in.data(), a.sendbuff, in.size(), a.stream); rc != 0)
+  const bool barrier = call.kind == OpKind::kBarrier;
+  const bool uses_send = !barrier && (v || device_uses_send(call.kind, r, a.root));
+  const bool uses_recv = !barrier && (v || device_uses_recv(call.kind, r, a.root));
+  const size_t in_bytes = !uses_send ? 0
+                          : v        ? device_extent(a.sendcounts, a.sdispls, p) * elem_size
+                                     : device_send_count(call.kind, a.count, p) * elem_size;
+  const size_t out_bytes = !uses_recv ? 0
+                           : v        ? device_extent(a.recvcounts, a.rdispls, p) * elem_size
+                                      : device_recv_count(call.kind, a.count, p) * elem_size;
+  Result<StageBuffer*> got = take_buffer(st, aligned(in_bytes) + out_bytes, call.name, r);
+  if (!got.is_ok()) return report(got.status());
+  StageBuffer& b = **got;
+  char* in = static_cast<char*>(b.host);
+  char* out = in == nullptr ? nullptr : in + aligned(in_bytes);
+  // The ready mark also when there is nothing to copy: the stream's earlier work may still
+  // write recvbuff (and a barrier waits for it).
+  if (int rc = ipc.to_host_async(in, a.sendbuff, in_bytes, a.stream); rc != 0)
     return report(copy_failed(call.name, r, "copying sendbuff to host memory", rc));
-  Args host = a;
-  host.sendbuff = uses_send ? in.data() : nullptr;
-  host.recvbuff = uses_recv ? out.data() : nullptr;
-  host.stream = nullptr;
-  if (chorusResult_t rc = run_op({call.name, call.kind, false}, h, host); rc != chorusSuccess)
-    return rc;
+  if (int rc = ipc.mark_record(a.stream, &b.ready); rc != 0)
+    return report(copy_failed(call.name, r, "marking the input's copy", rc));
+  const uint32_t n = ++st.calls;
+  st.enqueued.store(n);
+  {
+    HostStage stage(wrap_for(comm, n, b.ready, call.name));
+    Args host = a;
+    host.sendbuff = uses_send ? in : nullptr;
+    host.recvbuff = uses_recv ? out : nullptr;
+    host.stream = nullptr;
+    if (chorusResult_t rc = run_op({call.name, call.kind, false}, h, host); rc != chorusSuccess)
+      return rc;
+  }
+  b.used = true;  // from here the stream holds it, until its done mark
+  if (int rc = ipc.wait_u32_geq(a.stream, st.word.load(), n); rc != 0)
+    return report(copy_failed(call.name, r, "waiting for the host collective", rc));
   // All-to-all-v: its blocks only, the gaps between them as they were.
-  for (int q = 0; q < (v ? p : 1) && !out.empty(); ++q) {
+  for (int q = 0; q < (v ? p : 1) && out_bytes > 0; ++q) {
     const size_t at = v ? a.rdispls[q] * elem_size : 0,
-                 bytes = v ? a.recvcounts[q] * elem_size : out.size();
+                 bytes = v ? a.recvcounts[q] * elem_size : out_bytes;
     if (bytes == 0) continue;
-    if (int rc =
-            ipc.to_device(static_cast<char*>(a.recvbuff) + at, out.data() + at, bytes, a.stream);
+    if (int rc = ipc.to_device(static_cast<char*>(a.recvbuff) + at, out + at, bytes, a.stream);
         rc != 0)
       return report(copy_failed(call.name, r, "copying the result to recvbuff", rc));
   }
+  if (int rc = ipc.mark_record(a.stream, &b.done); rc != 0)
+    return report(copy_failed(call.name, r, "marking the result's copy", rc));
   return chorusSuccess;
 }
 
@@ -68,37 +253,61 @@ chorusResult_t staged_p2p(chorusComm_t h, CommImpl& comm, const std::vector<Devi
   const int r = comm.rank();
   const char* name = items.size() == 1 ? items[0].call.name : "chorusGroupEnd";
   const kc::IpcBackend& ipc = kc::ipc();
+  StageState& st = comm.device_ipc().stage;
+  if (Status s = usable(comm, name); !s.is_ok()) return report(s);
   void* stream = items[0].args.stream;
-  std::vector<std::vector<char>> bufs(items.size());
-  if (int rc = ipc.to_host(nullptr, nullptr, 0, stream); rc != 0)
-    return report(copy_failed(name, r, "waiting for the stream", rc));
+  std::vector<size_t> at(items.size());
+  size_t total = 0;
+  for (size_t i = 0; i < items.size(); ++i) {
+    at[i] = total;
+    total += aligned(items[i].args.count * dtype_size(items[i].args.datatype));
+  }
+  Result<StageBuffer*> got = take_buffer(st, total, name, r);
+  if (!got.is_ok()) return report(got.status());
+  StageBuffer& b = **got;
+  char* base = static_cast<char*>(b.host);
   for (size_t i = 0; i < items.size(); ++i) {
     const Args& a = items[i].args;
-    bufs[i].resize(a.count * dtype_size(a.datatype));
     if (items[i].call.kind == OpKind::kSend)
-      if (int rc = ipc.to_host(bufs[i].data(), a.sendbuff, bufs[i].size(), stream); rc != 0)
+      if (int rc =
+              ipc.to_host_async(base + at[i], a.sendbuff, a.count * dtype_size(a.datatype), stream);
+          rc != 0)
         return report(copy_failed(name, r, "copying sendbuff to host memory", rc));
   }
-  chorusGroupStart();
-  chorusResult_t rc = chorusSuccess;
-  for (size_t i = 0; i < items.size() && rc == chorusSuccess; ++i) {
-    Args host = items[i].args;
-    host.stream = nullptr;
-    if (items[i].call.kind == OpKind::kSend) {
-      host.sendbuff = bufs[i].data();
-    } else {
-      host.recvbuff = bufs[i].data();
+  if (int rc = ipc.mark_record(stream, &b.ready); rc != 0)
+    return report(copy_failed(name, r, "marking the inputs' copy", rc));
+  const uint32_t n = ++st.calls;
+  st.enqueued.store(n);
+  {
+    HostStage stage(wrap_for(comm, n, b.ready, name));
+    chorusGroupStart();
+    chorusResult_t rc = chorusSuccess;
+    for (size_t i = 0; i < items.size() && rc == chorusSuccess; ++i) {
+      Args host = items[i].args;
+      host.stream = nullptr;
+      if (items[i].call.kind == OpKind::kSend) {
+        host.sendbuff = base + at[i];
+      } else {
+        host.recvbuff = base + at[i];
+      }
+      rc = run_op({name, items[i].call.kind, false}, h, host);
     }
-    rc = run_op({name, items[i].call.kind, false}, h, host);
+    const chorusResult_t end = chorusGroupEnd();
+    if (rc != chorusSuccess) return rc;
+    if (end != chorusSuccess) return end;
   }
-  const chorusResult_t end = chorusGroupEnd();
-  if (rc != chorusSuccess) return rc;
-  if (end != chorusSuccess) return end;
-  for (size_t i = 0; i < items.size(); ++i)
-    if (items[i].call.kind == OpKind::kRecv && !bufs[i].empty())
-      if (int e = ipc.to_device(items[i].args.recvbuff, bufs[i].data(), bufs[i].size(), stream);
-          e != 0)
+  b.used = true;
+  if (int rc = ipc.wait_u32_geq(stream, st.word.load(), n); rc != 0)
+    return report(copy_failed(name, r, "waiting for the host transfers", rc));
+  for (size_t i = 0; i < items.size(); ++i) {
+    const Args& a = items[i].args;
+    const size_t bytes = a.count * dtype_size(a.datatype);
+    if (items[i].call.kind == OpKind::kRecv && bytes > 0)
+      if (int e = ipc.to_device(a.recvbuff, base + at[i], bytes, stream); e != 0)
         return report(copy_failed(name, r, "copying into recvbuff", e));
+  }
+  if (int rc = ipc.mark_record(stream, &b.done); rc != 0)
+    return report(copy_failed(name, r, "marking the results' copy", rc));
   return chorusSuccess;
 }
 

@@ -112,6 +112,14 @@ int copy_to_host(void*, const void*, size_t, void*) {
 int copy_to_device(void*, const void*, size_t, void*) {
   return kNoCuda;
 }
+int pinned_alloc(size_t, void** out) {
+  *out = nullptr;
+  return kNoCuda;
+}
+void pinned_free(void*) {}
+int copy_to_host_async(void*, const void*, size_t, void*) {
+  return kNoCuda;
+}
 int current_device() {
   return -1;
 }

@@ -220,6 +220,24 @@ int copy_to_device(void* dst, const void* src, size_t bytes, void* stream) {
       cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, static_cast<cudaStream_t>(stream)));
 }
 
+int pinned_alloc(size_t bytes, void** out) {
+  *out = nullptr;
+  if (!ops().ok) return kNoCuda;
+  // Portable: the memory is page-locked for every device, whichever is current here.
+  return int(cudaHostAlloc(out, bytes == 0 ? 1 : bytes, cudaHostAllocPortable));
+}
+
+void pinned_free(void* p) {
+  if (p != nullptr) (void)cudaFreeHost(p);
+}
+
+int copy_to_host_async(void* dst, const void* src, size_t bytes, void* stream) {
+  if (!ops().ok) return kNoCuda;
+  if (bytes == 0) return 0;
+  return int(
+      cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, static_cast<cudaStream_t>(stream)));
+}
+
 int current_device() {
   if (device_count() == 0) return -1;
   int d = 0;

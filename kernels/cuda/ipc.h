@@ -105,6 +105,13 @@ void stamp_free(void* stamp);
 // reused.
 int copy_to_host(void* dst, const void* src, size_t bytes, void* stream);
 int copy_to_device(void* dst, const void* src, size_t bytes, void* stream);
+// The staged path that does not wait (collectives/device_staged.cc): page-locked host memory
+// (cudaHostAlloc), which copies on a stream read or write when the stream reaches them, not
+// when they are enqueued; and a copy of device memory into it that only enqueues (copy_to_device
+// from such memory enqueues too, and reads `src` when it runs).
+int pinned_alloc(size_t bytes, void** out);
+void pinned_free(void* p);
+int copy_to_host_async(void* dst, const void* src, size_t bytes, void* stream);
 // The calling thread's current device (0 when it has used none), or -1 without CUDA.
 int current_device();
 
@@ -131,6 +138,13 @@ struct IpcBackend {
               size_t count, int avg_n, void* stream);
   int (*to_host)(void* dst, const void* src, size_t bytes, void* stream);
   int (*to_device)(void* dst, const void* src, size_t bytes, void* stream);
+  int (*pinned_alloc)(size_t bytes, void** out);
+  void (*pinned_free)(void* p);
+  int (*to_host_async)(void* dst, const void* src, size_t bytes, void* stream);
+  // Whether the work before a mark's latest record is done: 0, kStampNotReady (not yet), or an
+  // error; it does not wait. mark_free releases a mark (nullptr: nothing).
+  int (*mark_done)(void* mark);
+  void (*mark_free)(void* mark);
   int (*current_device)();
   std::string (*error_string)(int rc);
   int (*vmm_identify)(const void* p, size_t bytes, VmmAllocation* out);

@@ -8,11 +8,17 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <functional>
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kernels/cpu/reduce.h"
@@ -143,22 +149,106 @@ int flags_release(int, void* flags, const uint32_t* values, size_t count) {
 
 std::atomic<void*> g_last_stream{nullptr};
 
-int write_u32(void* stream, void* word, uint32_t v) {
+// fake_async_stream's streams: each runs its operations in order on a thread of its own.
+struct AsyncStream {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::function<int()>> ops;
+  bool running = false, stop = false;
+  int first_error = 0;
+  std::thread worker;
+};
+std::mutex g_async_mu;
+std::set<void*>* g_async = new std::set<void*>;
+
+AsyncStream* async_of(void* stream) {
+  std::lock_guard<std::mutex> lock(g_async_mu);
+  return g_async->count(stream) ? static_cast<AsyncStream*>(stream) : nullptr;
+}
+
+void async_loop(AsyncStream* a) {
+  std::unique_lock<std::mutex> lock(a->mu);
+  while (true) {
+    a->cv.wait(lock, [&] { return a->stop || !a->ops.empty(); });
+    if (a->ops.empty()) return;
+    std::function<int()> op = std::move(a->ops.front());
+    a->ops.pop_front();
+    a->running = true;
+    lock.unlock();
+    const int rc = op();
+    lock.lock();
+    if (rc != 0 && a->first_error == 0) a->first_error = rc;
+    a->running = false;
+    a->cv.notify_all();
+  }
+}
+
+// On an async stream: queued (0); on any other: done now (its result).
+int on_stream(void* stream, std::function<int()> op) {
   g_last_stream.store(stream);
-  __atomic_store_n(static_cast<uint32_t*>(word), v, __ATOMIC_RELEASE);
+  AsyncStream* a = async_of(stream);
+  if (a == nullptr) return op();
+  std::lock_guard<std::mutex> lock(a->mu);
+  a->ops.push_back(std::move(op));
+  a->cv.notify_all();
   return 0;
 }
 
-int wait_u32_geq(void* stream, const void* word, uint32_t v) {
-  g_last_stream.store(stream);
-  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  // CU_STREAM_WAIT_VALUE_GEQ's comparison: cyclic, (int32_t)(*word - v) >= 0.
-  while (static_cast<int32_t>(
-             __atomic_load_n(static_cast<const uint32_t*>(word), __ATOMIC_ACQUIRE) - v) < 0) {
-    if (std::chrono::steady_clock::now() > end) return kTimedOut;
-    sched_yield();
-  }
+int sync_stream(void* stream) {
+  AsyncStream* a = async_of(stream);
+  if (a == nullptr) return 0;
+  std::unique_lock<std::mutex> lock(a->mu);
+  a->cv.wait(lock, [&] { return a->ops.empty() && !a->running; });
+  return a->first_error;
+}
+
+// pinned_alloc's blocks (start -> bytes): a copy from them reads when it runs.
+std::mutex g_pinned_mu;
+std::map<const char*, size_t>* g_pinned = new std::map<const char*, size_t>;
+
+bool is_pinned(const void* p) {
+  std::lock_guard<std::mutex> lock(g_pinned_mu);
+  auto it = g_pinned->upper_bound(static_cast<const char*>(p));
+  if (it == g_pinned->begin()) return false;
+  --it;
+  return static_cast<const char*>(p) < it->first + it->second;
+}
+
+int pinned_alloc(size_t bytes, void** out) {
+  *out = std::calloc(1, bytes == 0 ? 1 : bytes);
+  if (*out == nullptr) return 2;
+  std::lock_guard<std::mutex> lock(g_pinned_mu);
+  (*g_pinned)[static_cast<const char*>(*out)] = bytes == 0 ? 1 : bytes;
   return 0;
+}
+
+void pinned_free(void* p) {
+  if (p == nullptr) return;
+  {
+    std::lock_guard<std::mutex> lock(g_pinned_mu);
+    g_pinned->erase(static_cast<const char*>(p));
+  }
+  std::free(p);
+}
+
+int write_u32(void* stream, void* word, uint32_t v) {
+  return on_stream(stream, [word, v] {
+    __atomic_store_n(static_cast<uint32_t*>(word), v, __ATOMIC_RELEASE);
+    return 0;
+  });
+}
+
+int wait_u32_geq(void* stream, const void* word, uint32_t v) {
+  return on_stream(stream, [word, v] {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    // CU_STREAM_WAIT_VALUE_GEQ's comparison: cyclic, (int32_t)(*word - v) >= 0.
+    while (static_cast<int32_t>(
+               __atomic_load_n(static_cast<const uint32_t*>(word), __ATOMIC_ACQUIRE) - v) < 0) {
+      if (std::chrono::steady_clock::now() > end) return kTimedOut;
+      sched_yield();
+    }
+    return 0;
+  });
 }
 
 // The one mark there is (every stream operation is done when enqueued), the stream its latest
@@ -172,20 +262,75 @@ std::string stream_name(void* s) {
   return fmt::format("{}", s);
 }
 
+// Marks recorded on async streams: reached when their stream gets there.
+struct AsyncMark {
+  std::atomic<bool> reached{true};
+};
+std::set<void*>* g_async_marks = new std::set<void*>;  // under g_mark_mu
+std::atomic<bool> g_marks_stuck{false};                // fake_marks_stuck
+
+AsyncMark* async_mark(void* mark) {
+  std::lock_guard<std::mutex> lock(g_mark_mu);
+  return g_async_marks->count(mark) ? static_cast<AsyncMark*>(mark) : nullptr;
+}
+
 int mark_record(void* stream, void** mark) {
-  *mark = &g_mark;
   g_mark_stream.store(stream);
+  if (async_of(stream) != nullptr) {
+    AsyncMark* m = async_mark(*mark);
+    if (m == nullptr) {
+      m = new AsyncMark;
+      std::lock_guard<std::mutex> lock(g_mark_mu);
+      g_async_marks->insert(m);
+    }
+    *mark = m;
+    m->reached.store(false);
+    return on_stream(stream, [m] {
+      m->reached.store(true);
+      return 0;
+    });
+  }
+  if (AsyncMark* m = async_mark(*mark)) {
+    m->reached.store(true);
+  } else {
+    *mark = &g_mark;
+  }
   std::lock_guard<std::mutex> lock(g_mark_mu);
   g_mark_log->push_back("record on " + stream_name(stream));
   return 0;
 }
 
 int mark_wait(void* stream, void* mark) {
+  if (AsyncMark* m = async_mark(mark))
+    return on_stream(stream, [m] {
+      const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+      while (!m->reached.load())
+        if (std::chrono::steady_clock::now() > end) return kTimedOut;
+      return 0;
+    });
   if (mark != nullptr && mark != &g_mark) return 400;  // cudaErrorInvalidResourceHandle
   std::lock_guard<std::mutex> lock(g_mark_mu);
   g_mark_log->push_back("wait on " + stream_name(stream) + " for " +
                         (mark ? "the record on " + stream_name(g_mark_stream.load()) : "none"));
   return 0;
+}
+
+int mark_done(void* mark) {
+  if (mark == nullptr) return 400;
+  if (g_marks_stuck.load()) return kc::kStampNotReady;
+  AsyncMark* m = async_mark(mark);
+  if (m == nullptr) return mark == &g_mark ? 0 : 400;
+  return m->reached.load() ? 0 : kc::kStampNotReady;
+}
+
+void mark_free(void* mark) {
+  if (AsyncMark* m = async_mark(mark)) {
+    {
+      std::lock_guard<std::mutex> lock(g_mark_mu);
+      g_async_marks->erase(m);
+    }
+    delete m;
+  }
 }
 
 // A time stamp is the host's clock when it is enqueued: the work before it is done by then.
@@ -210,16 +355,45 @@ void stamp_free(void* stamp) {
 
 int fold(kernels::DType t, kernels::RedOp op, const void* const* in, int w, void* const* out,
          int nout, size_t n, int avg_n, void* stream) {
-  g_last_stream.store(stream);
   if (w < 1 || nout < 1) return 1;
-  kernels::reduce_fold(t, op, in, w, out[0], n, avg_n);
-  for (int o = 1; o < nout; ++o) std::memmove(out[o], out[0], n * kernels::dtype_size(t));
+  std::vector<const void*> ins(in, in + w);
+  std::vector<void*> outs(out, out + nout);
+  return on_stream(stream, [=] {
+    kernels::reduce_fold(t, op, ins.data(), w, outs[0], n, avg_n);
+    for (int o = 1; o < nout; ++o) std::memmove(outs[o], outs[0], n * kernels::dtype_size(t));
+    return 0;
+  });
+}
+
+// copy_to_host: after the stream's work, and done when it returns.
+int to_host(void* dst, const void* src, size_t bytes, void* stream) {
+  if (int rc = sync_stream(stream); rc != 0) return rc;
+  if (bytes > 0) std::memcpy(dst, src, bytes);
   return 0;
 }
 
-int copy(void* dst, const void* src, size_t bytes, void*) {
-  if (bytes > 0) std::memcpy(dst, src, bytes);
-  return 0;
+int to_host_async(void* dst, const void* src, size_t bytes, void* stream) {
+  if (bytes == 0) return 0;
+  return on_stream(stream, [=] {
+    std::memcpy(dst, src, bytes);
+    return 0;
+  });
+}
+
+// copy_to_device: from pinned memory, read when the copy runs; from any other, now.
+int to_device(void* dst, const void* src, size_t bytes, void* stream) {
+  if (bytes == 0) return 0;
+  if (async_of(stream) == nullptr || is_pinned(src))
+    return on_stream(stream, [=] {
+      std::memcpy(dst, src, bytes);
+      return 0;
+    });
+  auto staged = std::make_shared<std::vector<char>>(static_cast<const char*>(src),
+                                                    static_cast<const char*>(src) + bytes);
+  return on_stream(stream, [=] {
+    std::memcpy(dst, staged->data(), bytes);
+    return 0;
+  });
 }
 
 int current_device() {
@@ -243,8 +417,13 @@ const kc::IpcBackend kFake{.export_buffer = export_buffer,
                            .stamp_ms = stamp_ms,
                            .stamp_free = stamp_free,
                            .fold = fold,
-                           .to_host = copy,
-                           .to_device = copy,
+                           .to_host = to_host,
+                           .to_device = to_device,
+                           .pinned_alloc = pinned_alloc,
+                           .pinned_free = pinned_free,
+                           .to_host_async = to_host_async,
+                           .mark_done = mark_done,
+                           .mark_free = mark_free,
                            .current_device = current_device,
                            .error_string = error_string,
                            .vmm_identify = vmm_identify,
@@ -328,6 +507,27 @@ int fake_vmm_exported() {
   Vmm& v = vmm();
   std::lock_guard<std::mutex> lock(v.mu);
   return v.exported;
+}
+
+void* fake_async_stream() {
+  auto* a = new AsyncStream;
+  a->worker = std::thread(async_loop, a);
+  std::lock_guard<std::mutex> lock(g_async_mu);
+  g_async->insert(a);
+  return a;
+}
+
+int fake_stream_sync(void* stream) {
+  return sync_stream(stream);
+}
+
+void fake_marks_stuck(bool stuck) {
+  g_marks_stuck.store(stuck);
+}
+
+int fake_pinned_live() {
+  std::lock_guard<std::mutex> lock(g_pinned_mu);
+  return static_cast<int>(g_pinned->size());
 }
 
 }  // namespace chorus::test

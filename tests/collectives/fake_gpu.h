@@ -9,7 +9,8 @@
 // cannot map (VMM, cudaMallocAsync) is emulated too: device memory whose export fails with
 // kNotLegacyIpc, and VMM memory that also exports as a file descriptor. Marks (events) order
 // nothing here: each stream operation is done when enqueued; the emulation checks only that a mark
-// waited for is one recorded.
+// waited for is one recorded. Page-locked host memory is ordinary memory; marks report reached.
+// An async stream (fake_async_stream) adds the asynchrony back for the tests that need it.
 #pragma once
 
 #include <cstddef>
@@ -40,5 +41,14 @@ void* fake_last_stream();
 // What was asked of marks in this process, in order: "record on S", "wait on S for the record on
 // T" (or "for none"), streams printed as pointers.
 std::vector<std::string> fake_mark_log();
+// A stream that runs its operations in order on a thread of its own (the others run each when
+// it is enqueued): the host returns before the work is done, as with a GPU. Never destroyed.
+// fake_stream_sync waits until its work is done and returns its first error (0: none).
+void* fake_async_stream();
+int fake_stream_sync(void* stream);
+// While set, no mark is ever reached (a stream whose earlier work never ends).
+void fake_marks_stuck(bool stuck);
+// pinned_alloc's blocks not yet freed, in this process.
+int fake_pinned_live();
 
 }  // namespace chorus::test

@@ -9,7 +9,8 @@
 #      GPU, and allowed with CHORUS_ALLOW_SHARED_GPU=1;
 #   5. chorusAllReduce on device buffers over CUDA IPC, 2 and 3 ranks sharing device 0: every
 #      type x op x count x in/out of place x offset, stream order, errors, bandwidth; the other
-#      collectives, send/recv in a group and the barrier with a stream;
+#      collectives, send/recv in a group and the barrier with a stream; the same (quick) and a
+#      kill -9 on the staged path, each rank on a host of its own;
 #   6. chorus-perf --device cuda, 2 ranks on device 0: every collective from 8 B to 256 MiB,
 #      checked, with the efficiency column (all-reduce also on 3 ranks); NCCL's all-reduce beside
 #      it (nccl-perf, where the nvidia-nccl wheel is; a launch's latency where NCCL refuses);
@@ -83,10 +84,22 @@ timing() {  # collective [size, default 1M]
 # kill -9 of rank 1 of 3 mid-call (CHORUS_TEST_DEVICE_DIE): the survivors' streams end and they
 # name it within 5 s ("ok" from each of the two; chorus-run --elastic keeps them running when
 # rank 1 dies).
+# device_kill staged: the same on the staged path (each rank on a host of its own).
 device_kill() {
-  step device_kill 60 bash -c "env CHORUS_ALLOW_SHARED_GPU=1 CHORUS_TEST_DEVICE_DIE=1 \
+  local name=device_kill env=
+  if [ "${1:-}" = staged ]; then name=device_kill_staged env=CHORUS_PROBE_STAGED=1; fi
+  step $name 60 bash -c "env CHORUS_ALLOW_SHARED_GPU=1 CHORUS_TEST_DEVICE_DIE=1 $env \
     '$bin/chorus-run' -n 3 --elastic '$bin/device_allreduce_probe' --die-worker; \
-    ! grep -q FAIL '$logs/device_kill.log' && [ \$(grep -c '] ok\$' '$logs/device_kill.log') = 2 ]"
+    ! grep -q FAIL '$logs/$name.log' && [ \$(grep -c '] ok\$' '$logs/$name.log') = 2 ]"
+}
+# The staged path (device calls across hosts: the host collective on the progress thread, the
+# stream waiting on a flag word; new 2026-11-27, thirteenth session) forced on this machine by a
+# host per rank: the probe's quick matrix, every other call and the stream-order test, 3 ranks.
+device_staged() {
+  step device_staged 120 env CHORUS_PROBE_STAGED=1 CHORUS_CUDA_TEST_QUICK=1 \
+    "$bin/device_allreduce_probe" "$bin/chorus-run" 3
+  grep -h "cases in\|FAIL" "$logs/device_staged.log" 2>/dev/null | head -5
+  device_kill staged
 }
 if want comm; then
 step platform 150 "$bin/gpu-platform"
@@ -97,6 +110,7 @@ step shared_gpu 60 "$bin/shared_gpu_probe" "$bin/chorus-run"
 step device_allreduce 180 "$bin/device_allreduce_probe" "$bin/chorus-run" 2 3
 grep -h "cases in\|^\[0\] *[0-9].* [0-9.]*$\|copy engine" "$logs/device_allreduce.log" 2>/dev/null
 device_kill
+device_staged
 perf allreduce_p2 2 all_reduce
 perf allreduce_p3 3 all_reduce
 for coll in broadcast reduce all_gather reduce_scatter send_recv gather scatter all_to_all; do
@@ -249,6 +263,7 @@ if [ "$part" = quick ]; then
   # every device collective on 2 and 3 ranks (gather, scatter, all-to-all(-v) new 2026-11-27)
   step device_allreduce 180 "$bin/device_allreduce_probe" "$bin/chorus-run" 2 3
   grep -h "cases in" "$logs/device_allreduce.log" 2>/dev/null
+  device_staged
   perf allreduce_p2 2 all_reduce
   perf allreduce_p3 3 all_reduce  # the leader-only meeting (2026-11-27) at 64 MiB and up
   timing send_recv

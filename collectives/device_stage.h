@@ -1,0 +1,56 @@
+// The staged path's state (device_staged.cc): device calls of ranks that CUDA IPC cannot join,
+// run as host collectives by the communicator's progress thread, so that the calling thread
+// returns once the call is enqueued -- as NCCL's network path does.
+//
+// One staged call, on its stream S (the caller's thread enqueues; nothing waits on the host):
+//   S: copy the input into page-locked host memory; record mark `ready`;
+//      wait until the stage word >= n (n: this call's number); copy the result to recvbuff;
+//      record mark `done`.
+//   progress thread, in call order with every other operation of the communicator: wait until
+//      `ready` is reached (bounded by the communicator's timeout), run the host collective,
+//      then write n into the stage word (on the release stream, kernels/cuda/ipc.h) -- also when
+//      the collective failed or never ran, after the communicator has recorded why, so that no
+//      stream waits for ever (its results are void, and every later call says so).
+// A call's host buffer is reused once its `done` mark is reached.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <vector>
+
+namespace chorus {
+
+// A staged call's page-locked host memory: its input, then its output.
+struct StageBuffer {
+  void* host = nullptr;
+  size_t bytes = 0;
+  void* ready = nullptr;  // marks (events): after the input's copy, after the output's
+  void* done = nullptr;
+  bool used = false;
+};
+
+struct StageState {
+  std::atomic<void*> word{nullptr};  // device memory (flags_alloc), made at the first call
+  int device = -1;
+  uint32_t calls = 0;  // staged calls so far (the calling thread's)
+  // The word's latest value, written under mu: a late signal never lowers it (a release may
+  // have written far ahead), and the release reads `calls` here.
+  std::mutex mu;
+  uint32_t written = 0;
+  std::atomic<uint32_t> enqueued{0};  // `calls`, for the release on another thread
+  std::vector<StageBuffer> buffers;   // the calling thread's
+};
+
+// Writes n into the stage word unless it holds a later count already. Any thread.
+void stage_signal(StageState& st, uint32_t n);
+// For a failed communicator: a value past every call enqueued so far and those in flight
+// (device_release_values' rule). Any thread.
+void stage_release(StageState& st);
+// At destroy, once no operation runs or is queued: waits (up to timeout_s) for every buffer's
+// `done` mark, then frees the buffers and marks; a buffer whose stream never got there is left
+// allocated, with a warning.
+void stage_close(StageState& st, double timeout_s);
+
+}  // namespace chorus

@@ -1,0 +1,303 @@
+// The staged path of device calls (collectives/device_staged.cc, device_stage.h) on an emulated
+// GPU whose stream runs on a thread of its own (fake_gpu.h's async stream), so that what the host
+// call waits for shows: ranks on two hosts (CHORUS_HOSTID), whose device calls go through host
+// memory. The host call only enqueues -- it returns before a late peer has called, and before
+// the stream's earlier work is done -- the host part starts after that work and the stream's
+// later work waits for the host part; host buffers' calls keep their place in the order; the
+// page-locked buffers are reused and freed; a peer killed, a stream whose earlier work never
+// ends and a mismatch are each named after the call returned, with no stream waiting for ever.
+#include <fmt/format.h>
+#include <signal.h>
+#include <unistd.h>
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "chorus/chorus.h"
+#include "fake_gpu.h"
+#include "harness.h"
+#include "kernels/cuda/ipc.h"
+
+using chorus::test::contains;
+using chorus::test::run_ranks;
+using chorus::test::RunOptions;
+
+namespace {
+
+int fail_with(int rank, const std::string& what, const std::string& msg) {
+  std::fprintf(stderr, "rank %d: %s: %s\n", rank, what.c_str(), msg.c_str());
+  return 1;
+}
+
+chorusComm_t init(int rank) {
+  chorus::test::install_fake_gpu();
+  setenv("CHORUS_HOSTID", rank == 2 ? "host-b" : "host-a", 1);  // rank 2 apart: staged
+  chorusComm_t comm = nullptr;
+  if (chorusCommInitFromEnv(&comm) != chorusSuccess)
+    std::fprintf(stderr, "rank %d: init: %s\n", rank, chorusGetLastError(nullptr));
+  return comm;
+}
+
+RunOptions opts(const char* timeout = "30") {
+  RunOptions o;
+  o.env = {{"CHORUS_TIMEOUT", timeout}, {"CHORUS_DEBUG", "INFO"}};
+  o.limit_seconds = 120;
+  return o;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+float value(int q, size_t j, int salt) {
+  return float(q * 1000 + salt * 100) + float(j % 97);
+}
+
+void check_all(const std::vector<chorus::test::RankResult>& res) {
+  for (size_t r = 0; r < res.size(); ++r) {
+    INFO("rank " << r << ":\n" << res[r].output);
+    CHECK(res[r].exit_code == 0);
+  }
+}
+
+// Until the communicator has an error (at most 10 s); its code.
+chorusResult_t async_error(chorusComm_t comm) {
+  chorusResult_t e = chorusSuccess;
+  for (int i = 0; i < 1000 && e == chorusSuccess; ++i) {
+    chorusCommGetAsyncError(comm, &e);
+    if (e == chorusSuccess) usleep(10000);
+  }
+  return e;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "staged device calls only enqueue: ordered after the stream's earlier work, before its "
+    "later work, and among host calls",
+    "[device]") {
+  auto res = run_ranks(
+      3,
+      [](int r) {
+        chorusComm_t comm = init(r);
+        if (!comm) return 1;
+        const chorus::kernels::cuda::IpcBackend& gpu = chorus::kernels::cuda::ipc();
+        constexpr int p = 3;
+        constexpr size_t n = 1001;
+        void* stream = chorus::test::fake_async_stream();
+        auto dev = [](size_t bytes) { return chorus::test::fake_device_alloc(bytes); };
+        auto* in = static_cast<float*>(dev(n * 4));
+        auto* sum = static_cast<float*>(dev(n * 4));
+        auto* later =
+            static_cast<float*>(dev(n * 4));  // the stream's copy of `sum`, enqueued later
+        auto* gathered = static_cast<float*>(dev(p * n * 4));
+        auto* bcast = static_cast<float*>(dev(n * 4));
+        auto* ring = static_cast<float*>(dev(n * 4));
+        auto* gate = static_cast<uint32_t*>(dev(4));
+        std::vector<float> mine(n);
+        for (size_t j = 0; j < n; ++j) mine[j] = value(r, j, 1);
+        for (size_t j = 0; j < n; ++j) in[j] = -1.0f;  // until the stream writes `mine`
+        if (r == 0) usleep(1500 * 1000);               // the late peer
+        const auto start = std::chrono::steady_clock::now();
+        // The stream's earlier work: held by a gate that this thread opens after the calls, then
+        // the input's write.
+        if (gpu.wait_u32_geq(stream, gate, 1) != 0 ||
+            gpu.to_device(in, mine.data(), n * 4, stream) != 0)
+          return fail_with(r, "enqueueing the earlier work", "failed");
+        chorusResult_t rc = chorusAllReduce(in, sum, n, chorusFloat32, chorusSum, comm, stream);
+        const void* src[] = {sum};
+        void* dst[] = {later};
+        if (rc == chorusSuccess &&
+            gpu.fold(chorus::kernels::DType::kF32, chorus::kernels::RedOp::kSum, src, 1, dst, 1, n,
+                     0, stream) != 0)
+          return fail_with(r, "enqueueing the later work", "failed");
+        if (rc == chorusSuccess) rc = chorusAllGather(in, gathered, n, chorusFloat32, comm, stream);
+        if (rc == chorusSuccess) rc = chorusBroadcast(in, bcast, n, chorusFloat32, 2, comm, stream);
+        if (rc == chorusSuccess) {  // a ring of device sends in a group
+          chorusGroupStart();
+          chorusSend(sum, n, chorusFloat32, (r + 1) % p, comm, stream);
+          chorusRecv(ring, n, chorusFloat32, (r + p - 1) % p, comm, stream);
+          rc = chorusGroupEnd();
+        }
+        if (rc == chorusSuccess) rc = chorusBarrier(comm, stream);
+        const double enqueued = seconds_since(start);
+        if (rc != chorusSuccess) return fail_with(r, "the calls", chorusGetLastError(comm));
+        // Before the peers called (rank 0 is 1.5 s late) and before the stream's earlier work.
+        if (r != 0 && enqueued > 1.0)
+          return fail_with(r, "enqueueing", fmt::format("took {:.2f} s: it waited", enqueued));
+        // A host call after them all: it waits for its turn, behind the staged ones.
+        __atomic_store_n(gate, 1u, __ATOMIC_RELEASE);
+        int host_in = r + 1, host_out = 0;
+        if (chorusAllReduce(&host_in, &host_out, 1, chorusInt32, chorusSum, comm, nullptr) !=
+                chorusSuccess ||
+            host_out != 6)
+          return fail_with(r, "the host call among them", chorusGetLastError(comm));
+        if (int e = chorus::test::fake_stream_sync(stream); e != 0)
+          return fail_with(r, "the stream", gpu.error_string(e));
+        for (size_t j = 0; j < n; ++j) {
+          const float want = value(0, j, 1) + value(1, j, 1) + value(2, j, 1);
+          if (sum[j] != want || later[j] != want || bcast[j] != value(2, j, 1) || ring[j] != want)
+            return fail_with(r, "results",
+                             fmt::format("element {}: sum {} later {} bcast {} ring {}, want {} "
+                                         "{} {} {}",
+                                         j, sum[j], later[j], bcast[j], ring[j], want, want,
+                                         value(2, j, 1), want));
+          for (int q = 0; q < p; ++q)
+            if (gathered[q * n + j] != value(q, j, 1))
+              return fail_with(r, "all-gather", fmt::format("block {} element {}", q, j));
+        }
+        // An I-call (on the legacy default stream, which the emulation runs at once): its
+        // request is complete when the call returns, as in NCCL.
+        chorusRequest_t req = nullptr;
+        int done = 0;
+        if (chorusIallReduce(in, in, n, chorusFloat32, chorusMax, comm, &req) != chorusSuccess ||
+            chorusTest(req, &done) != chorusSuccess || done != 1 ||
+            chorusRequestFree(req) != chorusSuccess)
+          return fail_with(r, "the I-call", chorusGetLastError(comm));
+        for (size_t j = 0; j < n; ++j)
+          if (in[j] != value(2, j, 1))
+            return fail_with(r, "the I-call", fmt::format("element {}: {}", j, in[j]));
+        // Many calls, the stream synchronised between them: the buffers of the calls above (in
+        // flight together, a buffer each) again and again, none more.
+        const int before = chorus::test::fake_pinned_live();
+        for (int i = 0; i < 20; ++i) {
+          if (chorusAllReduce(sum, sum, n, chorusFloat32, chorusMax, comm, stream) != chorusSuccess)
+            return fail_with(r, "call " + std::to_string(i), chorusGetLastError(comm));
+          if (chorus::test::fake_stream_sync(stream) != 0) return fail_with(r, "sync", "failed");
+        }
+        const int live = chorus::test::fake_pinned_live();
+        if (before != 4 || live != before)
+          return fail_with(
+              r, "host buffers",
+              fmt::format("{} allocated after the first calls, {} after 20 more", before, live));
+        chorusCommDestroy(comm);
+        if (chorus::test::fake_pinned_live() != 0)
+          return fail_with(r, "host buffers", "still allocated after destroy");
+        return 0;
+      },
+      opts());
+  check_all(res);
+  for (const auto& rr : res) CHECK(contains(rr.output, "staged through host memory (2 hosts"));
+}
+
+TEST_CASE("staged device calls: a peer killed; the stream's earlier work that never ends",
+          "[device]") {
+  SECTION(
+      "rank 2 killed while the survivors' host parts wait for it: their calls returned, "
+      "their streams end, the error names it") {
+    auto res = run_ranks(
+        3,
+        [](int r) {
+          chorusComm_t comm = init(r);
+          if (!comm) return 1;
+          void* stream = chorus::test::fake_async_stream();
+          auto* buf = static_cast<float*>(chorus::test::fake_device_alloc(64 * 4));
+          // One call that works, so that the ranks are in step; then rank 2 dies.
+          if (chorusAllReduce(buf, buf, 64, chorusFloat32, chorusSum, comm, stream) !=
+                  chorusSuccess ||
+              chorus::test::fake_stream_sync(stream) != 0)
+            return fail_with(r, "the first call", chorusGetLastError(comm));
+          if (r == 2) {  // after the survivors' calls (each takes milliseconds)
+            usleep(300 * 1000);
+            raise(SIGKILL);
+          }
+          const auto start = std::chrono::steady_clock::now();
+          if (chorusAllReduce(buf, buf, 64, chorusFloat32, chorusSum, comm, stream) !=
+              chorusSuccess)
+            return fail_with(r, "the call", chorusGetLastError(comm));
+          if (seconds_since(start) > 1.0) return fail_with(r, "the call", "it waited");
+          if (int e = chorus::test::fake_stream_sync(stream); e != 0 || seconds_since(start) > 10)
+            return fail_with(r, "the stream",
+                             fmt::format("error {} after {:.1f} s", e, seconds_since(start)));
+          if (async_error(comm) == chorusSuccess)
+            return fail_with(r, "the communicator", "no error");
+          const chorusResult_t next =
+              chorusAllReduce(buf, buf, 64, chorusFloat32, chorusSum, comm, stream);
+          const std::string why = chorusGetLastError(comm);
+          if (next == chorusSuccess || !contains(why, "rank 2"))
+            return fail_with(r, "the next call", why);
+          chorusCommDestroy(comm);
+          return 0;
+        },
+        opts());
+    for (int r = 0; r < 2; ++r) {
+      INFO("rank " << r << ":\n" << res[r].output);
+      CHECK(res[r].exit_code == 0);
+    }
+  }
+  SECTION(
+      "CHORUS_TEST_DEVICE_DIE=1 (tests/gpu/run.sh's device_kill_staged): rank 1 dies in its "
+      "second call's host part; the survivors' streams end, the error names it") {
+    RunOptions o = opts();
+    o.env["CHORUS_TEST_DEVICE_DIE"] = "1";
+    auto res = run_ranks(
+        3,
+        [](int r) {
+          chorusComm_t comm = init(r);
+          if (!comm) return 1;
+          void* stream = chorus::test::fake_async_stream();
+          auto* buf = static_cast<float*>(chorus::test::fake_device_alloc(64 * 4));
+          const auto start = std::chrono::steady_clock::now();
+          for (int i = 0; i < 2; ++i)
+            if (chorusAllReduce(buf, buf, 64, chorusFloat32, chorusSum, comm, stream) !=
+                chorusSuccess)
+              return fail_with(r, "call " + std::to_string(i), chorusGetLastError(comm));
+          if (int e = chorus::test::fake_stream_sync(stream); e != 0 || seconds_since(start) > 10)
+            return fail_with(r, "the stream",
+                             fmt::format("error {} after {:.1f} s", e, seconds_since(start)));
+          const chorusResult_t async = async_error(comm);
+          const chorusResult_t next =
+              chorusAllReduce(buf, buf, 64, chorusFloat32, chorusSum, comm, stream);
+          const std::string why = chorusGetLastError(comm);
+          if (async == chorusSuccess || next == chorusSuccess || !contains(why, "rank 1"))
+            return fail_with(
+                r, "the next call",
+                fmt::format("{} (async error {}, the call {})", why, int(async), int(next)));
+          chorusCommDestroy(comm);
+          return 0;
+        },
+        o);
+    for (int r : {0, 2}) {
+      INFO("rank " << r << ":\n" << res[r].output);
+      CHECK(res[r].exit_code == 0);
+    }
+    CHECK(res[1].exit_code != 0);
+  }
+  SECTION("rank 1's stream never gets to the call: named after the timeout, on every rank") {
+    auto res = run_ranks(
+        3,
+        [](int r) {
+          chorusComm_t comm = init(r);
+          if (!comm) return 1;
+          void* stream = chorus::test::fake_async_stream();
+          auto* buf = static_cast<float*>(chorus::test::fake_device_alloc(64 * 4));
+          if (r == 1) chorus::test::fake_marks_stuck(true);
+          if (chorusAllReduce(buf, buf, 64, chorusFloat32, chorusSum, comm, stream) !=
+              chorusSuccess)
+            return fail_with(r, "the call", chorusGetLastError(comm));
+          if (async_error(comm) == chorusSuccess)
+            return fail_with(r, "the communicator", "no error");
+          chorus::test::fake_marks_stuck(false);
+          if (int e = chorus::test::fake_stream_sync(stream); e != 0)
+            return fail_with(r, "the stream", std::to_string(e));
+          const chorusResult_t next =
+              chorusAllReduce(buf, buf, 64, chorusFloat32, chorusSum, comm, stream);
+          const std::string why = chorusGetLastError(comm);
+          // Rank 1's own words ("...: the work enqueued on its stream before the call has not
+          // finished after 2 s"), or, where a peer's timeout came first, its report of rank 1
+          // ("rank 1: in all_reduce #1 (...) for 2.0 s, waiting for the work enqueued on its
+          // stream before the call").
+          if (next == chorusSuccess || !contains(why, "rank 1") ||
+              !contains(why, "the work enqueued on its stream before the call"))
+            return fail_with(r, "the next call", why);
+          chorusCommDestroy(comm);
+          return 0;
+        },
+        opts("2"));
+    check_all(res);
+  }
+}
