@@ -56,6 +56,12 @@ std::string ipc_error(int rc);
 // exported. `bufs` says where the GPU work finds each buffer.
 void describe_self(DeviceIpc& st, CallBuffers& bufs, Record& me, int rank);
 
+// Why this rank's call cannot go on `stream` ("" when it can): a stream being captured into a
+// CUDA graph. A captured call would replay its cross-process waits with the counts of the capture,
+// which later replays find reached already: they would read and write the peers' buffers with no
+// ordering at all. Refused instead, naming the rank, until device calls can be captured.
+std::string capture_refusal(void* stream);
+
 // Where rank q's buffer of handle h is mapped here: by CUDA IPC, or its VMM allocation mapped by
 // descriptor (device_vmm.h).
 Result<void*> open_peer(DeviceIpc& st, int q, const kc::IpcHandle& h);

@@ -251,6 +251,8 @@ chorusResult_t device_collective(chorusComm_t h, CommImpl& comm, const Call& cal
   }
   DeviceIpc& st = comm.device_ipc();
   describe_self(st, bufs, me, r);
+  if (me.ok)
+    if (std::string why = capture_refusal(a.stream); !why.empty()) set_why(me, why);
   if (me.ok) set_aside(call.kind, r, a.count * es, bufs, me);
   if (me.ok)
     if (Status s = place_staged(st, std::array{&bufs.send, &bufs.recv}, r, call.name); !s.is_ok())

@@ -29,6 +29,9 @@ void p2p_record(DeviceIpc& st, const DeviceP2p& it, CallBuffers& bufs, devcall::
   b.shared = send;
   b.bytes = me.count * dtype_size(me.datatype);
   describe_self(st, bufs, me, rank);
+  if (me.ok)
+    if (std::string why = devcall::capture_refusal(it.args.stream); !why.empty())
+      devcall::set_why(me, why);
 }
 
 std::string describe_p2p(const devcall::Record& x, int owner) {

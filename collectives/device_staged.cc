@@ -16,6 +16,7 @@
 
 #include "collectives/c_api_internal.h"
 #include "collectives/comm.h"
+#include "collectives/device_call.h"
 #include "collectives/device_ops.h"
 #include "collectives/device_plan.h"
 #include "common/log.h"
@@ -178,13 +179,21 @@ OpWrap wrap_for(CommImpl& comm, uint32_t n, void* ready, const char* call) {
 }
 
 // The start of every staged call: a communicator that failed takes no more (its buffers may still
-// be in an earlier call's hands).
-Status usable(CommImpl& comm, const char* call) {
+// be in an earlier call's hands). A stream being captured into a CUDA graph is refused
+// (devcall::capture_refusal), and fails the communicator: the peers' host parts are queued
+// already, and would wait for this rank's until the timeout.
+Status usable(CommImpl& comm, const char* call, void* stream) {
   Status e = comm.error();
-  if (e.is_ok()) return prepare(comm.device_ipc().stage, call, comm.rank());
-  return Status(e.code(),
-                fmt::format("{} on rank {}: communicator is broken by an earlier error: {}", call,
-                            comm.rank(), e.message()));
+  if (!e.is_ok())
+    return Status(e.code(),
+                  fmt::format("{} on rank {}: communicator is broken by an earlier error: {}", call,
+                              comm.rank(), e.message()));
+  if (std::string why = devcall::capture_refusal(stream); !why.empty()) {
+    const Status s(Code::kInvalidUsage, fmt::format("{} on rank {}: {}", call, comm.rank(), why));
+    abort_after_exception(comm, s);
+    return s;
+  }
+  return prepare(comm.device_ipc().stage, call, comm.rank());
 }
 
 constexpr size_t kAlign = 64;
@@ -199,7 +208,7 @@ chorusResult_t staged_collective(chorusComm_t h, CommImpl& comm, const Call& cal
   const int r = comm.rank(), p = comm.size();
   const kc::IpcBackend& ipc = kc::ipc();
   StageState& st = comm.device_ipc().stage;
-  if (Status s = usable(comm, call.name); !s.is_ok()) return report(s);
+  if (Status s = usable(comm, call.name, a.stream); !s.is_ok()) return report(s);
   const bool v = call.kind == OpKind::kAllToAllv;  // each side to its furthest block's end
   const bool barrier = call.kind == OpKind::kBarrier;
   const bool uses_send = !barrier && (v || device_uses_send(call.kind, r, a.root));
@@ -254,8 +263,8 @@ chorusResult_t staged_p2p(chorusComm_t h, CommImpl& comm, const std::vector<Devi
   const char* name = items.size() == 1 ? items[0].call.name : "chorusGroupEnd";
   const kc::IpcBackend& ipc = kc::ipc();
   StageState& st = comm.device_ipc().stage;
-  if (Status s = usable(comm, name); !s.is_ok()) return report(s);
   void* stream = items[0].args.stream;
+  if (Status s = usable(comm, name, stream); !s.is_ok()) return report(s);
   std::vector<size_t> at(items.size());
   size_t total = 0;
   for (size_t i = 0; i < items.size(); ++i) {

@@ -120,6 +120,10 @@ void pinned_free(void*) {}
 int copy_to_host_async(void*, const void*, size_t, void*) {
   return kNoCuda;
 }
+int stream_capturing(void*, int* out) {
+  *out = 0;
+  return kNoCuda;
+}
 int current_device() {
   return -1;
 }

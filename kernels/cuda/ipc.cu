@@ -238,6 +238,16 @@ int copy_to_host_async(void* dst, const void* src, size_t bytes, void* stream) {
       cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, static_cast<cudaStream_t>(stream)));
 }
 
+int stream_capturing(void* stream, int* out) {
+  *out = 0;
+  if (!ops().ok) return kNoCuda;
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaError_t e = cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &status); e)
+    return int(e);
+  *out = status != cudaStreamCaptureStatusNone;
+  return 0;
+}
+
 int current_device() {
   if (device_count() == 0) return -1;
   int d = 0;

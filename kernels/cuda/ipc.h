@@ -112,6 +112,9 @@ int copy_to_device(void* dst, const void* src, size_t bytes, void* stream);
 int pinned_alloc(size_t bytes, void** out);
 void pinned_free(void* p);
 int copy_to_host_async(void* dst, const void* src, size_t bytes, void* stream);
+// *out = 1 when `stream` is being captured into a CUDA graph (cudaStreamIsCapturing: also when
+// the capture was invalidated), else 0.
+int stream_capturing(void* stream, int* out);
 // The calling thread's current device (0 when it has used none), or -1 without CUDA.
 int current_device();
 
@@ -141,6 +144,7 @@ struct IpcBackend {
   int (*pinned_alloc)(size_t bytes, void** out);
   void (*pinned_free)(void* p);
   int (*to_host_async)(void* dst, const void* src, size_t bytes, void* stream);
+  int (*capturing)(void* stream, int* out);
   // Whether the work before a mark's latest record is done: 0, kStampNotReady (not yet), or an
   // error; it does not wait. mark_free releases a mark (nullptr: nothing).
   int (*mark_done)(void* mark);

@@ -396,6 +396,15 @@ int to_device(void* dst, const void* src, size_t bytes, void* stream) {
   });
 }
 
+std::mutex g_capture_mu;
+std::set<void*>* g_capturing = new std::set<void*>;  // fake_capturing's streams
+
+int capturing(void* stream, int* out) {
+  std::lock_guard<std::mutex> lock(g_capture_mu);
+  *out = g_capturing->count(stream) ? 1 : 0;
+  return 0;
+}
+
 int current_device() {
   return 0;
 }
@@ -422,6 +431,7 @@ const kc::IpcBackend kFake{.export_buffer = export_buffer,
                            .pinned_alloc = pinned_alloc,
                            .pinned_free = pinned_free,
                            .to_host_async = to_host_async,
+                           .capturing = capturing,
                            .mark_done = mark_done,
                            .mark_free = mark_free,
                            .current_device = current_device,
@@ -519,6 +529,15 @@ void* fake_async_stream() {
 
 int fake_stream_sync(void* stream) {
   return sync_stream(stream);
+}
+
+void fake_capturing(void* stream, bool on) {
+  std::lock_guard<std::mutex> lock(g_capture_mu);
+  if (on) {
+    g_capturing->insert(stream);
+  } else {
+    g_capturing->erase(stream);
+  }
 }
 
 void fake_marks_stuck(bool stuck) {

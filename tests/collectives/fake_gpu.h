@@ -46,6 +46,8 @@ std::vector<std::string> fake_mark_log();
 // fake_stream_sync waits until its work is done and returns its first error (0: none).
 void* fake_async_stream();
 int fake_stream_sync(void* stream);
+// While on, `stream` says it is being captured into a CUDA graph.
+void fake_capturing(void* stream, bool on);
 // While set, no mark is ever reached (a stream whose earlier work never ends).
 void fake_marks_stuck(bool stuck);
 // pinned_alloc's blocks not yet freed, in this process.

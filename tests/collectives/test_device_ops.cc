@@ -973,6 +973,51 @@ TEST_CASE("device send met by a send: named on both ranks, the communicator goes
   check_all(res);
 }
 
+TEST_CASE(
+    "a stream being captured into a CUDA graph: refused, named on every rank; the "
+    "communicator goes on",
+    "[device]") {
+  for (bool one_gpu : {false, true}) {
+    INFO((one_gpu ? "one GPU" : "a GPU each"));
+    auto res = run_ranks(
+        3,
+        [](int r) {
+          chorusComm_t comm = init(r);
+          if (!comm) return 1;
+          auto* a = static_cast<float*>(chorus::test::fake_device_alloc(64 * 4));
+          auto* b = static_cast<float*>(chorus::test::fake_device_alloc(64 * 4));
+          auto named = [&](chorusResult_t rc, const char* what) {
+            const std::string why = chorusGetLastError(comm);
+            const bool ok = rc != chorusSuccess &&
+                            contains(why, "being captured into a CUDA graph") &&
+                            (r == 1 || contains(why, "rank 1:"));
+            return ok ? 0 : fail_with(r, what, why);
+          };
+          if (r == 1) chorus::test::fake_capturing(kStream, true);
+          for (int j = 0; j < 64; ++j) a[j] = float(r + 1);
+          if (named(chorusAllReduce(a, a, 64, chorusFloat32, chorusSum, comm, kStream),
+                    "all-reduce while capturing") != 0)
+            return 1;
+          if (a[0] != float(r + 1)) return fail_with(r, "all-reduce while capturing", "ran");
+          // Send/recv in a group: ranks 0 and 1 only.
+          if (r < 2) {
+            chorusGroupStart();
+            chorusSend(a, 64, chorusFloat32, 1 - r, comm, kStream);
+            chorusRecv(b, 64, chorusFloat32, 1 - r, comm, kStream);
+            if (named(chorusGroupEnd(), "send/recv while capturing") != 0) return 1;
+          }
+          if (r == 1) chorus::test::fake_capturing(kStream, false);
+          if (chorusAllReduce(a, a, 64, chorusFloat32, chorusSum, comm, kStream) != chorusSuccess ||
+              a[63] != 6.0f)
+            return fail_with(r, "all-reduce after", chorusGetLastError(comm));
+          chorusCommDestroy(comm);
+          return 0;
+        },
+        opts(one_gpu));
+    check_all(res);
+  }
+}
+
 TEST_CASE("CHORUS_DEVICE_TIMING=3: the first 3 device calls' stages timed and printed at destroy",
           "[device][timing]") {
   RunOptions o = opts(false);

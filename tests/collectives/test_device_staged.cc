@@ -267,6 +267,39 @@ TEST_CASE("staged device calls: a peer killed; the stream's earlier work that ne
     }
     CHECK(res[1].exit_code != 0);
   }
+  SECTION(
+      "rank 1's stream being captured into a CUDA graph: refused, and the communicator "
+      "fails, named on every rank") {
+    auto res = run_ranks(
+        3,
+        [](int r) {
+          chorusComm_t comm = init(r);
+          if (!comm) return 1;
+          void* stream = chorus::test::fake_async_stream();
+          auto* buf = static_cast<float*>(chorus::test::fake_device_alloc(64 * 4));
+          if (r == 1) chorus::test::fake_capturing(stream, true);
+          const chorusResult_t rc =
+              chorusAllReduce(buf, buf, 64, chorusFloat32, chorusSum, comm, stream);
+          const std::string why = chorusGetLastError(comm);
+          if (r == 1 && (rc != chorusInvalidUsage || !contains(why, "captured into a CUDA graph")))
+            return fail_with(r, "the call", why);
+          if (r != 1 && rc != chorusSuccess) return fail_with(r, "the call", why);
+          if (async_error(comm) == chorusSuccess)
+            return fail_with(r, "the communicator", "no error");
+          if (int e = chorus::test::fake_stream_sync(stream); e != 0)
+            return fail_with(r, "the stream", std::to_string(e));
+          const chorusResult_t next =
+              chorusAllReduce(buf, buf, 64, chorusFloat32, chorusSum, comm, stream);
+          const std::string said = chorusGetLastError(comm);
+          if (next == chorusSuccess || !contains(said, "rank 1") ||
+              !contains(said, "captured into a CUDA graph"))
+            return fail_with(r, "the next call", said);
+          chorusCommDestroy(comm);
+          return 0;
+        },
+        opts());
+    check_all(res);
+  }
   SECTION("rank 1's stream never gets to the call: named after the timeout, on every rank") {
     auto res = run_ranks(
         3,

@@ -607,6 +607,16 @@ void bandwidth(chorusComm_t comm, cudaStream_t stream) {
   CK(cudaFree(b));
 }
 
+// CHORUS_PROBE_STAGED=1: every rank on a host of its own (CHORUS_HOSTID), so that the device
+// calls take the staged path (collectives/device_staged.cc: the host collective on the progress
+// thread, the stream waiting for it on a flag word) on this one machine.
+bool staged_probe() {
+  const char* rank = std::getenv("RANK");
+  if (std::getenv("CHORUS_PROBE_STAGED") == nullptr || rank == nullptr) return false;
+  setenv("CHORUS_HOSTID", ("probe-host-" + std::string(rank)).c_str(), 1);
+  return true;
+}
+
 // A rank killed during a device all-reduce (CHORUS_TEST_DEVICE_DIE=1: rank 1 dies after the
 // exchange of its second call, before it signals): the survivors' streams must not wait for ever
 // (their flag words are released) and their calls name rank 1, within 5 s.
@@ -654,16 +664,6 @@ int die_worker() {
   const bool named = rc != chorusSuccess && why.find("rank 1") != std::string::npos;
   std::printf("[%d] %s\n", g_rank, named && took < 5 ? "ok" : "FAILED");
   std::_Exit(named && took < 5 ? 0 : 1);
-}
-
-// CHORUS_PROBE_STAGED=1: every rank on a host of its own (CHORUS_HOSTID), so that the device
-// calls take the staged path (collectives/device_staged.cc: the host collective on the progress
-// thread, the stream waiting for it on a flag word) on this one machine.
-bool staged_probe() {
-  const char* rank = std::getenv("RANK");
-  if (std::getenv("CHORUS_PROBE_STAGED") == nullptr || rank == nullptr) return false;
-  setenv("CHORUS_HOSTID", ("probe-host-" + std::string(rank)).c_str(), 1);
-  return true;
 }
 
 int worker() {
