@@ -283,7 +283,10 @@ TEST_CASE("staged device calls: a peer killed; the stream's earlier work that ne
           const std::string why = chorusGetLastError(comm);
           if (r == 1 && (rc != chorusInvalidUsage || !contains(why, "captured into a CUDA graph")))
             return fail_with(r, "the call", why);
-          if (r != 1 && rc != chorusSuccess) return fail_with(r, "the call", why);
+          // The others' calls return once enqueued, or fail at once where rank 1's news came
+          // first.
+          if (r != 1 && rc != chorusSuccess && !contains(why, "captured into a CUDA graph"))
+            return fail_with(r, "the call", why);
           if (async_error(comm) == chorusSuccess)
             return fail_with(r, "the communicator", "no error");
           if (int e = chorus::test::fake_stream_sync(stream); e != 0)
