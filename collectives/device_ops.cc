@@ -43,7 +43,7 @@
 // ever, and their calls fail naming the dead rank. Ranks on several hosts (or more than 32, or
 // on GPUs that cannot reach each other peer to peer) go through host memory instead
 // (device_staged.cc: the progress thread runs the host collective, the stream waits on a flag word
-// of its own, which release_device_waits sets too). VMM (cuMem) memory, which CUDA IPC cannot
+// of its own, which the host part's end writes, failed or not: device_stage.h). VMM (cuMem) memory, which CUDA IPC cannot
 // map, is mapped by the peers through its file descriptor where CUDA exports it as one
 // (device_vmm.h: after the record exchange and before any GPU work, each allocation once per
 // peer over a Unix socket); the rest -- stream-ordered memory, VMM memory without that handle
@@ -97,7 +97,6 @@ std::array<uint32_t, 5 * kMaxDeviceRanks> device_release_values(const DeviceIpc&
 }
 
 void release_device_waits(DeviceIpc& st) {
-  stage_release(st.stage);
   void* flags = st.live_flags.load();
   if (flags == nullptr) return;
   const std::array<uint32_t, 5 * kMaxDeviceRanks> v = device_release_values(st);

@@ -11,7 +11,11 @@
 //      then write n into the stage word (on the release stream, kernels/cuda/ipc.h) -- also when
 //      the collective failed or never ran, after the communicator has recorded why, so that no
 //      stream waits for ever (its results are void, and every later call says so).
-// A call's host buffer is reused once its `done` mark is reached.
+// A call's host buffer is reused once its `done` mark is reached. A failure of the communicator
+// does not write the word itself (as release_device_waits does the CUDA IPC path's words): the
+// running host part ends within moments of it (every wait of a failed communicator does), the
+// queued ones are dropped, and each then writes its number; a release before that would let the
+// stream copy out of host memory that the host part is still writing.
 #pragma once
 
 #include <atomic>
@@ -35,19 +39,15 @@ struct StageState {
   std::atomic<void*> word{nullptr};  // device memory (flags_alloc), made at the first call
   int device = -1;
   uint32_t calls = 0;  // staged calls so far (the calling thread's)
-  // The word's latest value, written under mu: a late signal never lowers it (a release may
-  // have written far ahead), and the release reads `calls` here.
+  // The word's latest value, written under mu: signals from the progress thread and from
+  // destroy's drop of the queue never lower it.
   std::mutex mu;
   uint32_t written = 0;
-  std::atomic<uint32_t> enqueued{0};  // `calls`, for the release on another thread
-  std::vector<StageBuffer> buffers;   // the calling thread's
+  std::vector<StageBuffer> buffers;  // the calling thread's
 };
 
 // Writes n into the stage word unless it holds a later count already. Any thread.
 void stage_signal(StageState& st, uint32_t n);
-// For a failed communicator: a value past every call enqueued so far and those in flight
-// (device_release_values' rule). Any thread.
-void stage_release(StageState& st);
 // At destroy, once no operation runs or is queued: waits (up to timeout_s) for every buffer's
 // `done` mark, then frees the buffers and marks; a buffer whose stream never got there is left
 // allocated, with a warning.

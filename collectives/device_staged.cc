@@ -36,10 +36,6 @@ void stage_signal(StageState& st, uint32_t n) {
     log_warn("signalling a staged device call's end failed: {}", kc::ipc().error_string(rc));
 }
 
-void stage_release(StageState& st) {
-  stage_signal(st, st.enqueued.load() + (1u << 30));
-}
-
 void stage_close(StageState& st, double timeout_s) {
   const kc::IpcBackend& ipc = kc::ipc();
   const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
@@ -231,7 +227,6 @@ chorusResult_t staged_collective(chorusComm_t h, CommImpl& comm, const Call& cal
   if (int rc = ipc.mark_record(a.stream, &b.ready); rc != 0)
     return report(copy_failed(call.name, r, "marking the input's copy", rc));
   const uint32_t n = ++st.calls;
-  st.enqueued.store(n);
   {
     HostStage stage(wrap_for(comm, n, b.ready, call.name));
     Args host = a;
@@ -286,7 +281,6 @@ chorusResult_t staged_p2p(chorusComm_t h, CommImpl& comm, const std::vector<Devi
   if (int rc = ipc.mark_record(stream, &b.ready); rc != 0)
     return report(copy_failed(name, r, "marking the inputs' copy", rc));
   const uint32_t n = ++st.calls;
-  st.enqueued.store(n);
   {
     HostStage stage(wrap_for(comm, n, b.ready, name));
     chorusGroupStart();
