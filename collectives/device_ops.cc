@@ -42,12 +42,12 @@
 // (release_device_waits), so that their streams go on (on void results) instead of waiting for
 // ever, and their calls fail naming the dead rank. Ranks on several hosts (or more than 32, or
 // on GPUs that cannot reach each other peer to peer) go through host memory instead
-// (device_staged.cc: the progress thread runs the host collective, the stream waits on a flag word
-// of its own, which the host part's end writes, failed or not: device_stage.h). VMM (cuMem) memory, which CUDA IPC cannot
-// map, is mapped by the peers through its file descriptor where CUDA exports it as one
-// (device_vmm.h: after the record exchange and before any GPU work, each allocation once per
-// peer over a Unix socket); the rest -- stream-ordered memory, VMM memory without that handle
-// type -- goes through a bounce buffer (device_bounce.h).
+// (device_staged.cc: the progress thread runs the host collective, the stream waits on a flag
+// word of its own, which the host part's end writes, failed or not: device_stage.h). VMM (cuMem)
+// memory, which CUDA IPC cannot map, is mapped by the peers through its file descriptor where
+// CUDA exports it as one (device_vmm.h: after the record exchange and before any GPU work, each
+// allocation once per peer over a Unix socket); the rest -- stream-ordered memory, VMM memory
+// without that handle type -- goes through a bounce buffer (device_bounce.h).
 #include "collectives/device_ops.h"
 
 #include <signal.h>
