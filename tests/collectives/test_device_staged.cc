@@ -13,6 +13,8 @@
 
 #include <chrono>
 #include <cstring>
+#include <initializer_list>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -184,6 +186,43 @@ TEST_CASE(
   for (const auto& rr : res) CHECK(contains(rr.output, "staged through host memory (2 hosts"));
 }
 
+namespace {
+
+// One rank of the failure tests: its communicator, an async stream, 64 floats of device memory.
+struct Rank {
+  int r;
+  chorusComm_t comm;
+  void* stream;
+  float* buf;
+  chorusResult_t all_reduce() {
+    return chorusAllReduce(buf, buf, 64, chorusFloat32, chorusSum, comm, stream);
+  }
+  // The stream ends (within `limit` s of `since`), the communicator has an error, and the next
+  // call names it, with every one of `words`; then destroy. 0, or a failure said.
+  int ends_named(std::chrono::steady_clock::time_point since, double limit,
+                 std::initializer_list<const char*> words) {
+    if (int e = chorus::test::fake_stream_sync(stream); e != 0 || seconds_since(since) > limit)
+      return fail_with(r, "the stream",
+                       fmt::format("error {} after {:.1f} s", e, seconds_since(since)));
+    if (async_error(comm) == chorusSuccess) return fail_with(r, "the communicator", "no error");
+    const chorusResult_t next = all_reduce();
+    const std::string why = chorusGetLastError(comm);
+    for (const char* w : words)
+      if (next == chorusSuccess || !contains(why, w)) return fail_with(r, "the next call", why);
+    chorusCommDestroy(comm);
+    return 0;
+  }
+};
+
+std::optional<Rank> setup(int r) {
+  chorusComm_t comm = init(r);
+  if (!comm) return std::nullopt;
+  return Rank{r, comm, chorus::test::fake_async_stream(),
+              static_cast<float*>(chorus::test::fake_device_alloc(64 * 4))};
+}
+
+}  // namespace
+
 TEST_CASE("staged device calls: a peer killed; the stream's earlier work that never ends",
           "[device]") {
   SECTION(
@@ -192,36 +231,20 @@ TEST_CASE("staged device calls: a peer killed; the stream's earlier work that ne
     auto res = run_ranks(
         3,
         [](int r) {
-          chorusComm_t comm = init(r);
-          if (!comm) return 1;
-          void* stream = chorus::test::fake_async_stream();
-          auto* buf = static_cast<float*>(chorus::test::fake_device_alloc(64 * 4));
+          std::optional<Rank> k = setup(r);
+          if (!k) return 1;
           // One call that works, so that the ranks are in step; then rank 2 dies.
-          if (chorusAllReduce(buf, buf, 64, chorusFloat32, chorusSum, comm, stream) !=
-                  chorusSuccess ||
-              chorus::test::fake_stream_sync(stream) != 0)
-            return fail_with(r, "the first call", chorusGetLastError(comm));
+          if (k->all_reduce() != chorusSuccess || chorus::test::fake_stream_sync(k->stream) != 0)
+            return fail_with(r, "the first call", chorusGetLastError(k->comm));
           if (r == 2) {  // after the survivors' calls (each takes milliseconds)
             usleep(300 * 1000);
             raise(SIGKILL);
           }
           const auto start = std::chrono::steady_clock::now();
-          if (chorusAllReduce(buf, buf, 64, chorusFloat32, chorusSum, comm, stream) !=
-              chorusSuccess)
-            return fail_with(r, "the call", chorusGetLastError(comm));
+          if (k->all_reduce() != chorusSuccess)
+            return fail_with(r, "the call", chorusGetLastError(k->comm));
           if (seconds_since(start) > 1.0) return fail_with(r, "the call", "it waited");
-          if (int e = chorus::test::fake_stream_sync(stream); e != 0 || seconds_since(start) > 10)
-            return fail_with(r, "the stream",
-                             fmt::format("error {} after {:.1f} s", e, seconds_since(start)));
-          if (async_error(comm) == chorusSuccess)
-            return fail_with(r, "the communicator", "no error");
-          const chorusResult_t next =
-              chorusAllReduce(buf, buf, 64, chorusFloat32, chorusSum, comm, stream);
-          const std::string why = chorusGetLastError(comm);
-          if (next == chorusSuccess || !contains(why, "rank 2"))
-            return fail_with(r, "the next call", why);
-          chorusCommDestroy(comm);
-          return 0;
+          return k->ends_named(start, 10, {"rank 2"});
         },
         opts());
     for (int r = 0; r < 2; ++r) {
@@ -237,28 +260,13 @@ TEST_CASE("staged device calls: a peer killed; the stream's earlier work that ne
     auto res = run_ranks(
         3,
         [](int r) {
-          chorusComm_t comm = init(r);
-          if (!comm) return 1;
-          void* stream = chorus::test::fake_async_stream();
-          auto* buf = static_cast<float*>(chorus::test::fake_device_alloc(64 * 4));
+          std::optional<Rank> k = setup(r);
+          if (!k) return 1;
           const auto start = std::chrono::steady_clock::now();
           for (int i = 0; i < 2; ++i)
-            if (chorusAllReduce(buf, buf, 64, chorusFloat32, chorusSum, comm, stream) !=
-                chorusSuccess)
-              return fail_with(r, "call " + std::to_string(i), chorusGetLastError(comm));
-          if (int e = chorus::test::fake_stream_sync(stream); e != 0 || seconds_since(start) > 10)
-            return fail_with(r, "the stream",
-                             fmt::format("error {} after {:.1f} s", e, seconds_since(start)));
-          const chorusResult_t async = async_error(comm);
-          const chorusResult_t next =
-              chorusAllReduce(buf, buf, 64, chorusFloat32, chorusSum, comm, stream);
-          const std::string why = chorusGetLastError(comm);
-          if (async == chorusSuccess || next == chorusSuccess || !contains(why, "rank 1"))
-            return fail_with(
-                r, "the next call",
-                fmt::format("{} (async error {}, the call {})", why, int(async), int(next)));
-          chorusCommDestroy(comm);
-          return 0;
+            if (k->all_reduce() != chorusSuccess)
+              return fail_with(r, "call " + std::to_string(i), chorusGetLastError(k->comm));
+          return k->ends_named(start, 10, {"rank 1"});
         },
         o);
     for (int r : {0, 2}) {
@@ -273,32 +281,19 @@ TEST_CASE("staged device calls: a peer killed; the stream's earlier work that ne
     auto res = run_ranks(
         3,
         [](int r) {
-          chorusComm_t comm = init(r);
-          if (!comm) return 1;
-          void* stream = chorus::test::fake_async_stream();
-          auto* buf = static_cast<float*>(chorus::test::fake_device_alloc(64 * 4));
-          if (r == 1) chorus::test::fake_capturing(stream, true);
-          const chorusResult_t rc =
-              chorusAllReduce(buf, buf, 64, chorusFloat32, chorusSum, comm, stream);
-          const std::string why = chorusGetLastError(comm);
+          std::optional<Rank> k = setup(r);
+          if (!k) return 1;
+          if (r == 1) chorus::test::fake_capturing(k->stream, true);
+          const auto start = std::chrono::steady_clock::now();
+          const chorusResult_t rc = k->all_reduce();
+          const std::string why = chorusGetLastError(k->comm);
           if (r == 1 && (rc != chorusInvalidUsage || !contains(why, "captured into a CUDA graph")))
             return fail_with(r, "the call", why);
           // The others' calls return once enqueued, or fail at once where rank 1's news came
           // first.
           if (r != 1 && rc != chorusSuccess && !contains(why, "captured into a CUDA graph"))
             return fail_with(r, "the call", why);
-          if (async_error(comm) == chorusSuccess)
-            return fail_with(r, "the communicator", "no error");
-          if (int e = chorus::test::fake_stream_sync(stream); e != 0)
-            return fail_with(r, "the stream", std::to_string(e));
-          const chorusResult_t next =
-              chorusAllReduce(buf, buf, 64, chorusFloat32, chorusSum, comm, stream);
-          const std::string said = chorusGetLastError(comm);
-          if (next == chorusSuccess || !contains(said, "rank 1") ||
-              !contains(said, "captured into a CUDA graph"))
-            return fail_with(r, "the next call", said);
-          chorusCommDestroy(comm);
-          return 0;
+          return k->ends_named(start, 30, {"rank 1", "captured into a CUDA graph"});
         },
         opts());
     check_all(res);
@@ -307,31 +302,21 @@ TEST_CASE("staged device calls: a peer killed; the stream's earlier work that ne
     auto res = run_ranks(
         3,
         [](int r) {
-          chorusComm_t comm = init(r);
-          if (!comm) return 1;
-          void* stream = chorus::test::fake_async_stream();
-          auto* buf = static_cast<float*>(chorus::test::fake_device_alloc(64 * 4));
+          std::optional<Rank> k = setup(r);
+          if (!k) return 1;
           if (r == 1) chorus::test::fake_marks_stuck(true);
-          if (chorusAllReduce(buf, buf, 64, chorusFloat32, chorusSum, comm, stream) !=
-              chorusSuccess)
-            return fail_with(r, "the call", chorusGetLastError(comm));
-          if (async_error(comm) == chorusSuccess)
+          const auto start = std::chrono::steady_clock::now();
+          if (k->all_reduce() != chorusSuccess)
+            return fail_with(r, "the call", chorusGetLastError(k->comm));
+          if (async_error(k->comm) == chorusSuccess)
             return fail_with(r, "the communicator", "no error");
           chorus::test::fake_marks_stuck(false);
-          if (int e = chorus::test::fake_stream_sync(stream); e != 0)
-            return fail_with(r, "the stream", std::to_string(e));
-          const chorusResult_t next =
-              chorusAllReduce(buf, buf, 64, chorusFloat32, chorusSum, comm, stream);
-          const std::string why = chorusGetLastError(comm);
           // Rank 1's own words ("...: the work enqueued on its stream before the call has not
           // finished after 2 s"), or, where a peer's timeout came first, its report of rank 1
           // ("rank 1: in all_reduce #1 (...) for 2.0 s, waiting for the work enqueued on its
           // stream before the call").
-          if (next == chorusSuccess || !contains(why, "rank 1") ||
-              !contains(why, "the work enqueued on its stream before the call"))
-            return fail_with(r, "the next call", why);
-          chorusCommDestroy(comm);
-          return 0;
+          return k->ends_named(start, 30,
+                               {"rank 1", "the work enqueued on its stream before the call"});
         },
         opts("2"));
     check_all(res);
