@@ -84,6 +84,9 @@ Result<std::shared_ptr<CommImpl>> CommImpl::create(std::shared_ptr<Job> job, std
     c->device_die_ = static_cast<int>(device_die);
     CHORUS_ASSIGN_OR_RETURN(int64_t timing, env_int_in("CHORUS_DEVICE_TIMING", 0, 0, 10000));
     c->device_timing_ = static_cast<int>(timing);
+    CHORUS_ASSIGN_OR_RETURN(int64_t staged_max, env_int_in("CHORUS_STAGED_MAX_BYTES",
+                                                           int64_t(1) << 30, 0, int64_t(1) << 50));
+    c->device_ipc_.stage.max_bytes = static_cast<size_t>(staged_max);
     c->send_seq_.assign(c->size(), 0);
     c->recv_seq_.assign(c->size(), 0);
     CHORUS_ASSIGN_OR_RETURN(auto transports, transport::Transports::from_env());

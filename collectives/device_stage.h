@@ -44,6 +44,9 @@ struct StageState {
   std::mutex mu;
   uint32_t written = 0;
   std::vector<StageBuffer> buffers;  // the calling thread's
+  // CHORUS_STAGED_MAX_BYTES: the page-locked memory its calls may hold before a call waits for an
+  // earlier one's stream to finish with its buffer.
+  size_t max_bytes = size_t(1) << 30;
 };
 
 // Writes n into the stage word unless it holds a later count already. Any thread.

@@ -70,21 +70,61 @@ Status copy_failed(const char* call, int rank, const char* what, int rc) {
                     kc::ipc().error_string(rc));
 }
 
-// A staged call's page-locked buffer of at least `bytes` (nullptr when 0): one whose last call's
-// stream is done with it, or a new one.
-Result<StageBuffer*> take_buffer(StageState& st, size_t bytes, const char* call, int rank) {
+// Marks free the buffers whose last call's stream is done with them; the bytes held by the rest.
+Result<size_t> refresh(StageState& st, const char* call, int rank) {
   const kc::IpcBackend& ipc = kc::ipc();
-  StageBuffer* spare = nullptr;  // free, but too small
+  size_t held = 0;
   for (StageBuffer& b : st.buffers) {
-    if (b.used) {
+    if (b.used && b.done != nullptr) {  // (no done mark: its call failed half way; kept)
       const int rc = ipc.mark_done(b.done);
-      if (rc == kc::kStampNotReady) continue;
-      if (rc != 0) return copy_failed(call, rank, "asking whether a staging buffer is free", rc);
-      b.used = false;
+      if (rc != 0 && rc != kc::kStampNotReady)
+        return copy_failed(call, rank, "asking whether a staging buffer is free", rc);
+      b.used = rc != 0;
     }
-    if (b.bytes >= bytes) return &b;
-    spare = &b;
+    held += b.bytes;
   }
+  return held;
+}
+
+// A staged call's page-locked buffer of at least `bytes` (nullptr when 0): one whose last call's
+// stream is done with it, or a new one. Past st.max_bytes held (CHORUS_STAGED_MAX_BYTES) the free
+// buffers go first, then the call waits for an earlier call's stream to finish with its buffer
+// (bounded by the communicator's timeout): calls enqueued far ahead of their streams hold host
+// memory only up to there. One buffer is always allowed, whatever its size.
+Result<StageBuffer*> take_buffer(CommImpl& comm, StageState& st, size_t bytes, const char* call) {
+  const kc::IpcBackend& ipc = kc::ipc();
+  const int rank = comm.rank();
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0;; ++i) {
+    Result<size_t> held = refresh(st, call, rank);
+    if (!held.is_ok()) return held.status();
+    for (StageBuffer& b : st.buffers)
+      if (!b.used && b.bytes >= bytes) return &b;
+    for (StageBuffer& b : st.buffers)  // too small: freed, to make room
+      if (!b.used && *held + bytes > st.max_bytes && b.bytes > 0) {
+        ipc.pinned_free(b.host);
+        *held -= b.bytes;
+        b.host = nullptr;
+        b.bytes = 0;
+      }
+    const bool waiting = std::any_of(st.buffers.begin(), st.buffers.end(),
+                                     [](const StageBuffer& b) { return b.used; });
+    if (*held + bytes <= st.max_bytes || !waiting) break;
+    if (Status e = comm.error(); !e.is_ok()) return e;
+    const double waited =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (waited > comm.timeout_seconds())
+      return make_error(Code::kTimeout,
+                        "{} on rank {}: staged through host memory: {} bytes of page-locked "
+                        "memory (CHORUS_STAGED_MAX_BYTES={}) are held by earlier calls whose "
+                        "streams have not finished with them after {:.0f} s ({})",
+                        call, rank, *held, st.max_bytes, comm.timeout_seconds(),
+                        comm.timeout_origin());
+    usleep(i < 100 ? 50 : 1000);
+  }
+  StageBuffer* spare = nullptr;  // a free entry, to be given new memory
+  for (StageBuffer& b : st.buffers)
+    if (!b.used) spare = &b;
   if (spare == nullptr) spare = &st.buffers.emplace_back();
   ipc.pinned_free(spare->host);
   spare->host = nullptr;
@@ -192,6 +232,13 @@ Status usable(CommImpl& comm, const char* call, void* stream) {
   return prepare(comm.device_ipc().stage, call, comm.rank());
 }
 
+// A failure after the stream was handed part of a call: the host part is queued, and the peers'
+// with it, so the communicator cannot go on (every rank learns it at once).
+chorusResult_t broken(CommImpl& comm, const Status& s) {
+  abort_after_exception(comm, s);
+  return report(s);
+}
+
 constexpr size_t kAlign = 64;
 size_t aligned(size_t n) {
   return (n + kAlign - 1) / kAlign * kAlign;
@@ -215,7 +262,7 @@ chorusResult_t staged_collective(chorusComm_t h, CommImpl& comm, const Call& cal
   const size_t out_bytes = !uses_recv ? 0
                            : v        ? device_extent(a.recvcounts, a.rdispls, p) * elem_size
                                       : device_recv_count(call.kind, a.count, p) * elem_size;
-  Result<StageBuffer*> got = take_buffer(st, aligned(in_bytes) + out_bytes, call.name, r);
+  Result<StageBuffer*> got = take_buffer(comm, st, aligned(in_bytes) + out_bytes, call.name);
   if (!got.is_ok()) return report(got.status());
   StageBuffer& b = **got;
   char* in = static_cast<char*>(b.host);
@@ -238,7 +285,7 @@ chorusResult_t staged_collective(chorusComm_t h, CommImpl& comm, const Call& cal
   }
   b.used = true;  // from here the stream holds it, until its done mark
   if (int rc = ipc.wait_u32_geq(a.stream, st.word.load(), n); rc != 0)
-    return report(copy_failed(call.name, r, "waiting for the host collective", rc));
+    return broken(comm, copy_failed(call.name, r, "waiting for the host collective", rc));
   // All-to-all-v: its blocks only, the gaps between them as they were.
   for (int q = 0; q < (v ? p : 1) && out_bytes > 0; ++q) {
     const size_t at = v ? a.rdispls[q] * elem_size : 0,
@@ -246,10 +293,10 @@ chorusResult_t staged_collective(chorusComm_t h, CommImpl& comm, const Call& cal
     if (bytes == 0) continue;
     if (int rc = ipc.to_device(static_cast<char*>(a.recvbuff) + at, out + at, bytes, a.stream);
         rc != 0)
-      return report(copy_failed(call.name, r, "copying the result to recvbuff", rc));
+      return broken(comm, copy_failed(call.name, r, "copying the result to recvbuff", rc));
   }
   if (int rc = ipc.mark_record(a.stream, &b.done); rc != 0)
-    return report(copy_failed(call.name, r, "marking the result's copy", rc));
+    return broken(comm, copy_failed(call.name, r, "marking the result's copy", rc));
   return chorusSuccess;
 }
 
@@ -266,7 +313,7 @@ chorusResult_t staged_p2p(chorusComm_t h, CommImpl& comm, const std::vector<Devi
     at[i] = total;
     total += aligned(items[i].args.count * dtype_size(items[i].args.datatype));
   }
-  Result<StageBuffer*> got = take_buffer(st, total, name, r);
+  Result<StageBuffer*> got = take_buffer(comm, st, total, name);
   if (!got.is_ok()) return report(got.status());
   StageBuffer& b = **got;
   char* base = static_cast<char*>(b.host);
@@ -301,16 +348,16 @@ chorusResult_t staged_p2p(chorusComm_t h, CommImpl& comm, const std::vector<Devi
   }
   b.used = true;
   if (int rc = ipc.wait_u32_geq(stream, st.word.load(), n); rc != 0)
-    return report(copy_failed(name, r, "waiting for the host transfers", rc));
+    return broken(comm, copy_failed(name, r, "waiting for the host transfers", rc));
   for (size_t i = 0; i < items.size(); ++i) {
     const Args& a = items[i].args;
     const size_t bytes = a.count * dtype_size(a.datatype);
     if (items[i].call.kind == OpKind::kRecv && bytes > 0)
       if (int e = ipc.to_device(a.recvbuff, base + at[i], bytes, stream); e != 0)
-        return report(copy_failed(name, r, "copying into recvbuff", e));
+        return broken(comm, copy_failed(name, r, "copying into recvbuff", e));
   }
   if (int rc = ipc.mark_record(stream, &b.done); rc != 0)
-    return report(copy_failed(name, r, "marking the results' copy", rc));
+    return broken(comm, copy_failed(name, r, "marking the results' copy", rc));
   return chorusSuccess;
 }
 

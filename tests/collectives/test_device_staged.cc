@@ -186,6 +186,64 @@ TEST_CASE(
   for (const auto& rr : res) CHECK(contains(rr.output, "staged through host memory (2 hosts"));
 }
 
+TEST_CASE(
+    "staged device calls hold at most CHORUS_STAGED_MAX_BYTES of host memory: a call past it "
+    "waits for an earlier one's stream",
+    "[device]") {
+  RunOptions o = opts();
+  o.env["CHORUS_STAGED_MAX_BYTES"] = "10000";  // one call of 1000 floats (8032 bytes) at a time
+  auto res = run_ranks(
+      3,
+      [](int r) {
+        chorusComm_t comm = init(r);
+        if (!comm) return 1;
+        const chorus::kernels::cuda::IpcBackend& gpu = chorus::kernels::cuda::ipc();
+        constexpr size_t n = 1000;
+        void* stream = chorus::test::fake_async_stream();
+        auto* gate = static_cast<uint32_t*>(chorus::test::fake_device_alloc(4));
+        std::vector<float*> bufs;
+        for (int i = 0; i < 3; ++i) {
+          bufs.push_back(static_cast<float*>(chorus::test::fake_device_alloc(n * 4)));
+          for (size_t j = 0; j < n; ++j) bufs[i][j] = value(r, j, i);
+        }
+        // The stream's earlier work holds it for 0.5 s: the first call's buffer stays in use.
+        if (gpu.wait_u32_geq(stream, gate, 1) != 0) return fail_with(r, "the gate", "failed");
+        std::thread opener([gate] {
+          usleep(500 * 1000);
+          __atomic_store_n(gate, 1u, __ATOMIC_RELEASE);
+        });
+        const auto start = std::chrono::steady_clock::now();
+        double first = 0;
+        for (float* b : bufs) {
+          if (chorusAllReduce(b, b, n, chorusFloat32, chorusSum, comm, stream) != chorusSuccess) {
+            opener.join();
+            return fail_with(r, "a call", chorusGetLastError(comm));
+          }
+          if (first == 0) first = seconds_since(start);
+        }
+        const double all = seconds_since(start);
+        opener.join();
+        if (first > 0.3 || all < 0.4)
+          return fail_with(r, "the wait",
+                           fmt::format("first call {:.2f} s, all three {:.2f} s: want the first at "
+                                       "once, the second after the gate",
+                                       first, all));
+        if (int e = chorus::test::fake_stream_sync(stream); e != 0)
+          return fail_with(r, "the stream", gpu.error_string(e));
+        for (int i = 0; i < 3; ++i)
+          for (size_t j = 0; j < n; ++j)
+            if (bufs[i][j] != value(0, j, i) + value(1, j, i) + value(2, j, i))
+              return fail_with(r, "results", fmt::format("call {} element {}", i, j));
+        if (chorus::test::fake_pinned_live() != 1)
+          return fail_with(r, "host buffers",
+                           fmt::format("{} allocated, want 1", chorus::test::fake_pinned_live()));
+        chorusCommDestroy(comm);
+        return 0;
+      },
+      o);
+  check_all(res);
+}
+
 namespace {
 
 // One rank of the failure tests: its communicator, an async stream, 64 floats of device memory.

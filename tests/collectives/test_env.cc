@@ -89,6 +89,8 @@ const BadValue kBad[] = {
     {"CHORUS_TEST_DEVICE_DIE", "-2"},
     {"CHORUS_DEVICE_TIMING", "all"},
     {"CHORUS_DEVICE_TIMING", "10001"},
+    {"CHORUS_STAGED_MAX_BYTES", "lots"},
+    {"CHORUS_STAGED_MAX_BYTES", "-1"},
     {"CHORUS_TEST_SHM_DIE", "rank2"},
     {"CHORUS_TEST_SHM_DIE", "-2"},
 };
