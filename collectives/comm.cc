@@ -731,7 +731,7 @@ Status CommImpl::destroy() {
     q.first->finish(
         make_error(Code::kAborted, "{}: communicator destroyed", describe(q.first->desc())));
   queue.clear();  // a staged device call's host part signals its stream as it goes
-  stage_close(device_ipc_.stage, timeout_s_);
+  stage_close(device_ipc_.stage, deadline.remaining());  // destroy stays bounded by the timeout
   if (job) job->remove(this);
   channels.clear();
   job.reset();

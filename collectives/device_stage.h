@@ -51,9 +51,9 @@ struct StageState {
 
 // Writes n into the stage word unless it holds a later count already. Any thread.
 void stage_signal(StageState& st, uint32_t n);
-// At destroy, once no operation runs or is queued: waits (up to timeout_s) for every buffer's
-// `done` mark, then frees the buffers and marks; a buffer whose stream never got there is left
-// allocated, with a warning.
+// At destroy, once no operation runs or is queued: waits (up to timeout_s, what is left of
+// destroy's) for every buffer's `done` mark, then frees the buffers and marks; a buffer whose
+// stream never got there is left allocated, with a warning.
 void stage_close(StageState& st, double timeout_s);
 
 }  // namespace chorus
