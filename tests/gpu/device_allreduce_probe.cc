@@ -558,6 +558,33 @@ void errors(chorusComm_t comm, cudaStream_t stream) {
   CK(cudaFree(dev));
 }
 
+// Staged (CHORUS_PROBE_STAGED=1): counts that differ are found by the host part after the calls
+// returned; the streams end, the communicator fails within 5 s, and the next call says why.
+void staged_errors(chorusComm_t comm, cudaStream_t stream) {
+  float* dev;
+  CK(cudaMalloc(&dev, 64 * 4));
+  const auto t0 = std::chrono::steady_clock::now();
+  chorusResult_t rc =
+      chorusAllReduce(dev, dev, 32 + g_rank, chorusFloat32, chorusSum, comm, stream);
+  std::string why = rc == chorusSuccess ? "" : chorusGetLastError(comm);
+  CK(cudaStreamSynchronize(stream));
+  chorusResult_t async = chorusSuccess;
+  while (async == chorusSuccess &&
+         std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5)) {
+    chorusCommGetAsyncError(comm, &async);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  if (why.empty()) {
+    rc = chorusAllReduce(dev, dev, 16, chorusFloat32, chorusSum, comm, stream);
+    why = chorusGetLastError(comm);
+  }
+  if (async == chorusSuccess || rc == chorusSuccess || why.find("count 3") == std::string::npos)
+    fail("staged: different counts not named after the call: " + why);
+  else if (g_rank == 0)
+    std::printf("staged: different counts named: %s\n", why.c_str());
+  CK(cudaFree(dev));
+}
+
 // nccl-tests' columns, and the local copy's traffic rate measured in the same run.
 void bandwidth(chorusComm_t comm, cudaStream_t stream) {
   const size_t most = size_t(256) << 20;
@@ -697,7 +724,9 @@ int worker() {
   // Staged, a mismatch is found by the host part after the call returned (the communicator's
   // error): the checks of errors() are for the CUDA IPC path's exchange.
   if (!g_failed && !staged) errors(comm, stream);
-  if (!g_failed && std::getenv("CHORUS_CUDA_TEST_QUICK") == nullptr) bandwidth(comm, stream);
+  if (!g_failed && !staged && std::getenv("CHORUS_CUDA_TEST_QUICK") == nullptr)
+    bandwidth(comm, stream);
+  if (!g_failed && staged) staged_errors(comm, stream);  // the communicator fails: last
   chorusCommDestroy(comm);
   std::printf("[%d] %s\n", g_rank, g_failed ? "FAILED" : "ok");
   return g_failed ? 1 : 0;
