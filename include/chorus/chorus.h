@@ -23,6 +23,11 @@
  * - Blocking calls (chorusSend, chorusBroadcast, ...) return when the operation is complete
  *   on this rank. The chorusI* calls return a request at once; the buffers must stay valid
  *   until chorusWait/chorusTest reports completion. stream must be NULL for CPU buffers.
+ * - With device buffers a call returns once its work is enqueued on the stream (as NCCL's). What
+ *   goes wrong after that -- a peer that dies; across hosts, where the host part runs later, a
+ *   mismatch or a timeout too -- fails the communicator: chorusCommGetAsyncError reports it, the
+ *   next call names it, and the stream goes on with void results instead of waiting for ever.
+ *   A stream being captured into a CUDA graph is refused (captured device calls: not yet).
  * - In place: sendbuff == recvbuff is allowed wherever both appear (for gather, scatter and
  *   all-to-all see their comments).
  * - A destroyed or aborted communicator answers every later call with an error, never a crash.
