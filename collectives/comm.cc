@@ -717,6 +717,7 @@ Status CommImpl::destroy() {
     return joined;
   }
   vmm_close(device_ipc_);  // no call runs any more: the registry's retains end
+  graph_close(device_ipc_.graph);
   if (device_ipc_.timing) device_timing_report(*device_ipc_.timing, rank(), timeout_s_);
   std::vector<std::unique_ptr<Channel>> channels;
   std::shared_ptr<Job> job;

@@ -29,16 +29,16 @@ std::string ipc_error(int rc) {
   return kc::ipc().error_string(rc);
 }
 
-std::string capture_refusal(void* stream) {
+std::string capture_refusal(void* stream, const char* what) {
   int on = 0;
   if (int rc = kc::ipc().capturing(stream, &on); rc != 0)
     return fmt::format("asking whether stream {} is being captured failed: {}", stream,
                        ipc_error(rc));
   if (!on) return "";
   return fmt::format(
-      "stream {} is being captured into a CUDA graph: device calls cannot be "
-      "captured yet (replays would not wait for the peers); call outside it",
-      stream);
+      "stream {} is being captured into a CUDA graph: {} cannot be captured yet; "
+      "call them outside it",
+      stream, what);
 }
 
 // This rank's part of the record: the buffers it uses device memory of the current device,
@@ -61,8 +61,13 @@ void describe_self(DeviceIpc& st, CallBuffers& bufs, Record& me, int rank) {
                                              : fmt::format("the current device is {}", dev)));
   }
   if (st.flags == nullptr) {
-    if (int rc = ipc.flags_alloc(kFlagBytes, &st.flags); rc != 0)
+    // With the slots of captured calls behind them (device_graph.h): nothing is allocated while a
+    // stream is being captured, where CUDA may not allow it, once an eager call has run.
+    if (int rc = ipc.flags_alloc(kFlagBytes + kGraphFlagBytes, &st.flags); rc != 0)
       return set_why(me, "allocating its flag words failed: " + ipc_error(rc));
+    st.graph.flags = static_cast<char*>(st.flags) + kFlagBytes;
+    st.graph.live_device.store(dev);
+    st.graph.live.store(st.graph.flags);
     st.device = dev;
     st.live_device.store(dev);
     st.live_flags.store(st.flags);

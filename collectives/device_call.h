@@ -40,9 +40,10 @@ struct Record {
   int32_t root;  // collectives; send/recv: the peer
   int32_t ok;    // 0: `why` says what this rank could not do
   char why[180];
-  char gpu[48];  // the UUID of this rank's GPU ("" if unknown)
-  int32_t pid;   // for the descriptor sockets of VMM memory (device_vmm.h)
-  kc::IpcHandle flags, send, recv;
+  char gpu[48];   // the UUID of this rank's GPU ("" if unknown)
+  int32_t pid;    // for the descriptor sockets of VMM memory (device_vmm.h)
+  int32_t graph;  // captured into a CUDA graph: its slot (device_graph.h); -1: not captured
+  kc::IpcHandle flags, send, recv, graph_flags;
 };
 
 // Marks `r` as not taking part, saying why.
@@ -56,11 +57,10 @@ std::string ipc_error(int rc);
 // exported. `bufs` says where the GPU work finds each buffer.
 void describe_self(DeviceIpc& st, CallBuffers& bufs, Record& me, int rank);
 
-// Why this rank's call cannot go on `stream` ("" when it can): a stream being captured into a
-// CUDA graph. A captured call would replay its cross-process waits with the counts of the capture,
-// which later replays find reached already: they would read and write the peers' buffers with no
-// ordering at all. Refused instead, naming the rank, until device calls can be captured.
-std::string capture_refusal(void* stream);
+// Why `what` cannot go on `stream` ("" when it can): a stream being captured into a CUDA graph.
+// The collectives over CUDA IPC can be captured (device_graph.h); send/recv and the staged path
+// not yet.
+std::string capture_refusal(void* stream, const char* what);
 
 // Where rank q's buffer of handle h is mapped here: by CUDA IPC, or its VMM allocation mapped by
 // descriptor (device_vmm.h).
@@ -95,9 +95,15 @@ bool staged(CommImpl& comm, const char* call);
 // still write every signal (release()).
 class Enqueuer {
  public:
-  // `call`: what the call is, for CHORUS_DEVICE_TIMING's report (made only when it is on).
-  Enqueuer(CommImpl& comm, DeviceIpc& st, int rank, void* stream, const std::string& call)
-      : comm_(comm), st_(st), r_(rank), stream_(stream), timer_(timing(comm, st), call, stream) {}
+  // `call`: what the call is, for CHORUS_DEVICE_TIMING's report (made only when it is on; never
+  // for a captured call, whose stamps would be the graph's).
+  Enqueuer(CommImpl& comm, DeviceIpc& st, int rank, void* stream, const std::string& call,
+           bool timed = true)
+      : comm_(comm),
+        st_(st),
+        r_(rank),
+        stream_(stream),
+        timer_(timed ? timing(comm, st) : nullptr, call, stream) {}
 
   // Rank q's flag words, mapped at first use from its exported handle.
   Status map_flags(int q, const kc::IpcHandle& h) {
@@ -112,19 +118,44 @@ class Enqueuer {
     return Status::ok();
   }
 
-  // Writes v into peer q's word for this rank in `block`.
+  // A captured call (device_graph.h): its signals and waits go to `slot`'s words, mapped here
+  // (rank q's from its exported handle), with values 0 and 1.
+  Status capture_into(int slot, const std::vector<const kc::IpcHandle*>& peers) {
+    graph_slot_ = slot;
+    GraphWords& g = st_.graph;
+    if (g.peer.empty()) g.peer.assign(peers.size(), nullptr);
+    for (size_t q = 0; q < peers.size(); ++q) {
+      if (g.peer[q] != nullptr) continue;
+      void* f = g.flags;
+      if (int(q) != r_)
+        if (int rc = kc::ipc().open(*peers[q], &f); rc != 0)
+          return with_peer_news(comm_, failed(fmt::format("mapping rank {}'s flag words of "
+                                                          "captured calls",
+                                                          q),
+                                              rc));
+      g.peer[q] = static_cast<uint32_t*>(f);
+    }
+    return Status::ok();
+  }
+
+  // Writes v into peer q's word for this rank in `block` (captured: 1 into its slot's word).
   Status signal(int q, FlagBlock block, uint32_t v, const char* name) {
-    if (int rc = kc::ipc().write_u32(stream_, word(st_.peer_flags[q], block, r_), v); rc != 0)
+    uint32_t* w = graph_slot_ < 0 ? word(st_.peer_flags[q], block, r_)
+                                  : graph_word(st_.graph.peer[q], graph_slot_, block, r_);
+    if (int rc = kc::ipc().write_u32(stream_, w, graph_slot_ < 0 ? v : 1u); rc != 0)
       return failed(fmt::format("signalling {} to rank {}", name, q), rc);
     if (timer_.on()) timer_.stamp(fmt::format("signal {} to rank {}", name, q));
     return Status::ok();
   }
-  // Waits until q's word here in `block` is >= v.
+  // Waits until q's word here in `block` is >= v (captured: its slot's word >= 1, then reset).
   Status wait(int q, FlagBlock block, uint32_t v, const char* name) {
-    if (int rc =
-            kc::ipc().wait_u32_geq(stream_, word(static_cast<uint32_t*>(st_.flags), block, q), v);
-        rc != 0)
+    uint32_t* w = graph_slot_ < 0 ? word(static_cast<uint32_t*>(st_.flags), block, q)
+                                  : graph_word(st_.graph.flags, graph_slot_, block, q);
+    if (int rc = kc::ipc().wait_u32_geq(stream_, w, graph_slot_ < 0 ? v : 1u); rc != 0)
       return failed(fmt::format("waiting for rank {}'s {}", q, name), rc);
+    if (graph_slot_ >= 0)
+      if (int rc = kc::ipc().write_u32(stream_, w, 0); rc != 0)
+        return failed(fmt::format("resetting rank {}'s {}", q, name), rc);
     if (timer_.on()) timer_.stamp(fmt::format("wait for rank {}'s {}", q, name));
     return Status::ok();
   }
@@ -186,6 +217,7 @@ class Enqueuer {
     }
     return st.timing.get();
   }
+  int graph_slot_ = -1;  // capture_into's
   static bool any_staged(const std::vector<const LocalBuffer*>& bufs) {
     return std::any_of(bufs.begin(), bufs.end(), [](const LocalBuffer* b) { return b->staged; });
   }

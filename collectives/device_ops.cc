@@ -26,6 +26,8 @@
 //   Send/recv: the sender signals "data ready", the receiver "buffer free"; each waits for the
 //   other's; the receiver copies and signals "copied", which the sender waits for. In a group
 //   every item signals before any item waits, so exchanges both ways cannot deadlock.
+//   Captured into a CUDA graph, a collective's signals and waits go to flag words of its own,
+//   0 and 1 with a reset after each wait (device_graph.h), not to the counted words below.
 //   No kernel waits for another process; every cross-process wait is a stream memory
 //   operation, which holds no SM (ranks sharing one GPU time-slice it; a spinning kernel would
 //   stall them). Each rank signals before it waits.
@@ -97,6 +99,7 @@ std::array<uint32_t, 5 * kMaxDeviceRanks> device_release_values(const DeviceIpc&
 }
 
 void release_device_waits(DeviceIpc& st) {
+  graph_release(st.graph);
   void* flags = st.live_flags.load();
   if (flags == nullptr) return;
   const std::array<uint32_t, 5 * kMaxDeviceRanks> v = device_release_values(st);
@@ -196,6 +199,35 @@ chorusResult_t exchange_counts(chorusComm_t h, const Call& call, const Args& a, 
   return chorusSuccess;
 }
 
+// This rank's part of the record about capture (device_graph.h): the slot a call captured into a
+// CUDA graph takes (the communicator's slots made and exported at its first one), or -1; why not,
+// when it cannot be captured.
+void describe_capture(DeviceIpc& st, void* stream, devcall::Record& me) {
+  me.graph = -1;
+  int on = 0;
+  const kernels::cuda::IpcBackend& ipc = kernels::cuda::ipc();
+  if (int rc = ipc.capturing(stream, &on); rc != 0)
+    return devcall::set_why(me, fmt::format("asking whether stream {} is being captured failed: {}",
+                                            stream, ipc.error_string(rc)));
+  if (!on) return;
+  GraphWords& g = st.graph;
+  if (g.calls >= kGraphSlots)
+    return devcall::set_why(me,
+                            fmt::format("{} device calls are captured into CUDA graphs already, "
+                                        "the most a communicator holds",
+                                        kGraphSlots));
+  if (int rc = ipc.export_buffer(g.flags, &me.graph_flags); rc != 0)
+    return devcall::set_why(
+        me, "exporting the flag words of captured calls failed: " + ipc.error_string(rc));
+  me.graph = g.calls;
+}
+
+std::string describe_graph(const devcall::Record& x, int rank) {
+  if (x.graph < 0) return fmt::format("rank {}'s stream is not being captured", rank);
+  return fmt::format("rank {}'s stream is being captured into a CUDA graph (its captured call {})",
+                     rank, x.graph + 1);
+}
+
 bool same_call(const devcall::Record& a, const devcall::Record& b) {
   return a.kind == b.kind && a.count == b.count && a.datatype == b.datatype && a.op == b.op &&
          a.root == b.root;
@@ -212,6 +244,7 @@ chorusResult_t device_collective(chorusComm_t h, CommImpl& comm, const Call& cal
   const OpRule& rule = rule_for(call.kind);
   const bool v = call.kind == OpKind::kAllToAllv;  // per-rank counts, blocks anywhere
   devcall::Record me{};
+  me.graph = -1;
   me.count = v ? 0 : a.count;
   me.kind = int32_t(call.kind);
   me.datatype = call.kind == OpKind::kBarrier ? 0 : a.datatype;
@@ -250,26 +283,36 @@ chorusResult_t device_collective(chorusComm_t h, CommImpl& comm, const Call& cal
   }
   DeviceIpc& st = comm.device_ipc();
   describe_self(st, bufs, me, r);
-  if (me.ok)
-    if (std::string why = capture_refusal(a.stream); !why.empty()) set_why(me, why);
+  if (me.ok) describe_capture(st, a.stream, me);
   if (me.ok) set_aside(call.kind, r, a.count * es, bufs, me);
   if (me.ok)
     if (Status s = place_staged(st, std::array{&bufs.send, &bufs.recv}, r, call.name); !s.is_ok())
       set_why(me, s.message());
+  if (me.ok && me.graph >= 0 && (bufs.send.staged || bufs.recv.staged))
+    set_why(me,
+            "a call captured into a CUDA graph needs memory that CUDA IPC maps (cudaMalloc, "
+            "or VMM memory exported by descriptor): not the bounce buffer");
   std::vector<Record> all(p);
   if (chorusResult_t rc = run_op(
           {call.name, OpKind::kAllGather, false}, h,
           {.sendbuff = &me, .recvbuff = all.data(), .count = sizeof me, .datatype = chorusUint8});
       rc != chorusSuccess)
     return rc;
-  for (int q = 0; q < p; ++q) {
+  for (int q = 0; q < p; ++q)
     if (Status s = check_ok(all[q], q, r, call.name); !s.is_ok()) return report(s);
+  for (int q = 0; q < p; ++q) {
     if (!same_call(all[q], me))
       return fail(Code::kInvalidUsage,
                   "{} on rank {}: ranks disagree: rank {} calls {}, rank {} {}", call.name, r, r,
                   describe(me), q, describe(all[q]));
+    if (all[q].graph != me.graph)
+      return fail(Code::kInvalidUsage,
+                  "{} on rank {}: ranks disagree: {}, {}: every rank captures a device call "
+                  "into a CUDA graph, or none does",
+                  call.name, r, describe_graph(me, r), describe_graph(all[q], q));
   }
-  std::vector<size_t> flat;  // all-to-all-v: every rank's arrays
+  const int slot = me.graph;  // >= 0: captured (device_graph.h)
+  std::vector<size_t> flat;   // all-to-all-v: every rank's arrays
   std::vector<PerRankCounts> per_rank;
   if (v)
     if (chorusResult_t rc = exchange_counts(h, call, a, r, p, flat, per_rank); rc != chorusSuccess)
@@ -279,7 +322,7 @@ chorusResult_t device_collective(chorusComm_t h, CommImpl& comm, const Call& cal
     usleep(200 * 1000);  // the peers' exchange ends too (their last pieces may be in flight)
     raise(SIGKILL);
   }
-  const uint32_t seq = ++st.seq;
+  const uint32_t seq = slot < 0 ? ++st.seq : 0;  // a captured call's signals are 1s
   size_state(st, p);
   bool one_gpu = true;
   for (int q = 0; q < p; ++q)
@@ -299,15 +342,21 @@ chorusResult_t device_collective(chorusComm_t h, CommImpl& comm, const Call& cal
                             .align = std::max<size_t>(1, 16 / es),
                             .one_gpu = one_gpu});
   Enqueuer gpu(comm, st, r, a.stream,
-               comm.device_timing_calls() ? fmt::format("{}: {}", call.name, describe(me)) : "");
+               comm.device_timing_calls() ? fmt::format("{}: {}", call.name, describe(me)) : "",
+               slot < 0);
   Status s;
   for (int q = 0; q < p && s.is_ok(); ++q) s = gpu.map_flags(q, all[q].flags);
+  if (s.is_ok() && slot >= 0) {
+    std::vector<const kc::IpcHandle*> slots(p);
+    for (int q = 0; q < p; ++q) slots[q] = &all[q].graph_flags;
+    s = gpu.capture_into(slot, slots);
+  }
   // Whom this rank meets (device_plan.h): on one GPU the leader and each peer only.
   const int leader = v ? 0 : device_leader(call.kind, a.root);
   std::vector<DeviceMeet> meet(p);
   for (int q = 0; q < p; ++q)
     if (q != r) meet[q] = device_meet(r, q, leader, one_gpu, barrier);
-  if (s.is_ok())
+  if (s.is_ok() && slot < 0)  // (a captured call's, owed into the graph, would not help)
     for (int q = 0; q < p; ++q) {
       if (meet[q].signal_ready) owed.push_back({word(st.peer_flags[q], kReady, r), seq});
       if (meet[q].signal_done) owed.push_back({word(st.peer_flags[q], kDone, r), seq});
@@ -384,6 +433,10 @@ chorusResult_t device_collective(chorusComm_t h, CommImpl& comm, const Call& cal
   for (int q = 0; q < p && s.is_ok(); ++q)
     if (meet[q].wait_done) s = gpu.wait(q, kDone, seq, "done");
   if (s.is_ok()) s = gpu.bounce_out(staged);
+  if (s.is_ok() && slot >= 0) {  // its slot is taken for good (the graph may replay it any time)
+    st.graph.calls = slot + 1;
+    st.graph.live_calls.store(slot + 1);
+  }
   if (s.is_ok()) return finish(comm, call.name);
   gpu.release(owed);
   const Status why(Code::kSystemError, fmt::format("{} on rank {}: {}", call.name, r, s.message()));

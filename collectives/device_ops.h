@@ -11,6 +11,7 @@
 
 #include "chorus/chorus.h"
 #include "collectives/c_api_check.h"
+#include "collectives/device_graph.h"
 #include "collectives/device_stage.h"
 
 namespace chorus {
@@ -51,6 +52,8 @@ struct DeviceIpc {
   std::shared_ptr<DeviceTiming> timing;
   // The staged path's flag word and host buffers (device_stage.h).
   StageState stage;
+  // Captured calls' flag words (device_graph.h).
+  GraphWords graph;
 };
 
 // When the communicator fails (a peer died or failed, a revoke, a timeout): every flag word of

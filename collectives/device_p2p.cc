@@ -18,6 +18,7 @@ void p2p_record(DeviceIpc& st, const DeviceP2p& it, CallBuffers& bufs, devcall::
                 int rank) {
   const bool send = it.call.kind == OpKind::kSend;
   me = devcall::Record{};
+  me.graph = -1;
   me.count = it.args.count;
   me.kind = int32_t(it.call.kind);
   me.datatype = it.args.datatype;
@@ -30,7 +31,8 @@ void p2p_record(DeviceIpc& st, const DeviceP2p& it, CallBuffers& bufs, devcall::
   b.bytes = me.count * dtype_size(me.datatype);
   describe_self(st, bufs, me, rank);
   if (me.ok)
-    if (std::string why = devcall::capture_refusal(it.args.stream); !why.empty())
+    if (std::string why = devcall::capture_refusal(it.args.stream, "device sends and receives");
+        !why.empty())
       devcall::set_why(me, why);
 }
 

@@ -215,7 +215,8 @@ OpWrap wrap_for(CommImpl& comm, uint32_t n, void* ready, const char* call) {
 }
 
 // The start of every staged call: a communicator that failed takes no more (its buffers may still
-// be in an earlier call's hands). A stream being captured into a CUDA graph is refused
+// be in an earlier call's hands). A stream being captured into a CUDA graph is refused (the host
+// part runs on the host, which a graph's replay does not reach)
 // (devcall::capture_refusal), and fails the communicator: the peers' host parts are queued
 // already, and would wait for this rank's until the timeout.
 Status usable(CommImpl& comm, const char* call, void* stream) {
@@ -224,7 +225,9 @@ Status usable(CommImpl& comm, const char* call, void* stream) {
     return Status(e.code(),
                   fmt::format("{} on rank {}: communicator is broken by an earlier error: {}", call,
                               comm.rank(), e.message()));
-  if (std::string why = devcall::capture_refusal(stream); !why.empty()) {
+  if (std::string why = devcall::capture_refusal(
+          stream, "device calls across hosts (staged through host memory)");
+      !why.empty()) {
     const Status s(Code::kInvalidUsage, fmt::format("{} on rank {}: {}", call, comm.rank(), why));
     abort_after_exception(comm, s);
     return s;

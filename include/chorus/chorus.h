@@ -27,7 +27,8 @@
  *   goes wrong after that -- a peer that dies; across hosts, where the host part runs later, a
  *   mismatch or a timeout too -- fails the communicator: chorusCommGetAsyncError reports it, the
  *   next call names it, and the stream goes on with void results instead of waiting for ever.
- *   A stream being captured into a CUDA graph is refused (captured device calls: not yet).
+ *   The collectives over CUDA IPC may be captured into a CUDA graph by every rank (after one
+ *   eager device call); send/recv and calls across hosts are refused under capture.
  * - In place: sendbuff == recvbuff is allowed wherever both appear (for gather, scatter and
  *   all-to-all see their comments).
  * - A destroyed or aborted communicator answers every later call with an error, never a crash.

@@ -183,9 +183,23 @@ void async_loop(AsyncStream* a) {
   }
 }
 
-// On an async stream: queued (0); on any other: done now (its result).
+// fake_capture_begin's streams and what each has captured so far; fake_capturing's streams.
+using Graph = std::vector<std::function<int()>>;
+std::mutex g_capture_mu;
+std::map<void*, Graph*>* g_captures = new std::map<void*, Graph*>;
+std::set<void*>* g_capturing = new std::set<void*>;
+
+// While captured: recorded (0); on an async stream: queued (0); on any other: done now (its
+// result).
 int on_stream(void* stream, std::function<int()> op) {
   g_last_stream.store(stream);
+  {
+    std::lock_guard<std::mutex> lock(g_capture_mu);
+    if (auto it = g_captures->find(stream); it != g_captures->end()) {
+      it->second->push_back(std::move(op));
+      return 0;
+    }
+  }
   AsyncStream* a = async_of(stream);
   if (a == nullptr) return op();
   std::lock_guard<std::mutex> lock(a->mu);
@@ -396,12 +410,9 @@ int to_device(void* dst, const void* src, size_t bytes, void* stream) {
   });
 }
 
-std::mutex g_capture_mu;
-std::set<void*>* g_capturing = new std::set<void*>;  // fake_capturing's streams
-
 int capturing(void* stream, int* out) {
   std::lock_guard<std::mutex> lock(g_capture_mu);
-  *out = g_capturing->count(stream) ? 1 : 0;
+  *out = g_capturing->count(stream) || g_captures->count(stream) ? 1 : 0;
   return 0;
 }
 
@@ -529,6 +540,41 @@ void* fake_async_stream() {
 
 int fake_stream_sync(void* stream) {
   return sync_stream(stream);
+}
+
+void fake_capture_begin(void* stream) {
+  std::lock_guard<std::mutex> lock(g_capture_mu);
+  g_captures->emplace(stream, new Graph);
+}
+
+void* fake_capture_end(void* stream) {
+  std::lock_guard<std::mutex> lock(g_capture_mu);
+  auto it = g_captures->find(stream);
+  if (it == g_captures->end()) return nullptr;
+  Graph* g = it->second;
+  g_captures->erase(it);
+  return g;
+}
+
+int fake_graph_launch(void* graph, void* stream) {
+  for (const std::function<int()>& op : *static_cast<Graph*>(graph))
+    if (int rc = on_stream(stream, op); rc != 0) return rc;
+  return 0;
+}
+
+int fake_graph_ops(void* graph) {
+  return static_cast<int>(static_cast<Graph*>(graph)->size());
+}
+
+void fake_graph_free(void* graph) {
+  delete static_cast<Graph*>(graph);
+}
+
+void fake_stream_delay(void* stream, int ms) {
+  (void)on_stream(stream, [ms] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    return 0;
+  });
 }
 
 void fake_capturing(void* stream, bool on) {

@@ -46,8 +46,19 @@ std::vector<std::string> fake_mark_log();
 // fake_stream_sync waits until its work is done and returns its first error (0: none).
 void* fake_async_stream();
 int fake_stream_sync(void* stream);
-// While on, `stream` says it is being captured into a CUDA graph.
+// While on, `stream` says it is being captured into a CUDA graph (and runs what it is given).
 void fake_capturing(void* stream, bool on);
+// A CUDA graph's capture: from fake_capture_begin to fake_capture_end the stream records its
+// operations (writes and waits with their values, kernels with their pointers) instead of running
+// them, and says it is capturing; fake_graph_launch enqueues them on a stream, as a replay.
+// fake_graph_ops: how many operations a graph holds; fake_graph_free releases one.
+void fake_capture_begin(void* stream);
+void* fake_capture_end(void* stream);
+int fake_graph_launch(void* graph, void* stream);
+int fake_graph_ops(void* graph);
+void fake_graph_free(void* graph);
+// An operation that sleeps `ms` on the stream: its rank falls behind its peers there.
+void fake_stream_delay(void* stream, int ms);
 // While set, no mark is ever reached (a stream whose earlier work never ends).
 void fake_marks_stuck(bool stuck);
 // pinned_alloc's blocks not yet freed, in this process.

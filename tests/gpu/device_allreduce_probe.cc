@@ -16,6 +16,7 @@
 //                                                   bounce buffer; calls alternating between
 //                                                   streams too);
 //                                                   stream order without host synchronisation;
+//                                                   calls captured into a CUDA graph, replayed;
 //                                                   errors named on every rank; bandwidth.
 // Exits 77 with the reason where no GPU is visible.
 #include <cuda.h>
@@ -495,6 +496,68 @@ void alternating_streams(chorusComm_t comm, cudaStream_t stream, Mem m) {
   CK(cudaStreamDestroy(other));
 }
 
+void sleep_ms(void* ms) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(reinterpret_cast<intptr_t>(ms)));
+}
+
+// An all-reduce and a broadcast captured into a CUDA graph (global capture mode, as PyTorch's
+// default; after an eager warm-up call, as PyTorch and NCCL ask) and replayed 20 times with no
+// host synchronisation: a new input copied in before each replay, the results copied out after;
+// rank 1's stream held back 20 ms before every third replay, so the ranks are out of step.
+void graph_replays(chorusComm_t comm, cudaStream_t stream) {
+  constexpr size_t n = 1 << 16;
+  constexpr int kReplays = 20;
+  float *in, *sum, *bc, *host_in, *host_out;
+  CK(cudaMalloc(&in, n * 4));
+  CK(cudaMalloc(&sum, n * 4));
+  CK(cudaMalloc(&bc, n * 4));
+  CK(cudaMallocHost(&host_in, kReplays * n * 4));
+  CK(cudaMallocHost(&host_out, 2 * kReplays * n * 4));
+  for (int k = 0; k < kReplays; ++k)
+    for (size_t i = 0; i < n; ++i) host_in[k * n + i] = float(value(g_rank, i + 7 * k));
+  if (chorusAllReduce(in, sum, n, chorusFloat32, chorusSum, comm, stream) != chorusSuccess)
+    return fail(std::string("graph: the warm-up call: ") + chorusGetLastError(comm));
+  CK(cudaStreamSynchronize(stream));
+  cudaGraph_t graph;
+  CK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  chorusResult_t rc = chorusAllReduce(in, sum, n, chorusFloat32, chorusSum, comm, stream);
+  if (rc == chorusSuccess) rc = chorusBroadcast(in, bc, n, chorusFloat32, 0, comm, stream);
+  const std::string why = rc == chorusSuccess ? "" : chorusGetLastError(comm);
+  CK(cudaStreamEndCapture(stream, &graph));
+  if (rc != chorusSuccess) return fail("graph: the capture: " + why);
+  cudaGraphExec_t exec;
+  CK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int k = 0; k < kReplays; ++k) {
+    CK(cudaMemcpyAsync(in, host_in + k * n, n * 4, cudaMemcpyHostToDevice, stream));
+    if (g_rank == 1 && k % 3 == 0)
+      CK(cudaLaunchHostFunc(stream, sleep_ms, reinterpret_cast<void*>(intptr_t(20))));
+    CK(cudaGraphLaunch(exec, stream));
+    CK(cudaMemcpyAsync(host_out + 2 * k * n, sum, n * 4, cudaMemcpyDeviceToHost, stream));
+    CK(cudaMemcpyAsync(host_out + (2 * k + 1) * n, bc, n * 4, cudaMemcpyDeviceToHost, stream));
+  }
+  CK(cudaStreamSynchronize(stream));
+  int wrong = 0;
+  for (int k = 0; k < kReplays; ++k)
+    for (size_t i = 0; i < n; ++i) {
+      double want = 0;
+      for (int q = 0; q < g_size; ++q) want += value(q, i + 7 * k);
+      if (host_out[2 * k * n + i] != float(want) ||
+          host_out[(2 * k + 1) * n + i] != float(value(0, i + 7 * k)))
+        if (wrong++ == 0)
+          fail("graph: replay " + std::to_string(k) + " element " + std::to_string(i) + " wrong");
+    }
+  if (g_rank == 0 && wrong == 0)
+    std::printf("%d ranks: all-reduce + broadcast captured in a CUDA graph, %d replays right\n",
+                g_size, kReplays);
+  CK(cudaGraphExecDestroy(exec));
+  CK(cudaGraphDestroy(graph));
+  CK(cudaFree(in));
+  CK(cudaFree(sum));
+  CK(cudaFree(bc));
+  CK(cudaFreeHost(host_in));
+  CK(cudaFreeHost(host_out));
+}
+
 // Stream order with no host synchronisation: a fill on the stream, the all-reduce, a read-back,
 // one synchronisation at the end. On a stream of its own and on the legacy default stream.
 void stream_order(chorusComm_t comm, cudaStream_t stream) {
@@ -721,6 +784,7 @@ int worker() {
                   mem_name(m));
   }
   if (!g_failed) stream_order(comm, stream);
+  if (!g_failed && !staged) graph_replays(comm, stream);
   // Staged, a mismatch is found by the host part after the call returned (the communicator's
   // error): the checks of errors() are for the CUDA IPC path's exchange.
   if (!g_failed && !staged) errors(comm, stream);

@@ -1,0 +1,241 @@
+// Device collectives captured into CUDA graphs (collectives/device_graph.h) on an emulated GPU
+// whose streams record what they are given while captured and replay it (fake_gpu.h): every
+// replay right, with the ranks out of step (a rank's stream held back before some replays) and
+// eager calls between replays; a peer killed while replays are queued (the survivors' streams
+// end); memory that needs the bounce buffer refused under capture.
+#include <fmt/format.h>
+#include <signal.h>
+#include <unistd.h>
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "chorus/chorus.h"
+#include "fake_gpu.h"
+#include "harness.h"
+#include "kernels/cpu/reduce.h"
+#include "kernels/cuda/ipc.h"
+
+using chorus::test::contains;
+using chorus::test::run_ranks;
+using chorus::test::RunOptions;
+namespace kc = chorus::kernels::cuda;
+
+namespace {
+
+int fail_with(int rank, const std::string& what, const std::string& msg) {
+  std::fprintf(stderr, "rank %d: %s: %s\n", rank, what.c_str(), msg.c_str());
+  return 1;
+}
+
+chorusComm_t init(int rank) {
+  chorus::test::install_fake_gpu();
+  chorusComm_t comm = nullptr;
+  if (chorusCommInitFromEnv(&comm) != chorusSuccess)
+    std::fprintf(stderr, "rank %d: init: %s\n", rank, chorusGetLastError(nullptr));
+  return comm;
+}
+
+RunOptions opts(bool one_gpu) {
+  RunOptions o;
+  o.env = {{"CHORUS_TIMEOUT", "30"}};
+  if (one_gpu)
+    o.env.insert({{"CHORUS_TEST_GPU_UUID", "GPU-fake-0"}, {"CHORUS_ALLOW_SHARED_GPU", "1"}});
+  o.limit_seconds = 120;
+  return o;
+}
+
+void check_all(const std::vector<chorus::test::RankResult>& res) {
+  for (size_t r = 0; r < res.size(); ++r) {
+    INFO("rank " << r << ":\n" << res[r].output);
+    CHECK(res[r].exit_code == 0);
+  }
+}
+
+float value(int q, size_t j, int k) {
+  return float((q * 37 + int(j) * 3 + k * 11) % 64) - 20.0f;
+}
+
+// A copy of n floats on the stream (a kernel of the emulation).
+int copy_on(void* stream, const float* from, float* to, size_t n) {
+  const void* in[] = {from};
+  void* out[] = {to};
+  return kc::ipc().fold(chorus::kernels::DType::kF32, chorus::kernels::RedOp::kSum, in, 1, out, 1,
+                        n, 0, stream);
+}
+
+float* dev(size_t n) {
+  return static_cast<float*>(chorus::test::fake_device_alloc(n * 4));
+}
+
+}  // namespace
+
+TEST_CASE(
+    "device collectives captured into a CUDA graph: every replay right, ranks out of step, "
+    "eager calls between",
+    "[device][graph]") {
+  struct Config {
+    int p;
+    bool one_gpu;
+  };
+  for (Config c : {Config{3, false}, Config{3, true}, Config{2, true}}) {
+    INFO(c.p << " ranks, " << (c.one_gpu ? "one GPU" : "a GPU each"));
+    auto res = run_ranks(
+        c.p,
+        [c](int r) {
+          chorusComm_t comm = init(r);
+          if (!comm) return 1;
+          const int p = c.p;
+          constexpr size_t n = 257;
+          constexpr int kReplays = 12;
+          void* stream = chorus::test::fake_async_stream();
+          float *in = dev(n), *sum = dev(n), *bc = dev(n), *ag = dev(p * n), *rs = dev(n);
+          float* eager = dev(n);
+          std::vector<float*> sums, bcs, rss, eagers;
+          for (int k = 0; k < kReplays; ++k) {
+            sums.push_back(dev(n));
+            bcs.push_back(dev(n));
+            rss.push_back(dev(n));
+            eagers.push_back(dev(n));
+          }
+          // The capture: nothing runs, and the calls' host exchange happens once, here.
+          chorus::test::fake_capture_begin(stream);
+          chorusResult_t rc = chorusAllReduce(in, sum, n, chorusFloat32, chorusSum, comm, stream);
+          if (rc == chorusSuccess)
+            rc = chorusBroadcast(in, bc, n, chorusFloat32, p - 1, comm, stream);
+          if (rc == chorusSuccess) rc = chorusAllGather(in, ag, n, chorusFloat32, comm, stream);
+          if (rc == chorusSuccess)
+            rc = chorusReduceScatter(ag, rs, n, chorusFloat32, chorusSum, comm, stream);
+          void* graph = chorus::test::fake_capture_end(stream);
+          if (rc != chorusSuccess) return fail_with(r, "the capture", chorusGetLastError(comm));
+          if (chorus::test::fake_graph_ops(graph) == 0 || sum[0] != 0.0f)
+            return fail_with(r, "the capture", "nothing captured, or it ran");
+          // The replays, with no host synchronisation: a new input before each (on the stream),
+          // the results copied out after it; rank 1's stream held back before every third
+          // replay; an eager all-reduce after every fourth.
+          std::vector<std::vector<float>> inputs(kReplays, std::vector<float>(n));
+          for (int k = 0; k < kReplays; ++k) {
+            for (size_t j = 0; j < n; ++j) inputs[k][j] = value(r, j, k);
+            if (kc::ipc().to_device(in, inputs[k].data(), n * 4, stream) != 0)
+              return fail_with(r, "the input", "failed");
+            if (r == 1 && k % 3 == 0) chorus::test::fake_stream_delay(stream, 40);
+            if (chorus::test::fake_graph_launch(graph, stream) != 0)
+              return fail_with(r, "a replay", "failed");
+            if (copy_on(stream, sum, sums[k], n) != 0 || copy_on(stream, bc, bcs[k], n) != 0 ||
+                copy_on(stream, rs, rss[k], n) != 0)
+              return fail_with(r, "copying out", "failed");
+            if (k % 4 == 3) {
+              if (copy_on(stream, in, eager, n) != 0 ||
+                  chorusAllReduce(eager, eagers[k], n, chorusFloat32, chorusMax, comm, stream) !=
+                      chorusSuccess)
+                return fail_with(r, "an eager call", chorusGetLastError(comm));
+            }
+          }
+          if (int e = chorus::test::fake_stream_sync(stream); e != 0)
+            return fail_with(r, "the stream", kc::ipc().error_string(e));
+          for (int k = 0; k < kReplays; ++k)
+            for (size_t j = 0; j < n; ++j) {
+              float want_sum = 0, want_max = value(0, j, k);
+              for (int q = 0; q < p; ++q) want_sum += value(q, j, k);
+              for (int q = 1; q < p; ++q) want_max = std::max(want_max, value(q, j, k));
+              const float want_rs = float(p) * value(r, j, k);
+              if (sums[k][j] != want_sum || bcs[k][j] != value(p - 1, j, k) ||
+                  rss[k][j] != want_rs || (k % 4 == 3 && eagers[k][j] != want_max))
+                return fail_with(r, fmt::format("replay {}", k),
+                                 fmt::format("element {}: sum {} broadcast {} reduce-scatter {} "
+                                             "eager {}, want {} {} {} {}",
+                                             j, sums[k][j], bcs[k][j], rss[k][j], eagers[k][j],
+                                             want_sum, value(p - 1, j, k), want_rs, want_max));
+            }
+          chorus::test::fake_graph_free(graph);
+          chorusCommDestroy(comm);
+          return 0;
+        },
+        opts(c.one_gpu));
+    check_all(res);
+  }
+}
+
+TEST_CASE(
+    "captured device calls: a peer killed while replays are queued; bounce-buffer memory "
+    "refused",
+    "[device][graph]") {
+  SECTION("rank 2 killed: the survivors' queued replays end, the error names it") {
+    auto res = run_ranks(
+        3,
+        [](int r) {
+          chorusComm_t comm = init(r);
+          if (!comm) return 1;
+          void* stream = chorus::test::fake_async_stream();
+          float* buf = dev(64);
+          chorus::test::fake_capture_begin(stream);
+          const chorusResult_t rc =
+              chorusAllReduce(buf, buf, 64, chorusFloat32, chorusSum, comm, stream);
+          void* graph = chorus::test::fake_capture_end(stream);
+          if (rc != chorusSuccess) return fail_with(r, "the capture", chorusGetLastError(comm));
+          if (chorus::test::fake_graph_launch(graph, stream) != 0 ||
+              chorus::test::fake_stream_sync(stream) != 0)
+            return fail_with(r, "the first replay", "failed");
+          if (r == 2) {
+            usleep(200 * 1000);  // the survivors' replays are queued by then
+            raise(SIGKILL);
+          }
+          const auto start = std::chrono::steady_clock::now();
+          for (int k = 0; k < 10; ++k)
+            if (chorus::test::fake_graph_launch(graph, stream) != 0)
+              return fail_with(r, "a replay", "failed");
+          const int e = chorus::test::fake_stream_sync(stream);
+          const double took =
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+          if (e != 0 || took > 10)
+            return fail_with(r, "the stream", fmt::format("error {} after {:.1f} s", e, took));
+          chorusResult_t async = chorusSuccess;
+          chorusCommGetAsyncError(comm, &async);
+          const chorusResult_t next =
+              chorusAllReduce(buf, buf, 64, chorusFloat32, chorusSum, comm, stream);
+          const std::string why = chorusGetLastError(comm);
+          chorus::test::fake_graph_free(graph);
+          if (async == chorusSuccess || next == chorusSuccess || !contains(why, "rank 2"))
+            return fail_with(r, "the next call", why);
+          chorusCommDestroy(comm);
+          return 0;
+        },
+        opts(false));
+    for (int r = 0; r < 2; ++r) {
+      INFO("rank " << r << ":\n" << res[r].output);
+      CHECK(res[r].exit_code == 0);
+    }
+  }
+  SECTION(
+      "rank 1's memory needs the bounce buffer: refused on every rank, the communicator goes "
+      "on") {
+    auto res = run_ranks(
+        3,
+        [](int r) {
+          chorusComm_t comm = init(r);
+          if (!comm) return 1;
+          void* stream = chorus::test::fake_async_stream();
+          auto* buf = static_cast<float*>(r == 1 ? chorus::test::fake_unmapped_alloc(64 * 4)
+                                                 : chorus::test::fake_device_alloc(64 * 4));
+          chorus::test::fake_capture_begin(stream);
+          const chorusResult_t rc =
+              chorusAllReduce(buf, buf, 64, chorusFloat32, chorusSum, comm, stream);
+          chorus::test::fake_graph_free(chorus::test::fake_capture_end(stream));
+          const std::string why = chorusGetLastError(comm);
+          if (rc == chorusSuccess || !contains(why, "needs memory that CUDA IPC maps") ||
+              (r != 1 && !contains(why, "rank 1:")))
+            return fail_with(r, "the captured call", why);
+          for (int j = 0; j < 64; ++j) buf[j] = 1.0f;
+          if (chorusAllReduce(buf, buf, 64, chorusFloat32, chorusSum, comm, stream) !=
+                  chorusSuccess ||
+              chorus::test::fake_stream_sync(stream) != 0 || buf[63] != 3.0f)
+            return fail_with(r, "the eager call after", chorusGetLastError(comm));
+          chorusCommDestroy(comm);
+          return 0;
+        },
+        opts(false));
+    check_all(res);
+  }
+}
