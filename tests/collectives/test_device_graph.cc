@@ -13,30 +13,21 @@
 #include <vector>
 
 #include "chorus/chorus.h"
+#include "device_test.h"
 #include "fake_gpu.h"
 #include "harness.h"
 #include "kernels/cpu/reduce.h"
 #include "kernels/cuda/ipc.h"
 
+using chorus::test::check_all;
 using chorus::test::contains;
+using chorus::test::fail_with;
 using chorus::test::run_ranks;
 using chorus::test::RunOptions;
 namespace kc = chorus::kernels::cuda;
+const auto init = chorus::test::device_init;
 
 namespace {
-
-int fail_with(int rank, const std::string& what, const std::string& msg) {
-  std::fprintf(stderr, "rank %d: %s: %s\n", rank, what.c_str(), msg.c_str());
-  return 1;
-}
-
-chorusComm_t init(int rank) {
-  chorus::test::install_fake_gpu();
-  chorusComm_t comm = nullptr;
-  if (chorusCommInitFromEnv(&comm) != chorusSuccess)
-    std::fprintf(stderr, "rank %d: init: %s\n", rank, chorusGetLastError(nullptr));
-  return comm;
-}
 
 RunOptions opts(bool one_gpu) {
   RunOptions o;
@@ -45,13 +36,6 @@ RunOptions opts(bool one_gpu) {
     o.env.insert({{"CHORUS_TEST_GPU_UUID", "GPU-fake-0"}, {"CHORUS_ALLOW_SHARED_GPU", "1"}});
   o.limit_seconds = 120;
   return o;
-}
-
-void check_all(const std::vector<chorus::test::RankResult>& res) {
-  for (size_t r = 0; r < res.size(); ++r) {
-    INFO("rank " << r << ":\n" << res[r].output);
-    CHECK(res[r].exit_code == 0);
-  }
 }
 
 float value(int q, size_t j, int k) {

@@ -19,14 +19,18 @@
 #include "chorus/chorus.h"
 #include "collectives/device_ops.h"
 #include "collectives/device_vmm.h"
+#include "device_test.h"
 #include "fake_gpu.h"
 #include "harness.h"
 #include "kernels/cpu/reduce.h"
 
+using chorus::test::check_all;
 using chorus::test::contains;
+using chorus::test::fail_with;
 using chorus::test::run_ranks;
 using chorus::test::RunOptions;
 namespace kn = chorus::kernels;
+const auto init = chorus::test::device_init;
 
 namespace {
 
@@ -36,11 +40,6 @@ int occurrences(const std::string& text, const std::string& part) {
   int n = 0;
   for (size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++n;
   return n;
-}
-
-int fail_with(int rank, const std::string& what, const std::string& msg) {
-  std::fprintf(stderr, "rank %d: %s: %s\n", rank, what.c_str(), msg.c_str());
-  return 1;
 }
 
 struct TypeCase {
@@ -250,21 +249,6 @@ RunOptions opts(bool one_gpu, const char* die = nullptr) {
   if (die) o.env.insert({"CHORUS_TEST_DEVICE_DIE", die});
   o.limit_seconds = 240;
   return o;
-}
-
-chorusComm_t init(int rank) {
-  chorus::test::install_fake_gpu();
-  chorusComm_t comm = nullptr;
-  if (chorusCommInitFromEnv(&comm) != chorusSuccess)
-    std::fprintf(stderr, "rank %d: init: %s\n", rank, chorusGetLastError(nullptr));
-  return comm;
-}
-
-void check_all(const std::vector<chorus::test::RankResult>& res) {
-  for (size_t r = 0; r < res.size(); ++r) {
-    INFO("rank " << r << ":\n" << res[r].output);
-    CHECK(res[r].exit_code == 0);
-  }
 }
 
 }  // namespace

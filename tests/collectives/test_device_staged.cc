@@ -20,28 +20,22 @@
 #include <vector>
 
 #include "chorus/chorus.h"
+#include "device_test.h"
 #include "fake_gpu.h"
 #include "harness.h"
 #include "kernels/cuda/ipc.h"
 
+using chorus::test::check_all;
 using chorus::test::contains;
+using chorus::test::fail_with;
 using chorus::test::run_ranks;
 using chorus::test::RunOptions;
 
 namespace {
 
-int fail_with(int rank, const std::string& what, const std::string& msg) {
-  std::fprintf(stderr, "rank %d: %s: %s\n", rank, what.c_str(), msg.c_str());
-  return 1;
-}
-
 chorusComm_t init(int rank) {
-  chorus::test::install_fake_gpu();
   setenv("CHORUS_HOSTID", rank == 2 ? "host-b" : "host-a", 1);  // rank 2 apart: staged
-  chorusComm_t comm = nullptr;
-  if (chorusCommInitFromEnv(&comm) != chorusSuccess)
-    std::fprintf(stderr, "rank %d: init: %s\n", rank, chorusGetLastError(nullptr));
-  return comm;
+  return chorus::test::device_init(rank);
 }
 
 RunOptions opts(const char* timeout = "30") {
@@ -57,13 +51,6 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 
 float value(int q, size_t j, int salt) {
   return float(q * 1000 + salt * 100) + float(j % 97);
-}
-
-void check_all(const std::vector<chorus::test::RankResult>& res) {
-  for (size_t r = 0; r < res.size(); ++r) {
-    INFO("rank " << r << ":\n" << res[r].output);
-    CHECK(res[r].exit_code == 0);
-  }
 }
 
 // Until the communicator has an error (at most 10 s); its code.
