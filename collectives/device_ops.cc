@@ -199,6 +199,8 @@ chorusResult_t exchange_counts(chorusComm_t h, const Call& call, const Args& a, 
   return chorusSuccess;
 }
 
+static_assert(kGraphBlockWords == kMaxDeviceRanks, "a slot's block holds a word per rank");
+
 // This rank's part of the record about capture (device_graph.h): the slot a call captured into a
 // CUDA graph takes (the communicator's slots made and exported at its first one), or -1; why not,
 // when it cannot be captured.
