@@ -55,6 +55,9 @@ class HostStage {
   ~HostStage();
   HostStage(const HostStage&) = delete;
   HostStage& operator=(const HostStage&) = delete;
+
+ private:
+  OpWrap wrap_;
 };
 
 }  // namespace chorus::capi

@@ -67,11 +67,10 @@ thread_local const chorus::capi::OpWrap* t_host_stage = nullptr;
 }  // namespace
 
 namespace chorus::capi {
-HostStage::HostStage(OpWrap wrap) {
-  t_host_stage = new OpWrap(std::move(wrap));
+HostStage::HostStage(OpWrap wrap) : wrap_(std::move(wrap)) {
+  t_host_stage = &wrap_;
 }
 HostStage::~HostStage() {
-  delete t_host_stage;
   t_host_stage = nullptr;
 }
 }  // namespace chorus::capi

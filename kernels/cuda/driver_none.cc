@@ -106,9 +106,6 @@ int stream_write_u32(void*, void*, uint32_t) {
 int stream_wait_u32_geq(void*, const void*, uint32_t) {
   return kNoCuda;
 }
-int copy_to_host(void*, const void*, size_t, void*) {
-  return kNoCuda;
-}
 int copy_to_device(void*, const void*, size_t, void*) {
   return kNoCuda;
 }

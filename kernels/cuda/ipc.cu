@@ -204,15 +204,6 @@ int stream_wait_u32_geq(void* stream, const void* word, uint32_t v) {
                            CU_STREAM_WAIT_VALUE_GEQ));
 }
 
-int copy_to_host(void* dst, const void* src, size_t bytes, void* stream) {
-  if (!ops().ok) return kNoCuda;
-  auto s = static_cast<cudaStream_t>(stream);
-  if (bytes > 0)
-    if (cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s); e)
-      return int(e);
-  return int(cudaStreamSynchronize(s));
-}
-
 int copy_to_device(void* dst, const void* src, size_t bytes, void* stream) {
   if (!ops().ok) return kNoCuda;
   // From pageable memory: returns once `src` is staged, so the caller may free it.

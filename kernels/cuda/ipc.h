@@ -5,8 +5,7 @@
 // kNoCuda).
 //
 // Every int result is 0 on success, a cudaError_t (> 0) or -CUresult (< 0); ipc_error_string
-// names it. Nothing here waits for the GPU but copy_to_host: the stream functions enqueue and
-// return.
+// names it. Nothing here waits for the GPU: the stream functions enqueue and return.
 #pragma once
 
 #include <cstddef>
@@ -99,16 +98,12 @@ inline constexpr int kStampNotReady = 600;  // cudaErrorNotReady
 int stamp_record(void* stream, void** stamp);
 int stamp_ms(void* from, void* to, float* ms);
 void stamp_free(void* stamp);
-// Host staging, for ranks that CUDA IPC cannot join (several hosts): `bytes` of device memory
-// into host memory after the work on `stream`, returning once they are there (bytes 0: waits for
-// the stream); and host memory into device memory on `stream`, returning once `src` may be
-// reused.
-int copy_to_host(void* dst, const void* src, size_t bytes, void* stream);
+// Host staging, for ranks that CUDA IPC cannot join (several hosts; collectives/device_staged.cc):
+// page-locked host memory (cudaHostAlloc), which copies on a stream read or write when the stream
+// reaches them, not when they are enqueued; a copy of device memory into it, and of host memory
+// into device memory, on `stream` (from page-locked memory the copy reads `src` when it runs;
+// from other memory, before it returns). Both only enqueue.
 int copy_to_device(void* dst, const void* src, size_t bytes, void* stream);
-// The staged path that does not wait (collectives/device_staged.cc): page-locked host memory
-// (cudaHostAlloc), which copies on a stream read or write when the stream reaches them, not
-// when they are enqueued; and a copy of device memory into it that only enqueues (copy_to_device
-// from such memory enqueues too, and reads `src` when it runs).
 int pinned_alloc(size_t bytes, void** out);
 void pinned_free(void* p);
 int copy_to_host_async(void* dst, const void* src, size_t bytes, void* stream);
@@ -139,7 +134,6 @@ struct IpcBackend {
   // reduce_fold_to's contract (reduce.h); a copy is a fold of one input.
   int (*fold)(DType t, RedOp op, const void* const* in, int w, void* const* out, int nout,
               size_t count, int avg_n, void* stream);
-  int (*to_host)(void* dst, const void* src, size_t bytes, void* stream);
   int (*to_device)(void* dst, const void* src, size_t bytes, void* stream);
   int (*pinned_alloc)(size_t bytes, void** out);
   void (*pinned_free)(void* p);

@@ -379,13 +379,6 @@ int fold(kernels::DType t, kernels::RedOp op, const void* const* in, int w, void
   });
 }
 
-// copy_to_host: after the stream's work, and done when it returns.
-int to_host(void* dst, const void* src, size_t bytes, void* stream) {
-  if (int rc = sync_stream(stream); rc != 0) return rc;
-  if (bytes > 0) std::memcpy(dst, src, bytes);
-  return 0;
-}
-
 int to_host_async(void* dst, const void* src, size_t bytes, void* stream) {
   if (bytes == 0) return 0;
   return on_stream(stream, [=] {
@@ -437,7 +430,6 @@ const kc::IpcBackend kFake{.export_buffer = export_buffer,
                            .stamp_ms = stamp_ms,
                            .stamp_free = stamp_free,
                            .fold = fold,
-                           .to_host = to_host,
                            .to_device = to_device,
                            .pinned_alloc = pinned_alloc,
                            .pinned_free = pinned_free,
