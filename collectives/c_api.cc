@@ -15,6 +15,7 @@
 #include "collectives/c_api_check.h"
 #include "collectives/c_api_internal.h"
 #include "collectives/comm.h"
+#include "collectives/device_call.h"
 #include "collectives/grow.h"
 #include "collectives/job.h"
 #include "collectives/tuner.h"
@@ -354,6 +355,20 @@ CHORUS_API chorusResult_t chorusCommUserRank(const chorusComm_t h, int* rank) tr
   auto c = live(h, "chorusCommUserRank");
   if (!c.is_ok()) return report(c.status());
   *rank = (*c)->rank();
+  return chorusSuccess;
+}
+CHORUS_CATCH_ALL
+
+CHORUS_API chorusResult_t chorusCommCapturable(const chorusComm_t h, int* capturable) try {
+  if (!capturable) return fail(Code::kInvalidArgument, "chorusCommCapturable: capturable is NULL");
+  auto c = live(h, "chorusCommCapturable");
+  if (!c.is_ok()) return report(c.status());
+  const std::string why = chorus::capi::devcall::staged_why(**c);
+  *capturable = why.empty() ? 1 : 0;
+  if (!why.empty())
+    chorus::log_info(
+        "rank {}: chorusCommCapturable: 0, device calls are staged through host memory ({})",
+        (*c)->rank(), why);
   return chorusSuccess;
 }
 CHORUS_CATCH_ALL

@@ -135,19 +135,22 @@ void size_state(DeviceIpc& st, int p) {
   st.peer_flags.assign(p, nullptr);
 }
 
-bool staged(CommImpl& comm, const char* call) {
+std::string staged_why(CommImpl& comm) {
   const int hosts = comm.hosts().nhosts();
-  const std::string& unreachable = comm.gpus_unreachable();
-  if (hosts == 1 && comm.size() <= kMaxDeviceRanks && unreachable.empty()) return false;
+  if (hosts != 1) return fmt::format("{} hosts; CUDA IPC maps memory of one host", hosts);
+  if (comm.size() > kMaxDeviceRanks)
+    return fmt::format("{} ranks; CUDA IPC here takes at most {}", comm.size(), kMaxDeviceRanks);
+  return comm.gpus_unreachable();
+}
+
+bool staged(CommImpl& comm, const char* call) {
+  const std::string why = staged_why(comm);
+  if (why.empty()) return false;
   DeviceIpc& st = comm.device_ipc();
   if (!st.staged_said) {
     st.staged_said = true;
-    log_info(
-        "rank {}: {} on device buffers: staged through host memory ({})", comm.rank(), call,
-        hosts != 1 ? fmt::format("{} hosts; CUDA IPC maps memory of one host", hosts)
-        : comm.size() > kMaxDeviceRanks
-            ? fmt::format("{} ranks; CUDA IPC here takes at most {}", comm.size(), kMaxDeviceRanks)
-            : unreachable);
+    log_info("rank {}: {} on device buffers: staged through host memory ({})", comm.rank(), call,
+             why);
   }
   return true;
 }

@@ -88,8 +88,10 @@ void size_state(DeviceIpc& st, int p);
 // Whether CUDA IPC cannot join the communicator's ranks -- several hosts, more ranks than the
 // flag words have room for, or two GPUs of the host that cannot reach each other peer to peer
 // (CommImpl::gpus_unreachable) -- and the call goes through host memory (device_staged.cc). The
-// same answer on every rank; said once per communicator at CHORUS_DEBUG=INFO.
+// same answer on every rank; said once per communicator at CHORUS_DEBUG=INFO. staged_why: why
+// (empty: CUDA IPC joins them, and their device collectives may be captured into a CUDA graph).
 bool staged(CommImpl& comm, const char* call);
+std::string staged_why(CommImpl& comm);
 
 // The GPU-side work of one call on this rank, enqueued in order; failures after the exchange
 // still write every signal (release()).

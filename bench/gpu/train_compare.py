@@ -14,8 +14,8 @@ TF32 on either side.
    host memory batch by batch, as train_cnn feeds it): chorus on 1 rank and on 2 ranks sharing the
    GPU (CHORUS_ALLOW_SHARED_GPU=1, the same global batch), PyTorch on 1 (its NCCL refuses two ranks
    on one GPU); on a GPU also chorus with its step captured as CUDA graphs (train_cnn
-   --cuda-graph: "chorus 1 rank graph", and "chorus 2 ranks graph", where DDP's all-reduces run
-   between two graphs a step), and where MPS is installed "chorus 2 ranks mps" (chorus-run --mps:
+   --cuda-graph: "chorus 1 rank graph", and "chorus 2 ranks graph", where DDP's all-reduces are
+   captured inside the step's graph), and where MPS is installed "chorus 2 ranks mps" (chorus-run --mps:
    the two ranks side by side instead of taking turns by time slice).
 2. Accuracy: --accuracy-epochs epochs of Fashion-MNIST at batch 64 on each side for each of
    --accuracy-seeds seeds, then the mean test accuracy of each and their difference (issue 12's

@@ -272,6 +272,12 @@ void Reducer::sync_deferred(bool replayed) {
   complete_deferred_ = true;
 }
 
+bool Reducer::capturable(const Device& device) const {
+  for (const Bucket& b : buckets_)
+    if (b.flat.device() != device) return false;
+  return comm_.capturable();
+}
+
 void Reducer::launch_ready_buckets() {
   while (next_launch_ < static_cast<int>(buckets_.size()) &&
          buckets_[static_cast<size_t>(next_launch_)].pending == 0) {

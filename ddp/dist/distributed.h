@@ -27,10 +27,16 @@
 //   - no_sync(): while the guard lives, backward only accumulates into the buckets; the next
 //     synchronised backward reduces the accumulated sum.
 //   - CUDA graphs (Trainer with cuda_graph): a graph replays kernels, not host code, so no hook
-//     runs at a replay, and an all-reduce cannot be captured (its host exchange runs at every
-//     call). The reducer is set to defer its launches: the hooks divide the gradients as always
-//     (kernels, captured) but launch nothing; after the graph's run, sync_deferred() launches
-//     every bucket in order and waits as finish() does (no overlap with backward, the same bits).
+//     runs at a replay. Where the communicator's device collectives can be captured (its ranks
+//     on one host: Communicator::capturable) and every bucket is on the graph's device, the
+//     whole step is one graph: the hooks run while it is captured and fork each bucket's
+//     all-reduce onto the communication stream as in an eager step (the default stream is the
+//     capturing one then), and finish() joins them back; every replay runs them, overlapped with
+//     backward as eagerly. Elsewhere (several hosts: staged calls cannot be captured; a bucket on
+//     the cpu) the reducer is set to defer its launches: the hooks divide the gradients as
+//     always (kernels, captured) but launch nothing; after the graph's run, sync_deferred()
+//     launches every bucket in order and waits as finish() does (no overlap with backward).
+//     Either way, the eager step's bits.
 //
 // Threading: one thread drives forward/backward/finish; the communicator's progress thread runs
 // the all-reduces. Buckets must not be touched between launch and finish_gradient_sync().
@@ -96,6 +102,10 @@ class Reducer {
   // it, and a replay before any such backward throws std::logic_error).
   void set_deferred(bool on) { deferred_ = on; }
   void sync_deferred(bool replayed);
+  // Whether a backward through this reducer, its all-reduces and finish() may be captured into
+  // a CUDA graph on `device` (above): every bucket there, and the communicator's device
+  // collectives capturable. The same answer on every rank.
+  bool capturable(const Device& device) const;
 
   // Elastic training, after a failed step and before rolling back: waits until the GPU work of
   // the buckets' devices (their default streams and communication streams) has ended -- a stream

@@ -49,28 +49,29 @@ class CudaBackend final : public DeviceBackend {
     kernels::cuda::nn::set_device(d.index);
     kernels::cuda::nn::fill(n, value, y);
   }
-  // Streams and events are the DDP buckets' (their all-reduces run outside any graph: an
-  // event recorded on the legacy stream while capturing would order nothing the graph does).
-  static void not_capturing(const char* what, Device d) {
-    if (kernels::cuda::nn::capturing())
-      throw std::runtime_error(fmt::format(
-          "{} on {} inside a captured step: the all-reduces of DDP's buckets run between the "
-          "graphs (Reducer::set_deferred)",
-          what, d.str()));
+  // Streams and events are the DDP buckets'. The default stream (nullptr) is the legacy one,
+  // or while this thread captures a step the capturing stream: an event recorded there and
+  // waited for by the communication stream forks a bucket's all-reduce into the graph, and the
+  // wait for an event behind it joins it back (cross-stream capture, as CUDA defines it).
+  static void* stream_of(void* stream) {
+    return stream ? stream : kernels::cuda::nn::capture_stream();
   }
   void* new_stream(Device d) override {
-    not_capturing("creating a stream", d);
+    if (kernels::cuda::nn::capturing())
+      throw std::runtime_error(
+          fmt::format("creating a stream on {} inside a captured step (DDP makes its streams at "
+                      "construction)",
+                      d.str()));
     void* s = nullptr;
     check(kernels::cuda::stream_create(d.index, &s), "creating a stream", d);
     return s;
   }
   void record_event(Device d, void* stream, void** event) override {
-    not_capturing("recording an event", d);
-    check(kernels::cuda::event_record(d.index, stream, event), "recording an event", d);
+    check(kernels::cuda::event_record(d.index, stream_of(stream), event), "recording an event", d);
   }
   void wait_event(Device d, void* stream, void* event) override {
-    not_capturing("waiting for an event", d);
-    check(kernels::cuda::stream_wait_event(d.index, stream, event), "waiting for an event", d);
+    check(kernels::cuda::stream_wait_event(d.index, stream_of(stream), event),
+          "waiting for an event", d);
   }
   bool drained(Device d, const std::vector<void*>& streams, double seconds) override {
     std::vector<void*> events(streams.size(), nullptr);

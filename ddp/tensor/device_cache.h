@@ -32,8 +32,12 @@ class DeviceBackend {
   // not wait for the default stream, where the tensor layer runs every kernel. record_event: an
   // event after the work already on `stream` (nullptr: the default stream), made at the first
   // call into *event. wait_event: later work on `stream` waits for the event's latest record.
-  // Nothing waits on the host. The defaults, for backends whose work is done when enqueued: the
-  // default stream (nullptr), and events that order nothing.
+  // Nothing waits on the host. While the calling thread captures a graph (capture_begin), the
+  // default stream is the capturing one: a stream that waits for an event recorded there joins
+  // the capture (its work goes into the graph), and must be waited for by it again before
+  // capture_end (as CUDA's cross-stream capture). new_stream throws then. The defaults, for
+  // backends whose work is done when enqueued: the default stream (nullptr), and events that
+  // order nothing.
   virtual void* new_stream(Device d);
   virtual void record_event(Device d, void* stream, void** event);
   virtual void wait_event(Device d, void* stream, void* event);

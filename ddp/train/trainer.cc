@@ -64,6 +64,7 @@ void Trainer::graphed_step(const Batch& batch) {
     g.graph = std::make_unique<StepGraph>(options_.device);
     g.images = Tensor::empty(batch.images.shape(), options_.device);
     g.labels = Labels(g.batch, options_.device);
+    g.whole = options_.ddp && options_.ddp->reducer().capturable(options_.device);
   }
   g.images.copy_from(batch.images);
   g.labels.set(batch.labels, train_.dataset().num_classes());
@@ -78,12 +79,27 @@ void Trainer::graphed_step(const Batch& batch) {
     });
     return;
   }
-  // DDP: forward and backward as one graph, whose gradient hooks (run while warming up and
-  // capturing, not at replays) divide but launch nothing; then the all-reduces, launched here;
-  // then the update as a second graph.
+  Reducer& reducer = ddp->reducer();
+  // DDP on one host: the whole step one graph, whose gradient hooks (run while warming up and
+  // capturing) fork the buckets' all-reduces into it and whose finish joins them.
+  if (g.whole) {
+    if (options_.before_sync) options_.before_sync(global_step_ + 1);
+    g.graph->run([&] {
+      optimizer_.zero_grad();
+      g.logits = ddp->forward(g.images);
+      g.loss = cross_entropy(g.logits, g.labels);
+      g.loss.backward();
+      ddp->finish_gradient_sync();
+      optimizer_.step();
+    });
+    if (options_.after_backward) options_.after_backward();
+    return;
+  }
+  // Elsewhere: forward and backward as one graph, whose gradient hooks (run while warming up
+  // and capturing, not at replays) divide but launch nothing; then the all-reduces, launched
+  // here; then the update as a second graph.
   if (!g.update) g.update = std::make_unique<StepGraph>(options_.device);
   bool ran = false;  // the step itself ran (warm-up or capture), not only a replay
-  Reducer& reducer = ddp->reducer();
   reducer.set_deferred(true);
   try {
     g.graph->run([&] {

@@ -60,10 +60,14 @@ struct TrainOptions {
   // Capture the step as a CUDA graph and replay it (ddp/train/step_graph.h; train_cnn
   // --cuda-graph): on a cuda device, no elastic options. Batches of the first batch's size go
   // through the graph (two eager warm-up steps, then the capture); a batch of another size (an
-  // epoch's last) runs eagerly. The same bits as without. With DDP the step is two graphs --
-  // forward and backward, then the optimizer's update -- with the buckets' all-reduces between
-  // them, launched by the host (Reducer::sync_deferred: an all-reduce is not captured), and
-  // before_sync / after_backward called there as in an eager step.
+  // epoch's last) runs eagerly. The same bits as without. With DDP, where the communicator's
+  // device collectives can be captured (ranks on one host) and the buckets are on the device,
+  // the step is one graph, the buckets' all-reduces inside it, overlapped with backward as in
+  // an eager step (Reducer::capturable); before_sync is called before the step's graph runs,
+  // after_backward after it. Elsewhere it is two graphs -- forward and backward, then the
+  // optimizer's update -- with the buckets' all-reduces between them, launched by the host
+  // (Reducer::sync_deferred), and before_sync / after_backward called there as in an eager
+  // step.
   bool cuda_graph = false;
 
   // ---- distributed (all optional) ----
@@ -137,7 +141,8 @@ class Trainer {
   // --cuda-graph: the graph, its static inputs and the outputs it writes.
   struct Graphed {
     std::unique_ptr<StepGraph> graph;
-    std::unique_ptr<StepGraph> update;  // with DDP: the optimizer's step, after the all-reduces
+    std::unique_ptr<StepGraph> update;  // with DDP, two graphs a step: the optimizer's step
+    bool whole = false;                 // with DDP: the all-reduces inside `graph` (no `update`)
     int64_t batch = 0;
     Tensor images, logits, loss;
     Labels labels;

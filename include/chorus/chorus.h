@@ -183,6 +183,11 @@ chorusResult_t chorusCommRevoke(chorusComm_t comm);
 chorusResult_t chorusCommGetAsyncError(chorusComm_t comm, chorusResult_t* async_error);
 chorusResult_t chorusCommCount(const chorusComm_t comm, int* count);
 chorusResult_t chorusCommUserRank(const chorusComm_t comm, int* rank);
+/* *capturable = 1 when the communicator's device collectives may be captured into a CUDA graph
+ * (its ranks are on one host, at most 32, with GPUs that map each other: they go over CUDA IPC),
+ * 0 when its device calls are staged through host memory and refused under capture. The same
+ * answer on every rank; local, no communication. */
+chorusResult_t chorusCommCapturable(const chorusComm_t comm, int* capturable);
 /* Collective over comm: ranks with the same color form a new communicator, ordered by key
  * (then by old rank). color CHORUS_SPLIT_NOCOLOR gives *newcomm = NULL. */
 chorusResult_t chorusCommSplit(chorusComm_t comm, int color, int key, chorusComm_t* newcomm);

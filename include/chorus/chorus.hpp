@@ -112,6 +112,13 @@ class Communicator {
     return n;
   }
 
+  // The device collectives may be captured into a CUDA graph (chorusCommCapturable).
+  bool capturable() const {
+    int yes = 0;
+    check(chorusCommCapturable(comm_, &yes));
+    return yes != 0;
+  }
+
   void send(const void* buf, size_t count, chorusDataType_t dt, int peer, int tag = 0) {
     if (tag == 0) return check(chorusSend(buf, count, dt, peer, comm_, nullptr));
     isend(buf, count, dt, peer, tag).wait();

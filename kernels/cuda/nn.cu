@@ -378,6 +378,10 @@ bool capturing() {
   return t_stream != nullptr;
 }
 
+void* capture_stream() {
+  return t_stream;
+}
+
 void capture_begin(int device) {
   if (t_stream) throw std::runtime_error("cuda graph: this thread is capturing already");
   check(cudaSetDevice(device), "cudaSetDevice");

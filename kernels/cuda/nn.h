@@ -41,6 +41,9 @@ void set_device(int device);  // the calling thread's current device
 void capture_begin(int device);
 void* capture_end();
 bool capturing();  // the calling thread's kernels are being captured
+// The stream the calling thread captures on (null when it does not): DDP's events fork its
+// buckets' all-reduces from it into the graph and join them back.
+void* capture_stream();
 void graph_launch(void* graph);
 void graph_destroy(void* graph);
 

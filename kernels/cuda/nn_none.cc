@@ -89,6 +89,9 @@ void* capture_end() {
 bool capturing() {
   return false;
 }
+void* capture_stream() {
+  return nullptr;
+}
 void graph_launch(void*) {
   none();
 }

@@ -71,6 +71,12 @@ TEST_CASE(
         [c](int r) {
           chorusComm_t comm = init(r);
           if (!comm) return 1;
+          int capturable = -1;
+          if (chorusCommCapturable(comm, &capturable) != chorusSuccess || capturable != 1)
+            return fail_with(r, "chorusCommCapturable", fmt::format("{}, want 1", capturable));
+          if (chorusCommCapturable(comm, nullptr) != chorusInvalidArgument ||
+              !contains(chorusGetLastError(comm), "chorusCommCapturable: capturable is NULL"))
+            return fail_with(r, "chorusCommCapturable(NULL)", chorusGetLastError(comm));
           const int p = c.p;
           constexpr size_t n = 257;
           constexpr int kReplays = 12;

@@ -74,6 +74,9 @@ TEST_CASE(
       [](int r) {
         chorusComm_t comm = init(r);
         if (!comm) return 1;
+        int capturable = -1;  // staged calls are refused under capture: every rank says so
+        if (chorusCommCapturable(comm, &capturable) != chorusSuccess || capturable != 0)
+          return fail_with(r, "chorusCommCapturable", fmt::format("{}, want 0", capturable));
         const chorus::kernels::cuda::IpcBackend& gpu = chorus::kernels::cuda::ipc();
         constexpr int p = 3;
         constexpr size_t n = 1001;

@@ -1,6 +1,8 @@
 #include "emulated_gpu.h"
 
 #include <cstring>
+#include <memory>
+#include <set>
 #include <stdexcept>
 #include <type_traits>
 #include <utility>
@@ -14,11 +16,34 @@ namespace {
 // The capture under way (the kernels it records), or null.
 std::vector<std::function<void()>>* g_tape = nullptr;
 
+// Cross-stream capture, as CUDA's: the communication stream joins the capture when it waits for
+// an event recorded in it; from there the communicator's device calls on it are recorded by the
+// device path's emulation (fake_capture_begin), in a piece that ends at the stream's next event
+// or wait. The piece's replay sits in the tape where it began (after the kernels that wrote its
+// input), so a replay runs everything in an order the graph allows.
+struct Piece {
+  void* graph = nullptr;
+  Piece() = default;
+  Piece(const Piece&) = delete;
+  Piece& operator=(const Piece&) = delete;
+  ~Piece() {
+    if (graph) fake_graph_free(graph);
+  }
+};
+std::shared_ptr<Piece> g_open;      // the communication stream's piece being recorded, or null
+std::set<void*> g_captured_events;  // events whose latest record is in the capture
+
+void close_piece() {
+  if (!g_open) return;
+  g_open->graph = fake_capture_end(EmulatedGpu::kCommStream);
+  g_open.reset();
+}
+
 [[noreturn]] void not_in_capture(const char* what, const char* why = "it would wait for the GPU") {
   throw std::runtime_error(std::string("emulated gpu: ") + what + " inside a captured step (" +
                            why + ")");
 }
-constexpr const char* kStreams = "DDP's streams and events work outside the graphs";
+constexpr const char* kStreams = "DDP makes its streams at construction";
 
 // Kernel-table entry M of the cpu's table, recorded while capturing.
 template <typename F>
@@ -125,10 +150,17 @@ void EmulatedGpu::capture_begin(Device) {
 
 void* EmulatedGpu::capture_end(Device) {
   if (!g_tape) throw std::runtime_error("emulated gpu: no capture under way");
-  std::vector<std::function<void()>>* graph = g_tape;
+  std::unique_ptr<std::vector<std::function<void()>>> graph(g_tape);
   g_tape = nullptr;
+  g_captured_events.clear();
+  if (g_open) {
+    close_piece();
+    throw std::runtime_error(
+        "emulated gpu: the communication stream joined the capture and was not waited for by "
+        "the capturing stream again (CUDA: cudaErrorStreamCaptureUnjoined)");
+  }
   captured_kernels = graph->size();
-  return graph;
+  return graph.release();
 }
 
 void EmulatedGpu::graph_launch(Device, void* graph) {
@@ -148,14 +180,38 @@ void* EmulatedGpu::new_stream(Device) {
 }
 
 void EmulatedGpu::record_event(Device, void* stream, void** event) {
-  if (g_tape) not_in_capture("an event", kStreams);
   if (*event == nullptr) *event = reinterpret_cast<void*>(++events_);
-  trace.push_back("record " + event_name(*event) + " on " + stream_name(stream));
+  if (!g_tape) {
+    g_captured_events.erase(*event);
+  } else {
+    if (stream == kCommStream && !g_open)
+      not_in_capture("an event on the communication stream before it joined the capture",
+                     "it would order nothing the graph does");
+    close_piece();  // the communication stream's work so far: its piece ends at the event
+    g_captured_events.insert(*event);
+  }
+  trace.push_back("record " + event_name(*event) + " on " + stream_name(stream) +
+                  (g_tape ? " (captured)" : ""));
 }
 
 void EmulatedGpu::wait_event(Device, void* stream, void* event) {
-  if (g_tape) not_in_capture("a wait for an event", kStreams);
-  trace.push_back("wait " + stream_name(stream) + " for " + event_name(event));
+  if (g_tape) {
+    if (!g_captured_events.count(event))
+      not_in_capture("a wait for an event recorded outside the capture",
+                     "CUDA: cudaErrorStreamCaptureIsolation");
+    if (stream == kCommStream) {  // a fork: the stream's calls from here go into a new piece
+      close_piece();
+      auto piece = std::make_shared<Piece>();
+      g_tape->push_back([piece] {
+        if (fake_graph_launch(piece->graph, kCommStream) != 0)
+          throw std::runtime_error("emulated gpu: a replay's communicator calls failed");
+      });
+      fake_capture_begin(kCommStream);
+      g_open = piece;
+    }
+  }
+  trace.push_back("wait " + stream_name(stream) + " for " + event_name(event) +
+                  (g_tape ? " (captured)" : ""));
 }
 
 bool EmulatedGpu::drained(Device, const std::vector<void*>&, double) {

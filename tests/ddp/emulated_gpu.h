@@ -25,9 +25,14 @@ class EmulatedGpu final : public DeviceBackend {
   void fill(Device, long n, float value, float* y) override;
   // CUDA graphs as CUDA captures them: between capture_begin and capture_end every kernel (the
   // kernel table's, add, fill) is recorded with its arguments, not run; a kernel that returns a
-  // host value, argmax, NLL labels in host memory and copy() throw, as they would on a GPU, and
-  // so do streams and events (DDP's, whose all-reduces a graph cannot hold). The graph replays
-  // the recording in order. `captured_kernels`: the last capture's length.
+  // host value, argmax, NLL labels in host memory, copy() and new_stream throw, as they would
+  // on a GPU. Events fork and join as CUDA's cross-stream capture: the communication stream
+  // joins the capture by waiting for an event recorded in it, and its communicator calls are
+  // then recorded by the device path's emulation (fake_gpu.h) in pieces, each replayed where it
+  // began; a capture that ends before the capturing stream waited for the communication
+  // stream's last event throws (unjoined), and so does a wait for an event recorded outside it.
+  // The graph replays the recording in order. `captured_kernels`: the last capture's length
+  // (each communicator piece one entry).
   void capture_begin(Device) override;
   void* capture_end(Device) override;
   void graph_launch(Device, void* graph) override;

@@ -6,8 +6,9 @@
 // bit (the last, smaller batch of each epoch eager, between replays); a step that waits for the
 // GPU inside the capture is refused naming what; the allocator's graph pool never hands out
 // memory the graph writes; Labels on the device give cross_entropy's bits.
-// With DDP (2 ranks, the communicator's device path emulated): two graphs a step, the all-reduces
-// launched between them, the eager DDP trainer's bits.
+// With DDP (2 ranks, the communicator's device path emulated): on one host one graph a step, the
+// all-reduces captured inside it; on two hosts two graphs, the all-reduces launched between them;
+// the eager DDP trainer's bits either way.
 #include <catch2/catch.hpp>
 
 #include <cstdio>
@@ -240,60 +241,85 @@ TEST_CASE("cuda_graph is refused on the cpu and with elastic training, naming wh
              Catch::StartsWith("Trainer: cuda_graph with elastic training"));
 }
 
-// DDP with the step as CUDA graphs: forward and backward captured (the gradient hooks' divisions
-// with them), the buckets' all-reduces launched by the host between that graph and the update's.
-// 2 ranks on the emulated GPU, the communicator's device path emulated (as in ddp_device_ddp); on
-// a GPU where CHORUS_TEST_TRAIN_DEVICE=cuda:0 (tests/gpu/run.sh), the two ranks sharing it.
-TEST_CASE("DDP with cuda_graph: two graphs a step, the all-reduces between, the eager bits",
-          "[graph][ddp]") {
+// DDP with the step as CUDA graphs, 2 ranks on the emulated GPU, the communicator's device path
+// emulated (as in ddp_device_ddp); on a GPU where CHORUS_TEST_TRAIN_DEVICE=cuda:0
+// (tests/gpu/run.sh), the two ranks sharing it. On one host the whole step is one graph: the
+// hooks fork the buckets' all-reduces into the capture (the communicator's calls recorded, not
+// run) and finish() joins them, and every replay runs them. On two hosts (staged calls, which
+// cannot be captured) forward and backward are captured (the gradient hooks' divisions with
+// them), the all-reduces launched by the host between that graph and the update's.
+TEST_CASE(
+    "DDP with cuda_graph: the all-reduces inside the step's graph on one host, between "
+    "two graphs on two, the eager bits",
+    "[graph][ddp]") {
   const char* named = std::getenv("CHORUS_TEST_TRAIN_DEVICE");
   const bool real = named && *named;
   if (real && std::string(named) != kGpu.str())
     FAIL("CHORUS_TEST_TRAIN_DEVICE=" << named << ": this case runs on " << kGpu.str() << " only");
-  RunOptions o;
-  o.env = {{"CHORUS_TIMEOUT", "30"}, {"CHORUS_ALLOW_SHARED_GPU", "1"}};
-  if (!real) o.env["CHORUS_TEST_GPU_UUID"] = "GPU-emulated-0";
-  o.limit_seconds = 200;
-  auto res = run_ranks(
-      2,
-      [real](int rank) {
-        if (!real) test::use_emulated_gpu();
-        auto comm = Communicator::from_env();
-        auto fail = [rank](const std::string& what) {
-          std::fprintf(stderr, "rank %d: %s\n", rank, what.c_str());
-          return 1;
-        };
-        const Run eager = train(false, &comm);
-        test::EmulatedGpu& gpu = test::emulated_gpu();
-        gpu.graph_launches = 0;
-        const Run graphed = train(true, &comm);
-        if (eager.losses.size() != 14) return fail("expected 14 steps");
-        if (graphed.losses != eager.losses) return fail("the losses differ from the eager run's");
-        if (graphed.params != eager.params) return fail("the parameters differ");
-        if (graphed.test_acc != eager.test_acc) return fail("the test accuracy differs");
-        // 12 full batches, two graphs each: 2 eager warm-ups, the captures, 9 replays.
-        if (!real && gpu.graph_launches != 20)
-          return fail("graph launches: " + std::to_string(gpu.graph_launches) + ", expected 20");
-        // Every rank ends with the same parameters (the all-reduces ran at every replay).
-        std::vector<float> flat, other;
-        for (const auto& p : graphed.params) flat.insert(flat.end(), p.begin(), p.end());
-        other = flat;
-        comm.broadcast(other.data(), other.size(), chorusFloat32, 0);
-        if (other != flat) return fail("the ranks' parameters differ");
-        // A replay's sync before any captured backward went through is refused.
-        Net net(3, 32, 7);
-        net.to(kGpu);
-        DdpOptions d;
-        d.device = kGpu.str();
-        DistributedDataParallel ddp(net, comm, d);
-        const std::string why = error_of([&] { ddp.reducer().sync_deferred(true); });
-        if (why.find("before any deferred backward finished") == std::string::npos)
-          return fail("sync_deferred(replayed) first: " + why);
-        return 0;
-      },
-      o);
-  for (size_t r = 0; r < res.size(); ++r) {
-    INFO("rank " << r << ":\n" << res[r].output);
-    CHECK(res[r].exit_code == 0);
+  for (const bool two_hosts : {false, true}) {
+    INFO((two_hosts ? "two hosts" : "one host"));
+    RunOptions o;
+    o.env = {{"CHORUS_TIMEOUT", "30"}, {"CHORUS_ALLOW_SHARED_GPU", "1"}};
+    if (!real) o.env["CHORUS_TEST_GPU_UUID"] = "GPU-emulated-0";
+    o.limit_seconds = 200;
+    auto res = run_ranks(
+        2,
+        [real, two_hosts](int rank) {
+          if (!real) test::use_emulated_gpu();
+          if (two_hosts) setenv("CHORUS_HOSTID", rank == 0 ? "host-a" : "host-b", 1);
+          auto comm = Communicator::from_env();
+          auto fail = [rank](const std::string& what) {
+            std::fprintf(stderr, "rank %d: %s\n", rank, what.c_str());
+            return 1;
+          };
+          if (comm.capturable() == two_hosts)
+            return fail("Communicator::capturable() says " + std::to_string(comm.capturable()));
+          const Run eager = train(false, &comm);
+          test::EmulatedGpu& gpu = test::emulated_gpu();
+          gpu.graph_launches = 0;
+          gpu.trace.clear();
+          const Run graphed = train(true, &comm);
+          if (eager.losses.size() != 14) return fail("expected 14 steps");
+          if (graphed.losses != eager.losses) return fail("the losses differ from the eager run's");
+          if (graphed.params != eager.params) return fail("the parameters differ");
+          if (graphed.test_acc != eager.test_acc) return fail("the test accuracy differs");
+          if (!real) {
+            // 12 full batches: 2 eager warm-ups, the capture, 9 replays; a graph each, or two.
+            const int want = two_hosts ? 20 : 10;
+            if (gpu.graph_launches != want)
+              return fail("graph launches: " + std::to_string(gpu.graph_launches) + ", expected " +
+                          std::to_string(want));
+            // One host: the capture forked the buckets' all-reduces into the graph and joined
+            // them (events recorded and waited for inside it); two hosts: no event inside.
+            int captured = 0;
+            for (const std::string& line : gpu.trace)
+              captured += line.find("(captured)") != std::string::npos;
+            if ((captured > 0) == two_hosts)
+              return fail(std::to_string(captured) +
+                          " events recorded or waited for in the capture");
+          }
+          // Every rank ends with the same parameters (the all-reduces ran at every replay).
+          std::vector<float> flat, other;
+          for (const auto& p : graphed.params) flat.insert(flat.end(), p.begin(), p.end());
+          other = flat;
+          comm.broadcast(other.data(), other.size(), chorusFloat32, 0);
+          if (other != flat) return fail("the ranks' parameters differ");
+          // A replay's sync before any captured backward went through is refused.
+          Net net(3, 32, 7);
+          net.to(kGpu);
+          DdpOptions d;
+          d.device = kGpu.str();
+          DistributedDataParallel ddp(net, comm, d);
+          if (ddp.reducer().capturable(kGpu) == two_hosts) return fail("Reducer::capturable");
+          const std::string why = error_of([&] { ddp.reducer().sync_deferred(true); });
+          if (why.find("before any deferred backward finished") == std::string::npos)
+            return fail("sync_deferred(replayed) first: " + why);
+          return 0;
+        },
+        o);
+    for (size_t r = 0; r < res.size(); ++r) {
+      INFO("rank " << r << ":\n" << res[r].output);
+      CHECK(res[r].exit_code == 0);
+    }
   }
 }
