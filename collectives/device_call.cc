@@ -29,6 +29,22 @@ std::string ipc_error(int rc) {
   return kc::ipc().error_string(rc);
 }
 
+bool capturing(DeviceIpc& st, void* stream, Record& me) {
+  int on = 0;
+  const kc::IpcBackend& ipc = kc::ipc();
+  if (int rc = ipc.capturing(stream, &on); rc != 0) {
+    set_why(me, fmt::format("asking whether stream {} is being captured failed: {}", stream,
+                            ipc_error(rc)));
+    return false;
+  }
+  if (!on) return false;
+  if (int rc = ipc.export_buffer(st.graph.flags, &me.graph_flags); rc != 0) {
+    set_why(me, "exporting the flag words of captured calls failed: " + ipc_error(rc));
+    return false;
+  }
+  return true;
+}
+
 std::string capture_refusal(void* stream, const char* what) {
   int on = 0;
   if (int rc = kc::ipc().capturing(stream, &on); rc != 0)

@@ -57,9 +57,12 @@ std::string ipc_error(int rc);
 // exported. `bufs` says where the GPU work finds each buffer.
 void describe_self(DeviceIpc& st, CallBuffers& bufs, Record& me, int rank);
 
+// Whether `stream` is being captured into a CUDA graph; when it is, this rank's words of captured
+// calls exported into me.graph_flags. When asking or exporting fails: false, and `me` says why.
+bool capturing(DeviceIpc& st, void* stream, Record& me);
+
 // Why `what` cannot go on `stream` ("" when it can): a stream being captured into a CUDA graph.
-// The collectives over CUDA IPC can be captured (device_graph.h); send/recv and the staged path
-// not yet.
+// Calls over CUDA IPC can be captured (device_graph.h); the staged path not yet.
 std::string capture_refusal(void* stream, const char* what);
 
 // Where rank q's buffer of handle h is mapped here: by CUDA IPC, or its VMM allocation mapped by
@@ -120,23 +123,41 @@ class Enqueuer {
     return Status::ok();
   }
 
-  // A captured call (device_graph.h): its signals and waits go to `slot`'s words, mapped here
-  // (rank q's from its exported handle), with values 0 and 1.
+  // A captured collective (device_graph.h): its signals and waits go to `slot`'s words, mapped
+  // here (rank q's from its exported handle), with values 0 and 1.
   Status capture_into(int slot, const std::vector<const kc::IpcHandle*>& peers) {
     graph_slot_ = slot;
+    for (size_t q = 0; q < peers.size(); ++q)
+      if (Status s = map_graph(int(q), *peers[q]); !s.is_ok()) return s;
+    return Status::ok();
+  }
+  // Rank q's words of captured calls, mapped at first use from its exported handle.
+  Status map_graph(int q, const kc::IpcHandle& h) {
     GraphWords& g = st_.graph;
-    if (g.peer.empty()) g.peer.assign(peers.size(), nullptr);
-    for (size_t q = 0; q < peers.size(); ++q) {
-      if (g.peer[q] != nullptr) continue;
-      void* f = g.flags;
-      if (int(q) != r_)
-        if (int rc = kc::ipc().open(*peers[q], &f); rc != 0)
-          return with_peer_news(comm_, failed(fmt::format("mapping rank {}'s flag words of "
-                                                          "captured calls",
-                                                          q),
-                                              rc));
-      g.peer[q] = static_cast<uint32_t*>(f);
-    }
+    if (g.peer.empty()) g.peer.assign(st_.peer_flags.size(), nullptr);
+    if (g.peer[q] != nullptr) return Status::ok();
+    void* f = g.flags;
+    if (q != r_)
+      if (int rc = kc::ipc().open(h, &f); rc != 0)
+        return with_peer_news(
+            comm_, failed(fmt::format("mapping rank {}'s flag words of captured calls", q), rc));
+    g.peer[q] = static_cast<uint32_t*>(f);
+    return Status::ok();
+  }
+  // A captured send or receive with peer q (device_graph.h): 1 into q's word for this rank in
+  // the pair's `slot`; and the wait for q's word here (>= 1), then its reset.
+  Status signal_pair(int q, PairWord w, int slot, const char* name) {
+    if (int rc = kc::ipc().write_u32(stream_, pair_word(st_.graph.peer[q], r_, w, slot), 1u);
+        rc != 0)
+      return failed(fmt::format("signalling {} to rank {}", name, q), rc);
+    return Status::ok();
+  }
+  Status wait_pair(int q, PairWord w, int slot, const char* name) {
+    uint32_t* word = pair_word(st_.graph.flags, q, w, slot);
+    if (int rc = kc::ipc().wait_u32_geq(stream_, word, 1u); rc != 0)
+      return failed(fmt::format("waiting for rank {}'s {}", q, name), rc);
+    if (int rc = kc::ipc().write_u32(stream_, word, 0); rc != 0)
+      return failed(fmt::format("resetting rank {}'s {}", q, name), rc);
     return Status::ok();
   }
 

@@ -11,8 +11,21 @@
 // after this rank's reset on its stream, behind a write with a memory barrier (a stream write's
 // default) that the peer waited for. The ranks agree on the slot (the host exchange at capture
 // checks it); the eager words and counts are untouched, so eager calls and replays mix freely.
-// Captured calls take buffers that CUDA IPC or VMM descriptors map (not the bounce buffer), and
-// collectives only (send/recv and the staged path are refused under capture).
+// Captured calls take buffers that CUDA IPC or VMM descriptors map (not the bounce buffer); the
+// staged path is refused under capture.
+//
+// Sends and receives (device_p2p.cc) are a pair's, not every rank's: a captured send from s to d
+// takes slot k of the pair's own words, where k counts the captured sends from s to d before it
+// -- the same count as d's captured receives from s, since a pair's sends and receives match in
+// call order (the host exchange checks that both sides capture, with the same slot). Two words
+// a slot, the eager protocol's "buffer free" dropped (the receiver copies into its own buffer,
+// after its own stream's earlier work):
+//   sender:   signal "data ready" (1 into d's word for s); wait for "copied", reset it;
+//   receiver: wait for "data ready", reset it; copy; signal "copied" (1 into s's word for d).
+// The same argument holds: the sender's next "data ready" comes after its wait for "copied",
+// which the receiver signals after its reset; the receiver's next "copied" comes after its wait
+// for the next "data ready", which the sender signals after its reset. ("buffer free", kept,
+// would break it: a receiver may signal its next one before the sender has reset the last.)
 //
 // A failure of the communicator: the eager words are released once (release_device_waits), but
 // a replay already enqueued would reset a released word and wait again; so a keeper thread
@@ -30,18 +43,25 @@ namespace chorus {
 inline constexpr int kGraphSlots = 64;       // captured calls a communicator may hold
 inline constexpr int kGraphBlockWords = 32;  // kMaxDeviceRanks
 inline constexpr int kGraphSlotWords = 2 * kGraphBlockWords;  // ready words, then done words
-inline constexpr size_t kGraphFlagBytes = size_t(kGraphSlots) * kGraphSlotWords * 4;
+inline constexpr int kGraphPairSlots = 64;  // captured sends a communicator may hold per pair
+// The pairs' words, after the collectives' slots: for each peer, "data ready" then "copied".
+inline constexpr size_t kGraphPairWords = size_t(kGraphBlockWords) * 2 * kGraphPairSlots;
+inline constexpr size_t kGraphCollectiveWords = size_t(kGraphSlots) * kGraphSlotWords;
+inline constexpr size_t kGraphFlagBytes = (kGraphCollectiveWords + kGraphPairWords) * 4;
+enum PairWord : int { kPairData = 0, kPairCopied = 1 };
 
 struct GraphKeeper;  // device_graph.cc
 
 struct GraphWords {
-  void* flags = nullptr;        // this rank's slots (flags_alloc), at the first captured call
-  std::vector<uint32_t*> peer;  // every rank's, mapped at first use
-  int calls = 0;                // captured calls so far: the next one's slot
+  void* flags = nullptr;          // this rank's slots (flags_alloc), at the first captured call
+  std::vector<uint32_t*> peer;    // every rank's, mapped at first use
+  int calls = 0;                  // captured calls so far: the next one's slot
+  std::vector<int> sends, recvs;  // per peer: captured sends to it, receives from it, so far
   // For the keeper, on another thread: the slots, their device, how many are used.
   std::atomic<void*> live{nullptr};
   std::atomic<int> live_device{-1};
   std::atomic<int> live_calls{0};
+  std::atomic<int> live_pair_slots{0};  // 1 + the highest slot a captured send or receive took
   std::shared_ptr<GraphKeeper> keeper;  // started by graph_release
   GraphWords() = default;
   GraphWords(const GraphWords&) = delete;
@@ -53,6 +73,11 @@ struct GraphWords {
 inline uint32_t* graph_word(void* flags, int slot, int block, int q) {
   return static_cast<uint32_t*>(flags) + size_t(slot) * kGraphSlotWords + block * kGraphBlockWords +
          q;
+}
+// A rank's word that peer q writes for the pair's captured send or receive `slot`.
+inline uint32_t* pair_word(void* flags, int q, PairWord w, int slot) {
+  return static_cast<uint32_t*>(flags) + kGraphCollectiveWords +
+         (size_t(q) * 2 + w) * kGraphPairSlots + slot;
 }
 
 // A failure of the communicator: starts the keeper when calls were captured. Any thread.

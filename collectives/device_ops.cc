@@ -27,7 +27,8 @@
 //   other's; the receiver copies and signals "copied", which the sender waits for. In a group
 //   every item signals before any item waits, so exchanges both ways cannot deadlock.
 //   Captured into a CUDA graph, a collective's signals and waits go to flag words of its own,
-//   0 and 1 with a reset after each wait (device_graph.h), not to the counted words below.
+//   0 and 1 with a reset after each wait (device_graph.h), not to the counted words below; a
+//   send's and its receive's to their pair's, with "data ready" and "copied" only.
 //   No kernel waits for another process; every cross-process wait is a stream memory
 //   operation, which holds no SM (ranks sharing one GPU time-slice it; a spinning kernel would
 //   stall them). Each rank signals before it waits.
@@ -206,22 +207,13 @@ static_assert(kGraphBlockWords == kMaxDeviceRanks, "a slot's block holds a word 
 // when it cannot be captured.
 void describe_capture(DeviceIpc& st, void* stream, devcall::Record& me) {
   me.graph = -1;
-  int on = 0;
-  const kernels::cuda::IpcBackend& ipc = kernels::cuda::ipc();
-  if (int rc = ipc.capturing(stream, &on); rc != 0)
-    return devcall::set_why(me, fmt::format("asking whether stream {} is being captured failed: {}",
-                                            stream, ipc.error_string(rc)));
-  if (!on) return;
-  GraphWords& g = st.graph;
-  if (g.calls >= kGraphSlots)
+  if (!devcall::capturing(st, stream, me)) return;
+  if (st.graph.calls >= kGraphSlots)
     return devcall::set_why(me,
                             fmt::format("{} device calls are captured into CUDA graphs already, "
                                         "the most a communicator holds",
                                         kGraphSlots));
-  if (int rc = ipc.export_buffer(g.flags, &me.graph_flags); rc != 0)
-    return devcall::set_why(
-        me, "exporting the flag words of captured calls failed: " + ipc.error_string(rc));
-  me.graph = g.calls;
+  me.graph = st.graph.calls;
 }
 
 std::string describe_graph(const devcall::Record& x, int rank) {

@@ -1,5 +1,6 @@
 // Send/recv on device buffers over CUDA IPC, alone or a group's (device_ops.h; the protocol is in
 // device_ops.cc's opening comment).
+#include <algorithm>
 #include <map>
 #include <string>
 #include <vector>
@@ -30,10 +31,37 @@ void p2p_record(DeviceIpc& st, const DeviceP2p& it, CallBuffers& bufs, devcall::
   b.shared = send;
   b.bytes = me.count * dtype_size(me.datatype);
   describe_self(st, bufs, me, rank);
-  if (me.ok)
-    if (std::string why = devcall::capture_refusal(it.args.stream, "device sends and receives");
-        !why.empty())
-      devcall::set_why(me, why);
+}
+
+// Captured into a CUDA graph (device_graph.h): the pair's next slot for this item, counting the
+// group's items before it (`taken`, per peer and direction).
+void describe_pair_capture(DeviceIpc& st, const DeviceP2p& it, devcall::Record& me, int p,
+                           std::map<std::pair<int, bool>, int>& taken) {
+  if (!me.ok || !devcall::capturing(st, it.args.stream, me)) return;
+  const bool send = it.call.kind == OpKind::kSend;
+  const int q = it.args.peer;
+  GraphWords& g = st.graph;
+  if (g.sends.empty()) {
+    g.sends.assign(p, 0);
+    g.recvs.assign(p, 0);
+  }
+  int& mine = taken[{q, send}];
+  const int slot = (send ? g.sends[q] : g.recvs[q]) + mine;
+  if (slot >= kGraphPairSlots)
+    return devcall::set_why(
+        me, fmt::format("{} device {} rank {} are captured into CUDA graphs already, the most a "
+                        "communicator holds",
+                        kGraphPairSlots, send ? "sends to" : "receives from", q));
+  me.graph = slot;
+  ++mine;
+}
+
+std::string describe_pair_graph(const devcall::Record& x) {
+  return x.graph < 0
+             ? std::string("not captured")
+             : fmt::format("captured into a CUDA graph (the pair's captured {} {})",
+                           static_cast<OpKind>(x.kind) == OpKind::kSend ? "send" : "receive",
+                           x.graph + 1);
 }
 
 std::string describe_p2p(const devcall::Record& x, int owner) {
@@ -65,8 +93,10 @@ chorusResult_t device_p2p(chorusComm_t h, CommImpl& comm, const std::vector<Devi
   std::vector<Record> mine(n), theirs(n);
   std::vector<CallBuffers> bufs(n);
   std::vector<LocalBuffer*> sends;
+  std::map<std::pair<int, bool>, int> taken;
   for (size_t i = 0; i < n; ++i) {
     p2p_record(st, items[i], bufs[i], mine[i], r);
+    describe_pair_capture(st, items[i], mine[i], p, taken);
     sends.push_back(&bufs[i].send);
   }
   // The group's staged sends share the bounce buffer, a piece each.
@@ -74,6 +104,11 @@ chorusResult_t device_p2p(chorusComm_t h, CommImpl& comm, const std::vector<Devi
     if (Status s = place_staged(st, sends, r, name); !s.is_ok())
       for (size_t i = 0; i < n; ++i)
         if (bufs[i].send.staged) set_why(mine[i], s.message());
+  for (size_t i = 0; i < n; ++i)
+    if (mine[i].ok && mine[i].graph >= 0 && bufs[i].send.staged)
+      set_why(mine[i],
+              "a send captured into a CUDA graph needs memory that CUDA IPC maps (cudaMalloc, or "
+              "VMM memory exported by descriptor): not the bounce buffer");
   // The exchange: one record each way per item, all posted at once (a host group).
   chorusGroupStart();
   chorusResult_t rc = chorusSuccess;
@@ -120,13 +155,21 @@ chorusResult_t device_p2p(chorusComm_t h, CommImpl& comm, const std::vector<Devi
     if (match[i]->count != mine[i].count || match[i]->datatype != mine[i].datatype)
       return fail(Code::kInvalidUsage, "{} on rank {}: {}, but {}", name, r,
                   describe_p2p(mine[i], r), describe_p2p(*match[i], q));
+    if (match[i]->graph != mine[i].graph)
+      return fail(Code::kInvalidUsage,
+                  "{} on rank {}: {}, {}; {}, {}: both ranks capture a send and its receive "
+                  "into CUDA graphs, or neither does",
+                  name, r, describe_p2p(mine[i], r), describe_pair_graph(mine[i]),
+                  describe_p2p(*match[i], q), describe_pair_graph(*match[i]));
   }
+  // One stream: every item is captured, or none (device_graph.h: the pairs' slots).
+  const bool captured = mine[0].graph >= 0;
 
   size_state(st, p);
   std::string what;  // for CHORUS_DEVICE_TIMING only: not made on every call
   if (comm.device_timing_calls())
     for (size_t i = 0; i < n; ++i) what += (i ? "; " : ": ") + describe_p2p(mine[i], r);
-  Enqueuer gpu(comm, st, r, items[0].args.stream, name + what);
+  Enqueuer gpu(comm, st, r, items[0].args.stream, name + what, /*timed=*/!captured);
   Status s;
   std::vector<uint32_t> seq(n);
   std::vector<std::pair<uint32_t*, uint32_t>> owed;
@@ -134,7 +177,8 @@ chorusResult_t device_p2p(chorusComm_t h, CommImpl& comm, const std::vector<Devi
     if (mine[i].count == 0) continue;
     const int q = items[i].args.peer;
     s = gpu.map_flags(q, match[i]->flags);
-    if (!s.is_ok()) break;
+    if (s.is_ok() && captured) s = gpu.map_graph(q, match[i]->graph_flags);
+    if (!s.is_ok() || captured) continue;  // (a captured item's signals, owed, would not help)
     if (items[i].call.kind == OpKind::kSend) {
       seq[i] = ++st.tx_seq[q];
       owed.push_back({word(st.peer_flags[q], kTxReady, r), seq[i]});
@@ -167,11 +211,19 @@ chorusResult_t device_p2p(chorusComm_t h, CommImpl& comm, const std::vector<Devi
   std::vector<const LocalBuffer*> staged;
   for (size_t i = 0; i < n; ++i) staged.push_back(&bufs[i].send);
   if (s.is_ok()) s = gpu.bounce_in(staged);
-  // Every signal of the group before any wait.
-  each(true, [&](size_t i, int q) { return gpu.signal(q, kTxReady, seq[i], "data ready"); });
-  each(false, [&](size_t i, int q) { return gpu.signal(q, kRxReady, seq[i], "buffer free"); });
-  each(true, [&](size_t i, int q) { return gpu.wait(q, kRxReady, seq[i], "buffer free"); });
-  each(false, [&](size_t i, int q) { return gpu.wait(q, kTxReady, seq[i], "data ready"); });
+  // Every signal of the group before any wait. Captured: the pair's words, no "buffer free".
+  if (!captured) {
+    each(true, [&](size_t i, int q) { return gpu.signal(q, kTxReady, seq[i], "data ready"); });
+    each(false, [&](size_t i, int q) { return gpu.signal(q, kRxReady, seq[i], "buffer free"); });
+    each(true, [&](size_t i, int q) { return gpu.wait(q, kRxReady, seq[i], "buffer free"); });
+    each(false, [&](size_t i, int q) { return gpu.wait(q, kTxReady, seq[i], "data ready"); });
+  } else {
+    each(true, [&](size_t i, int q) {
+      return gpu.signal_pair(q, kPairData, mine[i].graph, "data ready");
+    });
+    each(false,
+         [&](size_t i, int q) { return gpu.wait_pair(q, kPairData, mine[i].graph, "data ready"); });
+  }
   each(false, [&](size_t i, int q) -> Status {
     Result<void*> src = open_peer(st, q, match[i]->send);
     if (!src.is_ok())
@@ -183,9 +235,27 @@ chorusResult_t device_p2p(chorusComm_t h, CommImpl& comm, const std::vector<Devi
                     mine[i].count * dtype_size(mine[i].datatype), 0,
                     fmt::format("copying from rank {}", q));
   });
-  each(false, [&](size_t i, int q) { return gpu.signal(q, kRxDone, seq[i], "copied"); });
-  each(true, [&](size_t i, int q) { return gpu.wait(q, kRxDone, seq[i], "copied"); });
+  if (!captured) {
+    each(false, [&](size_t i, int q) { return gpu.signal(q, kRxDone, seq[i], "copied"); });
+    each(true, [&](size_t i, int q) { return gpu.wait(q, kRxDone, seq[i], "copied"); });
+  } else {
+    each(false,
+         [&](size_t i, int q) { return gpu.signal_pair(q, kPairCopied, mine[i].graph, "copied"); });
+    each(true,
+         [&](size_t i, int q) { return gpu.wait_pair(q, kPairCopied, mine[i].graph, "copied"); });
+  }
   if (s.is_ok()) s = gpu.bounce_out(staged);
+  if (s.is_ok() && captured) {  // the slots are taken for good (the graph may replay any time)
+    GraphWords& g = st.graph;
+    int top = g.live_pair_slots.load();
+    for (size_t i = 0; i < n; ++i) {
+      const int q = items[i].args.peer;
+      int& next = items[i].call.kind == OpKind::kSend ? g.sends[q] : g.recvs[q];
+      next = std::max(next, mine[i].graph + 1);
+      top = std::max(top, mine[i].graph + 1);
+    }
+    g.live_pair_slots.store(top);
+  }
   if (s.is_ok()) return finish(comm, name);
   gpu.release(owed);
   const Status why(Code::kSystemError, fmt::format("{} on rank {}: {}", name, r, s.message()));

@@ -28,7 +28,8 @@
  *   mismatch or a timeout too -- fails the communicator: chorusCommGetAsyncError reports it, the
  *   next call names it, and the stream goes on with void results instead of waiting for ever.
  *   The collectives over CUDA IPC may be captured into a CUDA graph by every rank (after one
- *   eager device call); send/recv and calls across hosts are refused under capture.
+ *   eager device call), and sends and receives by both ranks of each pair; calls across hosts
+ *   are refused under capture (chorusCommCapturable says which).
  * - In place: sendbuff == recvbuff is allowed wherever both appear (for gather, scatter and
  *   all-to-all see their comments).
  * - A destroyed or aborted communicator answers every later call with an error, never a crash.

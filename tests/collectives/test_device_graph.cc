@@ -1,8 +1,8 @@
-// Device collectives captured into CUDA graphs (collectives/device_graph.h) on an emulated GPU
-// whose streams record what they are given while captured and replay it (fake_gpu.h): every
-// replay right, with the ranks out of step (a rank's stream held back before some replays) and
-// eager calls between replays; a peer killed while replays are queued (the survivors' streams
-// end); memory that needs the bounce buffer refused under capture.
+// Device collectives, sends and receives captured into CUDA graphs (collectives/device_graph.h) on
+// an emulated GPU whose streams record what they are given while captured and replay it
+// (fake_gpu.h): every replay right, with the ranks out of step (a rank's stream held back before
+// some replays) and eager calls between replays; a peer killed while replays are queued (the
+// survivors' streams end); memory that needs the bounce buffer refused under capture.
 #include <fmt/format.h>
 #include <signal.h>
 #include <unistd.h>
@@ -148,6 +148,89 @@ TEST_CASE(
   }
 }
 
+// Sends and receives captured (device_graph.h: a pair's slots): a group that sends to the right
+// and receives from the left (on 2 ranks, both ways between the pair), then a lone send from rank
+// 0 to rank 1 that rank 2 takes no part in; replayed out of step, eager sends between replays.
+TEST_CASE(
+    "device sends and receives captured into a CUDA graph: every replay right, ranks out of "
+    "step, eager sends between",
+    "[device][graph]") {
+  struct Config {
+    int p;
+    bool one_gpu;
+  };
+  for (Config c : {Config{3, false}, Config{2, true}, Config{3, true}}) {
+    INFO(c.p << " ranks, " << (c.one_gpu ? "one GPU" : "a GPU each"));
+    auto res = run_ranks(
+        c.p,
+        [c](int r) {
+          chorusComm_t comm = init(r);
+          if (!comm) return 1;
+          const int p = c.p, right = (r + 1) % p, left = (r + p - 1) % p;
+          constexpr size_t n = 263;
+          constexpr int kReplays = 12;
+          void* stream = chorus::test::fake_async_stream();
+          float *in = dev(n), *got = dev(n), *lone = dev(n), *eager = dev(n);
+          std::vector<float*> gots, lones, eagers;
+          for (int k = 0; k < kReplays; ++k) {
+            gots.push_back(dev(n));
+            lones.push_back(dev(n));
+            eagers.push_back(dev(n));
+          }
+          chorus::test::fake_capture_begin(stream);
+          chorusGroupStart();
+          chorusSend(in, n, chorusFloat32, right, comm, stream);
+          chorusRecv(got, n, chorusFloat32, left, comm, stream);
+          chorusResult_t rc = chorusGroupEnd();
+          if (rc == chorusSuccess && r == 0) rc = chorusSend(in, n, chorusFloat32, 1, comm, stream);
+          if (rc == chorusSuccess && r == 1)
+            rc = chorusRecv(lone, n, chorusFloat32, 0, comm, stream);
+          void* graph = chorus::test::fake_capture_end(stream);
+          if (rc != chorusSuccess) return fail_with(r, "the capture", chorusGetLastError(comm));
+          if (chorus::test::fake_graph_ops(graph) == 0)
+            return fail_with(r, "the capture", "nothing captured");
+          std::vector<std::vector<float>> inputs(kReplays, std::vector<float>(n));
+          for (int k = 0; k < kReplays; ++k) {
+            for (size_t j = 0; j < n; ++j) inputs[k][j] = value(r, j, k);
+            if (kc::ipc().to_device(in, inputs[k].data(), n * 4, stream) != 0)
+              return fail_with(r, "the input", "failed");
+            if (r == 1 && k % 3 == 0) chorus::test::fake_stream_delay(stream, 40);
+            if (r == 0 && k % 5 == 1) chorus::test::fake_stream_delay(stream, 30);
+            if (chorus::test::fake_graph_launch(graph, stream) != 0)
+              return fail_with(r, "a replay", "failed");
+            if (copy_on(stream, got, gots[k], n) != 0 ||
+                (r == 1 && copy_on(stream, lone, lones[k], n) != 0))
+              return fail_with(r, "copying out", "failed");
+            if (k % 4 == 3) {  // an eager exchange the other way round, between replays
+              chorusGroupStart();
+              chorusSend(in, n, chorusFloat32, left, comm, stream);
+              chorusRecv(eagers[k], n, chorusFloat32, right, comm, stream);
+              if (chorusGroupEnd() != chorusSuccess)
+                return fail_with(r, "an eager exchange", chorusGetLastError(comm));
+            }
+          }
+          if (int e = chorus::test::fake_stream_sync(stream); e != 0)
+            return fail_with(r, "the stream", kc::ipc().error_string(e));
+          for (int k = 0; k < kReplays; ++k)
+            for (size_t j = 0; j < n; ++j) {
+              const bool bad_lone = r == 1 && lones[k][j] != value(0, j, k);
+              const bool bad_eager = k % 4 == 3 && eagers[k][j] != value(right, j, k);
+              if (gots[k][j] != value(left, j, k) || bad_lone || bad_eager)
+                return fail_with(r, fmt::format("replay {}", k),
+                                 fmt::format("element {}: from the left {} (want {}), lone {} "
+                                             "(want {}), eager {} (want {})",
+                                             j, gots[k][j], value(left, j, k), lones[k][j],
+                                             value(0, j, k), eagers[k][j], value(right, j, k)));
+            }
+          chorus::test::fake_graph_free(graph);
+          chorusCommDestroy(comm);
+          return 0;
+        },
+        opts(c.one_gpu));
+    check_all(res);
+  }
+}
+
 TEST_CASE(
     "captured device calls: a peer killed while replays are queued; bounce-buffer memory "
     "refused",
@@ -159,10 +242,17 @@ TEST_CASE(
           chorusComm_t comm = init(r);
           if (!comm) return 1;
           void* stream = chorus::test::fake_async_stream();
-          float* buf = dev(64);
+          float *buf = dev(64), *got = dev(64);
+          // An all-reduce and a ring exchange (the pairs' words: rank 0 waits for rank 2's
+          // send, rank 1 for its copy).
           chorus::test::fake_capture_begin(stream);
-          const chorusResult_t rc =
-              chorusAllReduce(buf, buf, 64, chorusFloat32, chorusSum, comm, stream);
+          chorusResult_t rc = chorusAllReduce(buf, buf, 64, chorusFloat32, chorusSum, comm, stream);
+          if (rc == chorusSuccess) {
+            chorusGroupStart();
+            chorusSend(buf, 64, chorusFloat32, (r + 1) % 3, comm, stream);
+            chorusRecv(got, 64, chorusFloat32, (r + 2) % 3, comm, stream);
+            rc = chorusGroupEnd();
+          }
           void* graph = chorus::test::fake_capture_end(stream);
           if (rc != chorusSuccess) return fail_with(r, "the capture", chorusGetLastError(comm));
           if (chorus::test::fake_graph_launch(graph, stream) != 0 ||

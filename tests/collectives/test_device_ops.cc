@@ -958,8 +958,8 @@ TEST_CASE("device send met by a send: named on both ranks, the communicator goes
 }
 
 TEST_CASE(
-    "capture into a CUDA graph on one rank only: named on every rank; send/recv under capture "
-    "refused; the communicator goes on",
+    "capture into a CUDA graph on one rank only: named on every rank, for collectives and for "
+    "sends and receives; the communicator goes on",
     "[device]") {
   for (bool one_gpu : {false, true}) {
     INFO((one_gpu ? "one GPU" : "a GPU each"));
@@ -986,9 +986,12 @@ TEST_CASE(
             chorusGroupStart();
             chorusSend(a, 64, chorusFloat32, 1 - r, comm, kStream);
             chorusRecv(b, 64, chorusFloat32, 1 - r, comm, kStream);
-            if (named(chorusGroupEnd(), "send/recv while capturing",
-                      r == 1 ? "device sends and receives cannot be captured yet"
-                             : "rank 1: stream") != 0)
+            if (named(chorusGroupEnd(), "send/recv, rank 1 capturing",
+                      r == 0 ? "rank 0 sends count 64 of f32 to rank 1, not captured; rank 1 "
+                               "receives count 64 of f32 from rank 0, captured into a CUDA graph "
+                               "(the pair's captured receive 1): both ranks capture a send and "
+                               "its receive into CUDA graphs, or neither does"
+                             : "or neither does") != 0)
               return 1;
           }
           if (r == 1) chorus::test::fake_capturing(kStream, false);

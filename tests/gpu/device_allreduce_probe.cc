@@ -500,19 +500,25 @@ void sleep_ms(void* ms) {
   std::this_thread::sleep_for(std::chrono::milliseconds(reinterpret_cast<intptr_t>(ms)));
 }
 
-// An all-reduce and a broadcast captured into a CUDA graph (global capture mode, as PyTorch's
-// default; after an eager warm-up call, as PyTorch and NCCL ask) and replayed 20 times with no
-// host synchronisation: a new input copied in before each replay, the results copied out after;
-// rank 1's stream held back 20 ms before every third replay, so the ranks are out of step.
+// An all-reduce, a broadcast and a ring exchange (a group: send to the right, receive from the
+// left) captured into a CUDA graph (global capture mode, as PyTorch's default; after an eager
+// warm-up call, as PyTorch and NCCL ask) and replayed 20 times with no host synchronisation: a
+// new input copied in before each replay, the results copied out after; rank 1's stream held
+// back 20 ms before every third replay, so the ranks are out of step.
 void graph_replays(chorusComm_t comm, cudaStream_t stream) {
   constexpr size_t n = 1 << 16;
-  constexpr int kReplays = 20;
-  float *in, *sum, *bc, *host_in, *host_out;
+  constexpr int kReplays = 20, kOut = 3;
+  float *in, *sum, *bc, *rx, *host_in, *host_out;
+  int capturable = -1;
+  if (chorusCommCapturable(comm, &capturable) != chorusSuccess || capturable != 1)
+    return fail("graph: chorusCommCapturable gave " + std::to_string(capturable) + ", want 1");
   CK(cudaMalloc(&in, n * 4));
   CK(cudaMalloc(&sum, n * 4));
   CK(cudaMalloc(&bc, n * 4));
+  CK(cudaMalloc(&rx, n * 4));
   CK(cudaMallocHost(&host_in, kReplays * n * 4));
-  CK(cudaMallocHost(&host_out, 2 * kReplays * n * 4));
+  CK(cudaMallocHost(&host_out, kOut * kReplays * n * 4));
+  const int right = (g_rank + 1) % g_size, left = (g_rank + g_size - 1) % g_size;
   for (int k = 0; k < kReplays; ++k)
     for (size_t i = 0; i < n; ++i) host_in[k * n + i] = float(value(g_rank, i + 7 * k));
   if (chorusAllReduce(in, sum, n, chorusFloat32, chorusSum, comm, stream) != chorusSuccess)
@@ -522,6 +528,12 @@ void graph_replays(chorusComm_t comm, cudaStream_t stream) {
   CK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
   chorusResult_t rc = chorusAllReduce(in, sum, n, chorusFloat32, chorusSum, comm, stream);
   if (rc == chorusSuccess) rc = chorusBroadcast(in, bc, n, chorusFloat32, 0, comm, stream);
+  if (rc == chorusSuccess) {
+    chorusGroupStart();
+    chorusSend(in, n, chorusFloat32, right, comm, stream);
+    chorusRecv(rx, n, chorusFloat32, left, comm, stream);
+    rc = chorusGroupEnd();
+  }
   const std::string why = rc == chorusSuccess ? "" : chorusGetLastError(comm);
   CK(cudaStreamEndCapture(stream, &graph));
   if (rc != chorusSuccess) return fail("graph: the capture: " + why);
@@ -532,8 +544,9 @@ void graph_replays(chorusComm_t comm, cudaStream_t stream) {
     if (g_rank == 1 && k % 3 == 0)
       CK(cudaLaunchHostFunc(stream, sleep_ms, reinterpret_cast<void*>(intptr_t(20))));
     CK(cudaGraphLaunch(exec, stream));
-    CK(cudaMemcpyAsync(host_out + 2 * k * n, sum, n * 4, cudaMemcpyDeviceToHost, stream));
-    CK(cudaMemcpyAsync(host_out + (2 * k + 1) * n, bc, n * 4, cudaMemcpyDeviceToHost, stream));
+    CK(cudaMemcpyAsync(host_out + kOut * k * n, sum, n * 4, cudaMemcpyDeviceToHost, stream));
+    CK(cudaMemcpyAsync(host_out + (kOut * k + 1) * n, bc, n * 4, cudaMemcpyDeviceToHost, stream));
+    CK(cudaMemcpyAsync(host_out + (kOut * k + 2) * n, rx, n * 4, cudaMemcpyDeviceToHost, stream));
   }
   CK(cudaStreamSynchronize(stream));
   int wrong = 0;
@@ -541,19 +554,23 @@ void graph_replays(chorusComm_t comm, cudaStream_t stream) {
     for (size_t i = 0; i < n; ++i) {
       double want = 0;
       for (int q = 0; q < g_size; ++q) want += value(q, i + 7 * k);
-      if (host_out[2 * k * n + i] != float(want) ||
-          host_out[(2 * k + 1) * n + i] != float(value(0, i + 7 * k)))
+      if (host_out[kOut * k * n + i] != float(want) ||
+          host_out[(kOut * k + 1) * n + i] != float(value(0, i + 7 * k)) ||
+          host_out[(kOut * k + 2) * n + i] != float(value(left, i + 7 * k)))
         if (wrong++ == 0)
           fail("graph: replay " + std::to_string(k) + " element " + std::to_string(i) + " wrong");
     }
   if (g_rank == 0 && wrong == 0)
-    std::printf("%d ranks: all-reduce + broadcast captured in a CUDA graph, %d replays right\n",
-                g_size, kReplays);
+    std::printf(
+        "%d ranks: all-reduce + broadcast + ring send/recv captured in a CUDA graph, %d replays "
+        "right\n",
+        g_size, kReplays);
   CK(cudaGraphExecDestroy(exec));
   CK(cudaGraphDestroy(graph));
   CK(cudaFree(in));
   CK(cudaFree(sum));
   CK(cudaFree(bc));
+  CK(cudaFree(rx));
   CK(cudaFreeHost(host_in));
   CK(cudaFreeHost(host_out));
 }
@@ -785,6 +802,11 @@ int worker() {
   }
   if (!g_failed) stream_order(comm, stream);
   if (!g_failed && !staged) graph_replays(comm, stream);
+  if (!g_failed && staged) {  // calls across hosts cannot be captured: said beforehand
+    int capturable = -1;
+    if (chorusCommCapturable(comm, &capturable) != chorusSuccess || capturable != 0)
+      fail("staged: chorusCommCapturable gave " + std::to_string(capturable) + ", want 0");
+  }
   // Staged, a mismatch is found by the host part after the call returned (the communicator's
   // error): the checks of errors() are for the CUDA IPC path's exchange.
   if (!g_failed && !staged) errors(comm, stream);
