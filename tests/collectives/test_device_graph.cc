@@ -54,98 +54,101 @@ float* dev(size_t n) {
   return static_cast<float*>(chorus::test::fake_device_alloc(n * 4));
 }
 
+struct Config {
+  int p;
+  bool one_gpu;
+};
+
+// `body(c, rank)` on each rank, for 3 ranks with a GPU each, and 2 and 3 sharing one.
+template <typename Body>
+void on_configs(Body body) {
+  for (Config c : {Config{3, false}, Config{3, true}, Config{2, true}}) {
+    INFO(c.p << " ranks, " << (c.one_gpu ? "one GPU" : "a GPU each"));
+    check_all(run_ranks(
+        c.p, [&](int r) { return body(c, r); }, opts(c.one_gpu)));
+  }
+}
+
 }  // namespace
 
 TEST_CASE(
     "device collectives captured into a CUDA graph: every replay right, ranks out of step, "
     "eager calls between",
     "[device][graph]") {
-  struct Config {
-    int p;
-    bool one_gpu;
-  };
-  for (Config c : {Config{3, false}, Config{3, true}, Config{2, true}}) {
-    INFO(c.p << " ranks, " << (c.one_gpu ? "one GPU" : "a GPU each"));
-    auto res = run_ranks(
-        c.p,
-        [c](int r) {
-          chorusComm_t comm = init(r);
-          if (!comm) return 1;
-          int capturable = -1;
-          if (chorusCommCapturable(comm, &capturable) != chorusSuccess || capturable != 1)
-            return fail_with(r, "chorusCommCapturable", fmt::format("{}, want 1", capturable));
-          if (chorusCommCapturable(comm, nullptr) != chorusInvalidArgument ||
-              !contains(chorusGetLastError(comm), "chorusCommCapturable: capturable is NULL"))
-            return fail_with(r, "chorusCommCapturable(NULL)", chorusGetLastError(comm));
-          const int p = c.p;
-          constexpr size_t n = 257;
-          constexpr int kReplays = 12;
-          void* stream = chorus::test::fake_async_stream();
-          float *in = dev(n), *sum = dev(n), *bc = dev(n), *ag = dev(p * n), *rs = dev(n);
-          float* eager = dev(n);
-          std::vector<float*> sums, bcs, rss, eagers;
-          for (int k = 0; k < kReplays; ++k) {
-            sums.push_back(dev(n));
-            bcs.push_back(dev(n));
-            rss.push_back(dev(n));
-            eagers.push_back(dev(n));
-          }
-          // The capture: nothing runs, and the calls' host exchange happens once, here.
-          chorus::test::fake_capture_begin(stream);
-          chorusResult_t rc = chorusAllReduce(in, sum, n, chorusFloat32, chorusSum, comm, stream);
-          if (rc == chorusSuccess)
-            rc = chorusBroadcast(in, bc, n, chorusFloat32, p - 1, comm, stream);
-          if (rc == chorusSuccess) rc = chorusAllGather(in, ag, n, chorusFloat32, comm, stream);
-          if (rc == chorusSuccess)
-            rc = chorusReduceScatter(ag, rs, n, chorusFloat32, chorusSum, comm, stream);
-          void* graph = chorus::test::fake_capture_end(stream);
-          if (rc != chorusSuccess) return fail_with(r, "the capture", chorusGetLastError(comm));
-          if (chorus::test::fake_graph_ops(graph) == 0 || sum[0] != 0.0f)
-            return fail_with(r, "the capture", "nothing captured, or it ran");
-          // The replays, with no host synchronisation: a new input before each (on the stream),
-          // the results copied out after it; rank 1's stream held back before every third
-          // replay; an eager all-reduce after every fourth.
-          std::vector<std::vector<float>> inputs(kReplays, std::vector<float>(n));
-          for (int k = 0; k < kReplays; ++k) {
-            for (size_t j = 0; j < n; ++j) inputs[k][j] = value(r, j, k);
-            if (kc::ipc().to_device(in, inputs[k].data(), n * 4, stream) != 0)
-              return fail_with(r, "the input", "failed");
-            if (r == 1 && k % 3 == 0) chorus::test::fake_stream_delay(stream, 40);
-            if (chorus::test::fake_graph_launch(graph, stream) != 0)
-              return fail_with(r, "a replay", "failed");
-            if (copy_on(stream, sum, sums[k], n) != 0 || copy_on(stream, bc, bcs[k], n) != 0 ||
-                copy_on(stream, rs, rss[k], n) != 0)
-              return fail_with(r, "copying out", "failed");
-            if (k % 4 == 3) {
-              if (copy_on(stream, in, eager, n) != 0 ||
-                  chorusAllReduce(eager, eagers[k], n, chorusFloat32, chorusMax, comm, stream) !=
-                      chorusSuccess)
-                return fail_with(r, "an eager call", chorusGetLastError(comm));
-            }
-          }
-          if (int e = chorus::test::fake_stream_sync(stream); e != 0)
-            return fail_with(r, "the stream", kc::ipc().error_string(e));
-          for (int k = 0; k < kReplays; ++k)
-            for (size_t j = 0; j < n; ++j) {
-              float want_sum = 0, want_max = value(0, j, k);
-              for (int q = 0; q < p; ++q) want_sum += value(q, j, k);
-              for (int q = 1; q < p; ++q) want_max = std::max(want_max, value(q, j, k));
-              const float want_rs = float(p) * value(r, j, k);
-              if (sums[k][j] != want_sum || bcs[k][j] != value(p - 1, j, k) ||
-                  rss[k][j] != want_rs || (k % 4 == 3 && eagers[k][j] != want_max))
-                return fail_with(r, fmt::format("replay {}", k),
-                                 fmt::format("element {}: sum {} broadcast {} reduce-scatter {} "
-                                             "eager {}, want {} {} {} {}",
-                                             j, sums[k][j], bcs[k][j], rss[k][j], eagers[k][j],
-                                             want_sum, value(p - 1, j, k), want_rs, want_max));
-            }
-          chorus::test::fake_graph_free(graph);
-          chorusCommDestroy(comm);
-          return 0;
-        },
-        opts(c.one_gpu));
-    check_all(res);
-  }
+  on_configs([](Config c, int r) {
+    chorusComm_t comm = init(r);
+    if (!comm) return 1;
+    int capturable = -1;
+    if (chorusCommCapturable(comm, &capturable) != chorusSuccess || capturable != 1)
+      return fail_with(r, "chorusCommCapturable", fmt::format("{}, want 1", capturable));
+    if (chorusCommCapturable(comm, nullptr) != chorusInvalidArgument ||
+        !contains(chorusGetLastError(comm), "chorusCommCapturable: capturable is NULL"))
+      return fail_with(r, "chorusCommCapturable(NULL)", chorusGetLastError(comm));
+    const int p = c.p;
+    constexpr size_t n = 257;
+    constexpr int kReplays = 12;
+    void* stream = chorus::test::fake_async_stream();
+    float *in = dev(n), *sum = dev(n), *bc = dev(n), *ag = dev(p * n), *rs = dev(n);
+    float* eager = dev(n);
+    std::vector<float*> sums, bcs, rss, eagers;
+    for (int k = 0; k < kReplays; ++k) {
+      sums.push_back(dev(n));
+      bcs.push_back(dev(n));
+      rss.push_back(dev(n));
+      eagers.push_back(dev(n));
+    }
+    // The capture: nothing runs, and the calls' host exchange happens once, here.
+    chorus::test::fake_capture_begin(stream);
+    chorusResult_t rc = chorusAllReduce(in, sum, n, chorusFloat32, chorusSum, comm, stream);
+    if (rc == chorusSuccess) rc = chorusBroadcast(in, bc, n, chorusFloat32, p - 1, comm, stream);
+    if (rc == chorusSuccess) rc = chorusAllGather(in, ag, n, chorusFloat32, comm, stream);
+    if (rc == chorusSuccess)
+      rc = chorusReduceScatter(ag, rs, n, chorusFloat32, chorusSum, comm, stream);
+    void* graph = chorus::test::fake_capture_end(stream);
+    if (rc != chorusSuccess) return fail_with(r, "the capture", chorusGetLastError(comm));
+    if (chorus::test::fake_graph_ops(graph) == 0 || sum[0] != 0.0f)
+      return fail_with(r, "the capture", "nothing captured, or it ran");
+    // The replays, with no host synchronisation: a new input before each (on the stream),
+    // the results copied out after it; rank 1's stream held back before every third
+    // replay; an eager all-reduce after every fourth.
+    std::vector<std::vector<float>> inputs(kReplays, std::vector<float>(n));
+    for (int k = 0; k < kReplays; ++k) {
+      for (size_t j = 0; j < n; ++j) inputs[k][j] = value(r, j, k);
+      if (kc::ipc().to_device(in, inputs[k].data(), n * 4, stream) != 0)
+        return fail_with(r, "the input", "failed");
+      if (r == 1 && k % 3 == 0) chorus::test::fake_stream_delay(stream, 40);
+      if (chorus::test::fake_graph_launch(graph, stream) != 0)
+        return fail_with(r, "a replay", "failed");
+      if (copy_on(stream, sum, sums[k], n) != 0 || copy_on(stream, bc, bcs[k], n) != 0 ||
+          copy_on(stream, rs, rss[k], n) != 0)
+        return fail_with(r, "copying out", "failed");
+      if (k % 4 == 3) {
+        if (copy_on(stream, in, eager, n) != 0 ||
+            chorusAllReduce(eager, eagers[k], n, chorusFloat32, chorusMax, comm, stream) !=
+                chorusSuccess)
+          return fail_with(r, "an eager call", chorusGetLastError(comm));
+      }
+    }
+    if (int e = chorus::test::fake_stream_sync(stream); e != 0)
+      return fail_with(r, "the stream", kc::ipc().error_string(e));
+    for (int k = 0; k < kReplays; ++k)
+      for (size_t j = 0; j < n; ++j) {
+        float want_sum = 0, want_max = value(0, j, k);
+        for (int q = 0; q < p; ++q) want_sum += value(q, j, k);
+        for (int q = 1; q < p; ++q) want_max = std::max(want_max, value(q, j, k));
+        const float want_rs = float(p) * value(r, j, k);
+        if (sums[k][j] != want_sum || bcs[k][j] != value(p - 1, j, k) || rss[k][j] != want_rs ||
+            (k % 4 == 3 && eagers[k][j] != want_max))
+          return fail_with(r, fmt::format("replay {}", k),
+                           fmt::format("element {}: sum {} broadcast {} reduce-scatter {} "
+                                       "eager {}, want {} {} {} {}",
+                                       j, sums[k][j], bcs[k][j], rss[k][j], eagers[k][j], want_sum,
+                                       value(p - 1, j, k), want_rs, want_max));
+      }
+    chorus::test::fake_graph_free(graph);
+    chorusCommDestroy(comm);
+    return 0;
+  });
 }
 
 // Sends and receives captured (device_graph.h: a pair's slots): a group that sends to the right
@@ -155,80 +158,68 @@ TEST_CASE(
     "device sends and receives captured into a CUDA graph: every replay right, ranks out of "
     "step, eager sends between",
     "[device][graph]") {
-  struct Config {
-    int p;
-    bool one_gpu;
-  };
-  for (Config c : {Config{3, false}, Config{2, true}, Config{3, true}}) {
-    INFO(c.p << " ranks, " << (c.one_gpu ? "one GPU" : "a GPU each"));
-    auto res = run_ranks(
-        c.p,
-        [c](int r) {
-          chorusComm_t comm = init(r);
-          if (!comm) return 1;
-          const int p = c.p, right = (r + 1) % p, left = (r + p - 1) % p;
-          constexpr size_t n = 263;
-          constexpr int kReplays = 12;
-          void* stream = chorus::test::fake_async_stream();
-          float *in = dev(n), *got = dev(n), *lone = dev(n), *eager = dev(n);
-          std::vector<float*> gots, lones, eagers;
-          for (int k = 0; k < kReplays; ++k) {
-            gots.push_back(dev(n));
-            lones.push_back(dev(n));
-            eagers.push_back(dev(n));
-          }
-          chorus::test::fake_capture_begin(stream);
-          chorusGroupStart();
-          chorusSend(in, n, chorusFloat32, right, comm, stream);
-          chorusRecv(got, n, chorusFloat32, left, comm, stream);
-          chorusResult_t rc = chorusGroupEnd();
-          if (rc == chorusSuccess && r == 0) rc = chorusSend(in, n, chorusFloat32, 1, comm, stream);
-          if (rc == chorusSuccess && r == 1)
-            rc = chorusRecv(lone, n, chorusFloat32, 0, comm, stream);
-          void* graph = chorus::test::fake_capture_end(stream);
-          if (rc != chorusSuccess) return fail_with(r, "the capture", chorusGetLastError(comm));
-          if (chorus::test::fake_graph_ops(graph) == 0)
-            return fail_with(r, "the capture", "nothing captured");
-          std::vector<std::vector<float>> inputs(kReplays, std::vector<float>(n));
-          for (int k = 0; k < kReplays; ++k) {
-            for (size_t j = 0; j < n; ++j) inputs[k][j] = value(r, j, k);
-            if (kc::ipc().to_device(in, inputs[k].data(), n * 4, stream) != 0)
-              return fail_with(r, "the input", "failed");
-            if (r == 1 && k % 3 == 0) chorus::test::fake_stream_delay(stream, 40);
-            if (r == 0 && k % 5 == 1) chorus::test::fake_stream_delay(stream, 30);
-            if (chorus::test::fake_graph_launch(graph, stream) != 0)
-              return fail_with(r, "a replay", "failed");
-            if (copy_on(stream, got, gots[k], n) != 0 ||
-                (r == 1 && copy_on(stream, lone, lones[k], n) != 0))
-              return fail_with(r, "copying out", "failed");
-            if (k % 4 == 3) {  // an eager exchange the other way round, between replays
-              chorusGroupStart();
-              chorusSend(in, n, chorusFloat32, left, comm, stream);
-              chorusRecv(eagers[k], n, chorusFloat32, right, comm, stream);
-              if (chorusGroupEnd() != chorusSuccess)
-                return fail_with(r, "an eager exchange", chorusGetLastError(comm));
-            }
-          }
-          if (int e = chorus::test::fake_stream_sync(stream); e != 0)
-            return fail_with(r, "the stream", kc::ipc().error_string(e));
-          for (int k = 0; k < kReplays; ++k)
-            for (size_t j = 0; j < n; ++j) {
-              const bool bad_lone = r == 1 && lones[k][j] != value(0, j, k);
-              const bool bad_eager = k % 4 == 3 && eagers[k][j] != value(right, j, k);
-              if (gots[k][j] != value(left, j, k) || bad_lone || bad_eager)
-                return fail_with(r, fmt::format("replay {}", k),
-                                 fmt::format("element {}: from the left {} (want {}), lone {} "
-                                             "(want {}), eager {} (want {})",
-                                             j, gots[k][j], value(left, j, k), lones[k][j],
-                                             value(0, j, k), eagers[k][j], value(right, j, k)));
-            }
-          chorus::test::fake_graph_free(graph);
-          chorusCommDestroy(comm);
-          return 0;
-        },
-        opts(c.one_gpu));
-    check_all(res);
-  }
+  on_configs([](Config c, int r) {
+    chorusComm_t comm = init(r);
+    if (!comm) return 1;
+    const int p = c.p, right = (r + 1) % p, left = (r + p - 1) % p;
+    constexpr size_t n = 263;
+    constexpr int kReplays = 12;
+    void* stream = chorus::test::fake_async_stream();
+    float *in = dev(n), *got = dev(n), *lone = dev(n), *eager = dev(n);
+    std::vector<float*> gots, lones, eagers;
+    for (int k = 0; k < kReplays; ++k) {
+      gots.push_back(dev(n));
+      lones.push_back(dev(n));
+      eagers.push_back(dev(n));
+    }
+    chorus::test::fake_capture_begin(stream);
+    chorusGroupStart();
+    chorusSend(in, n, chorusFloat32, right, comm, stream);
+    chorusRecv(got, n, chorusFloat32, left, comm, stream);
+    chorusResult_t rc = chorusGroupEnd();
+    if (rc == chorusSuccess && r == 0) rc = chorusSend(in, n, chorusFloat32, 1, comm, stream);
+    if (rc == chorusSuccess && r == 1) rc = chorusRecv(lone, n, chorusFloat32, 0, comm, stream);
+    void* graph = chorus::test::fake_capture_end(stream);
+    if (rc != chorusSuccess) return fail_with(r, "the capture", chorusGetLastError(comm));
+    if (chorus::test::fake_graph_ops(graph) == 0)
+      return fail_with(r, "the capture", "nothing captured");
+    std::vector<std::vector<float>> inputs(kReplays, std::vector<float>(n));
+    for (int k = 0; k < kReplays; ++k) {
+      for (size_t j = 0; j < n; ++j) inputs[k][j] = value(r, j, k);
+      if (kc::ipc().to_device(in, inputs[k].data(), n * 4, stream) != 0)
+        return fail_with(r, "the input", "failed");
+      if (r == 1 && k % 3 == 0) chorus::test::fake_stream_delay(stream, 40);
+      if (r == 0 && k % 5 == 1) chorus::test::fake_stream_delay(stream, 30);
+      if (chorus::test::fake_graph_launch(graph, stream) != 0)
+        return fail_with(r, "a replay", "failed");
+      if (copy_on(stream, got, gots[k], n) != 0 ||
+          (r == 1 && copy_on(stream, lone, lones[k], n) != 0))
+        return fail_with(r, "copying out", "failed");
+      if (k % 4 == 3) {  // an eager exchange the other way round, between replays
+        chorusGroupStart();
+        chorusSend(in, n, chorusFloat32, left, comm, stream);
+        chorusRecv(eagers[k], n, chorusFloat32, right, comm, stream);
+        if (chorusGroupEnd() != chorusSuccess)
+          return fail_with(r, "an eager exchange", chorusGetLastError(comm));
+      }
+    }
+    if (int e = chorus::test::fake_stream_sync(stream); e != 0)
+      return fail_with(r, "the stream", kc::ipc().error_string(e));
+    for (int k = 0; k < kReplays; ++k)
+      for (size_t j = 0; j < n; ++j) {
+        const bool bad_lone = r == 1 && lones[k][j] != value(0, j, k);
+        const bool bad_eager = k % 4 == 3 && eagers[k][j] != value(right, j, k);
+        if (gots[k][j] != value(left, j, k) || bad_lone || bad_eager)
+          return fail_with(r, fmt::format("replay {}", k),
+                           fmt::format("element {}: from the left {} (want {}), lone {} "
+                                       "(want {}), eager {} (want {})",
+                                       j, gots[k][j], value(left, j, k), lones[k][j],
+                                       value(0, j, k), eagers[k][j], value(right, j, k)));
+      }
+    chorus::test::fake_graph_free(graph);
+    chorusCommDestroy(comm);
+    return 0;
+  });
 }
 
 TEST_CASE(
