@@ -52,6 +52,14 @@ Trainer::Trainer(Module& model, Sgd& optimizer, DataLoader& train, const Dataset
       throw std::invalid_argument(
           "Trainer: cuda_graph with a communicator of several ranks but no DDP: nothing would "
           "keep the ranks' gradients in step");
+    // A graph replays the kernels of its device only: work elsewhere (a model split across
+    // devices) would run at the capture and never again.
+    for (const auto& [name, p] : model_.named_parameters())
+      if (p.device() != options_.device)
+        throw std::invalid_argument(fmt::format(
+            "Trainer: cuda_graph captures the step on {}, but parameter {} is on {} (a graph "
+            "replays one device's kernels: train a model split across devices without it)",
+            options_.device.str(), name, p.device().str()));
   }
 }
 

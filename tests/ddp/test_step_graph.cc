@@ -225,7 +225,10 @@ TEST_CASE("Labels on the device give cross_entropy's bits; bad labels are named"
         }) == "nll_loss: input is on cpu but labels are on cuda:0");
 }
 
-TEST_CASE("cuda_graph is refused on the cpu and with elastic training, naming why", "[graph]") {
+TEST_CASE(
+    "cuda_graph is refused on the cpu, with a parameter elsewhere and with elastic training, "
+    "naming why",
+    "[graph]") {
   emulate();
   auto data = make_synthetic(8, Shape{3, 32, 32}, 10, 5);
   Net net(3, 32, 7);
@@ -236,6 +239,11 @@ TEST_CASE("cuda_graph is refused on the cpu and with elastic training, naming wh
   CHECK(error_of([&] { Trainer(net, opt, loader, nullptr, to); }) ==
         "Trainer: cuda_graph needs a cuda device, got cpu");
   to.device = kGpu;
+  // The net is still on the cpu: its kernels would run at the capture only.
+  CHECK(error_of([&] { Trainer(net, opt, loader, nullptr, to); }) ==
+        "Trainer: cuda_graph captures the step on cuda:0, but parameter conv1.weight is on cpu (a "
+        "graph replays one device's kernels: train a model split across devices without it)");
+  net.to(kGpu);
   to.leave = [](int64_t) { return std::optional<TrainOptions::Recovered>(); };
   CHECK_THAT(error_of([&] { Trainer(net, opt, loader, nullptr, to); }),
              Catch::StartsWith("Trainer: cuda_graph with elastic training"));
