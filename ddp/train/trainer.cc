@@ -67,6 +67,22 @@ Trainer::Trainer(Module& model, Sgd& optimizer, DataLoader& train, const Dataset
 // (eager while warming up, captured once, replayed after); its outputs stay in graphed_.
 void Trainer::graphed_step(const Batch& batch) {
   Graphed& g = graphed_;
+  // The update's learning rate is a kernel argument: a replay keeps the capture's.
+  const float lr = optimizer_.options().lr;
+  if (g.lr >= 0 && lr != g.lr)
+    throw std::logic_error(fmt::format(
+        "Trainer: the learning rate changed from {} to {} after the step was captured as a CUDA "
+        "graph, whose update keeps the one it was captured with (train without cuda_graph to "
+        "change it)",
+        g.lr, lr));
+  struct Remember {  // the capture's, once the step's graphs are captured
+    Graphed& g;
+    float lr;
+    ~Remember() {
+      if (g.lr < 0 && g.graph && g.graph->captured() && (!g.update || g.update->captured()))
+        g.lr = lr;
+    }
+  } remember{g, lr};
   if (!g.graph) {
     g.batch = static_cast<int64_t>(batch.size());
     g.graph = std::make_unique<StepGraph>(options_.device);

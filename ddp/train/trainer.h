@@ -143,6 +143,7 @@ class Trainer {
     std::unique_ptr<StepGraph> graph;
     std::unique_ptr<StepGraph> update;  // with DDP, two graphs a step: the optimizer's step
     bool whole = false;                 // with DDP: the all-reduces inside `graph` (no `update`)
+    float lr = -1;                      // the learning rate captured (-1: not captured yet)
     int64_t batch = 0;
     Tensor images, logits, loss;
     Labels labels;

@@ -125,6 +125,34 @@ TEST_CASE("the trainer's step as a CUDA graph ends with the eager trainer's bits
   CHECK(graphed.backend_allocs_epoch2 == 0);
 }
 
+TEST_CASE("a learning rate changed after the capture is refused, naming both values", "[graph]") {
+  emulate();
+  auto data = make_synthetic(256, Shape{3, 32, 32}, 10, 5);
+  Net net(3, 32, 7);
+  net.to(kGpu);
+  Sgd opt(net.parameters(), {.lr = 0.02f});
+  LoaderOptions lo;
+  lo.batch_size = 32;
+  DataLoader loader(data, lo);
+  TrainOptions to;
+  to.device = kGpu;
+  to.progress = false;
+  to.cuda_graph = true;
+  to.out = std::fopen("/dev/null", "w");
+  int64_t last = 0;
+  to.after_step = [&](int64_t step) {
+    last = step;
+    if (step == 4) opt.set_lr(0.01f);  // warm-ups 1 and 2, the capture 3, a replay 4
+  };
+  Trainer trainer(net, opt, loader, nullptr, to);
+  CHECK(error_of([&] { trainer.run(); }) ==
+        "Trainer: the learning rate changed from 0.02 to 0.01 after the step was captured as a "
+        "CUDA graph, whose update keeps the one it was captured with (train without cuda_graph "
+        "to change it)");
+  CHECK(last == 4);
+  std::fclose(to.out);
+}
+
 TEST_CASE("a step that waits for the GPU inside the capture is refused naming what", "[graph]") {
   emulate();
   Tensor x = Tensor::full(Shape{4}, 2.0f, kGpu);
