@@ -17,10 +17,13 @@ namespace {
 std::vector<std::function<void()>>* g_tape = nullptr;
 
 // Cross-stream capture, as CUDA's: the communication stream joins the capture when it waits for
-// an event recorded in it; from there the communicator's device calls on it are recorded by the
-// device path's emulation (fake_capture_begin), in a piece that ends at the stream's next event
-// or wait. The piece's replay sits in the tape where it began (after the kernels that wrote its
-// input), so a replay runs everything in an order the graph allows.
+// an event recorded in it, and stays in it until the capture ends; from there the communicator's
+// device calls on it are recorded by the device path's emulation (fake_capture_begin), in pieces
+// that end at the stream's next event or wait. A piece's replay sits in the tape where it began
+// (after the kernels that wrote its input), so a replay runs everything in an order the graph
+// allows. The capture ends joined only when the capturing stream waited for the communication
+// stream's last event and nothing went on that stream after it (else CUDA's
+// cudaErrorStreamCaptureUnjoined).
 struct Piece {
   void* graph = nullptr;
   Piece() = default;
@@ -32,11 +35,19 @@ struct Piece {
 };
 std::shared_ptr<Piece> g_open;      // the communication stream's piece being recorded, or null
 std::set<void*> g_captured_events;  // events whose latest record is in the capture
+void* g_comm_last = nullptr;        // the communication stream's last event in the capture
+bool g_joined = false;              // the capturing stream waited for it
 
-void close_piece() {
-  if (!g_open) return;
-  g_open->graph = fake_capture_end(EmulatedGpu::kCommStream);
-  g_open.reset();
+// The communication stream's piece so far ends; a new one begins at this point of the tape.
+void next_piece(std::vector<std::function<void()>>& tape) {
+  if (g_open) g_open->graph = fake_capture_end(EmulatedGpu::kCommStream);
+  auto piece = std::make_shared<Piece>();
+  tape.push_back([piece] {
+    if (fake_graph_launch(piece->graph, EmulatedGpu::kCommStream) != 0)
+      throw std::runtime_error("emulated gpu: a replay's communicator calls failed");
+  });
+  fake_capture_begin(EmulatedGpu::kCommStream);
+  g_open = piece;
 }
 
 [[noreturn]] void not_in_capture(const char* what, const char* why = "it would wait for the GPU") {
@@ -146,6 +157,8 @@ void EmulatedGpu::fill(Device, long n, float value, float* y) {
 void EmulatedGpu::capture_begin(Device) {
   if (g_tape) throw std::runtime_error("emulated gpu: a capture is under way already");
   g_tape = new std::vector<std::function<void()>>();
+  g_comm_last = nullptr;
+  g_joined = false;
 }
 
 void* EmulatedGpu::capture_end(Device) {
@@ -154,10 +167,13 @@ void* EmulatedGpu::capture_end(Device) {
   g_tape = nullptr;
   g_captured_events.clear();
   if (g_open) {
-    close_piece();
-    throw std::runtime_error(
-        "emulated gpu: the communication stream joined the capture and was not waited for by "
-        "the capturing stream again (CUDA: cudaErrorStreamCaptureUnjoined)");
+    g_open->graph = fake_capture_end(kCommStream);
+    const bool after = fake_graph_ops(g_open->graph) > 0;  // work after its last event
+    g_open.reset();
+    if (!g_joined || after)
+      throw std::runtime_error(
+          "emulated gpu: the communication stream joined the capture and was not waited for by "
+          "the capturing stream again (CUDA: cudaErrorStreamCaptureUnjoined)");
   }
   captured_kernels = graph->size();
   return graph.release();
@@ -184,10 +200,14 @@ void EmulatedGpu::record_event(Device, void* stream, void** event) {
   if (!g_tape) {
     g_captured_events.erase(*event);
   } else {
-    if (stream == kCommStream && !g_open)
-      not_in_capture("an event on the communication stream before it joined the capture",
-                     "it would order nothing the graph does");
-    close_piece();  // the communication stream's work so far: its piece ends at the event
+    if (stream == kCommStream) {
+      if (!g_open)
+        not_in_capture("an event on the communication stream before it joined the capture",
+                       "it would order nothing the graph does");
+      next_piece(*g_tape);  // its work so far ends at the event; it stays in the capture
+      g_comm_last = *event;
+      g_joined = false;
+    }
     g_captured_events.insert(*event);
   }
   trace.push_back("record " + event_name(*event) + " on " + stream_name(stream) +
@@ -199,16 +219,8 @@ void EmulatedGpu::wait_event(Device, void* stream, void* event) {
     if (!g_captured_events.count(event))
       not_in_capture("a wait for an event recorded outside the capture",
                      "CUDA: cudaErrorStreamCaptureIsolation");
-    if (stream == kCommStream) {  // a fork: the stream's calls from here go into a new piece
-      close_piece();
-      auto piece = std::make_shared<Piece>();
-      g_tape->push_back([piece] {
-        if (fake_graph_launch(piece->graph, kCommStream) != 0)
-          throw std::runtime_error("emulated gpu: a replay's communicator calls failed");
-      });
-      fake_capture_begin(kCommStream);
-      g_open = piece;
-    }
+    if (stream == kCommStream) next_piece(*g_tape);  // a fork: its calls from here after it
+    if (stream == nullptr && event == g_comm_last) g_joined = true;
   }
   trace.push_back("wait " + stream_name(stream) + " for " + event_name(event) +
                   (g_tape ? " (captured)" : ""));
