@@ -120,7 +120,7 @@ int main(int argc, char** argv) {
   std::string device = "cpu", checkpoint_dir;
   int64_t log_every = 0, checkpoint_every = 0, fail_at_step = -1;
   double first_bucket_mb = 1.0, bucket_cap_mb = 25.0;
-  bool per_rank = false, single = false, cuda_graph = false;
+  bool per_rank = false, single = false, cuda_graph = false, cuda_graph_split = false;
   int fail_rank = 0;
   app.add_option("--device", device,
                  "cpu | cuda | cuda:N | auto (cuda = cuda:$LOCAL_RANK; auto = that where a GPU "
@@ -140,8 +140,12 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--single", single, "ignore launcher variables: train in this process alone");
   app.add_flag("--cuda-graph", cuda_graph,
-               "capture the training step as a CUDA graph and replay it (on a GPU; with DDP "
-               "the gradient all-reduces run between two graphs; ddp/train/step_graph.h)");
+               "capture the training step as a CUDA graph and replay it (on a GPU; with DDP on "
+               "one host the gradient all-reduces are captured in it, across hosts they run "
+               "between two graphs; ddp/train/step_graph.h)");
+  app.add_flag("--cuda-graph-split", cuda_graph_split,
+               "as --cuda-graph, but with DDP always two graphs a step, the all-reduces between "
+               "(to compare with the one-graph step)");
   app.add_option("--fail-at-step", fail_at_step,
                  "testing: SIGKILL --fail-rank after this global step (first launch only)")
       ->group("");
@@ -255,10 +259,11 @@ int main(int argc, char** argv) {
       world = comm->size();
       newcomers();  // as the running ranks do in `grow` below
     }
+    cuda_graph = cuda_graph || cuda_graph_split;
     if (cuda_graph && dev.is_cpu())
       throw std::invalid_argument("train_cnn: --cuda-graph needs --device cuda, got " + dev.str());
     // One rank under a launcher with --cuda-graph trains as one process (its whole step one
-    // graph); several ranks with DDP (two graphs a step, the all-reduces between them).
+    // graph); several ranks with DDP (one graph a step, or two with the all-reduces between).
     chorus::Communicator* const train_comm = cuda_graph && world == 1 ? nullptr : comm;
     std::unique_ptr<chorus::DistributedDataParallel> ddp;
     chorus::DdpOptions dopt;
@@ -305,6 +310,7 @@ int main(int argc, char** argv) {
     to.comm = train_comm;
     to.ddp = ddp.get();
     to.cuda_graph = cuda_graph;
+    to.cuda_graph_split = cuda_graph_split;
     to.log_every = log_every;
     to.per_rank_log = per_rank;
     to.checkpoint_dir = checkpoint_dir;

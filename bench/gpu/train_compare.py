@@ -15,7 +15,8 @@ TF32 on either side.
    GPU (CHORUS_ALLOW_SHARED_GPU=1, the same global batch), PyTorch on 1 (its NCCL refuses two ranks
    on one GPU); on a GPU also chorus with its step captured as CUDA graphs (train_cnn
    --cuda-graph: "chorus 1 rank graph", and "chorus 2 ranks graph", where DDP's all-reduces are
-   captured inside the step's graph), and where MPS is installed "chorus 2 ranks mps" (chorus-run --mps:
+   captured inside the step's graph; "chorus 2 ranks graph split": --cuda-graph-split, two graphs
+   a step with the all-reduces between them, to show what capturing them gains), and where MPS is installed "chorus 2 ranks mps" (chorus-run --mps:
    the two ranks side by side instead of taking turns by time slice).
 2. Accuracy: --accuracy-epochs epochs of Fashion-MNIST at batch 64 on each side for each of
    --accuracy-seeds seeds, then the mean test accuracy of each and their difference (issue 12's
@@ -222,6 +223,7 @@ def main():
             if graph:
                 results["chorus 1 rank graph"] = []
                 results["chorus 2 ranks graph"] = []
+                results["chorus 2 ranks graph split"] = []  # the all-reduces between 2 graphs
             # Two ranks on one GPU side by side (chorus-run --mps) where MPS is installed.
             mps = graph and shutil.which("nvidia-cuda-mps-control") is not None
             if mps:
@@ -238,15 +240,17 @@ def main():
                     for ranks in (1, 2):
                         results[f"chorus {ranks} rank{'s' if ranks > 1 else ''} graph"].append(
                             chorus_images_per_s(a, ranks, batch, a.steps, fdir, ["--cuda-graph"]))
+                    results["chorus 2 ranks graph split"].append(
+                        chorus_images_per_s(a, 2, batch, a.steps, fdir, ["--cuda-graph-split"]))
             for name, v in results.items():
                 med = statistics.median(v)
                 rows.append((data, batch, name, med))
                 print(f"RESULT gpu_train data={data} batch={batch} who={name.replace(' ', '_')} "
                       f"images_per_s={med:.0f} ms_per_step={batch / med * 1e3:.3f}")
-    print(f"# {'data':<13} {'batch':>5}  {'who':<20} {'images/s':>10} {'ms/step':>8} {'vs torch':>8}")
+    print(f"# {'data':<13} {'batch':>5}  {'who':<26} {'images/s':>10} {'ms/step':>8} {'vs torch':>8}")
     for data, batch, name, med in rows:
         ref = next(m for d, b, n, m in rows if d == data and b == batch and n == "torch 1 rank")
-        print(f"  {data:<13} {batch:>5}  {name:<20} {med:>10.0f} {batch / med * 1e3:>8.3f} "
+        print(f"  {data:<13} {batch:>5}  {name:<26} {med:>10.0f} {batch / med * 1e3:>8.3f} "
               f"{med / ref:>8.2f}")
     if fashion and a.accuracy_epochs > 0:
         ts, cs = [], []

@@ -88,7 +88,8 @@ void Trainer::graphed_step(const Batch& batch) {
     g.graph = std::make_unique<StepGraph>(options_.device);
     g.images = Tensor::empty(batch.images.shape(), options_.device);
     g.labels = Labels(g.batch, options_.device);
-    g.whole = options_.ddp && options_.ddp->reducer().capturable(options_.device);
+    g.whole = options_.ddp && !options_.cuda_graph_split &&
+              options_.ddp->reducer().capturable(options_.device);
   }
   g.images.copy_from(batch.images);
   g.labels.set(batch.labels, train_.dataset().num_classes());

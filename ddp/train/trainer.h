@@ -69,6 +69,9 @@ struct TrainOptions {
   // (Reducer::sync_deferred), and before_sync / after_backward called there as in an eager
   // step.
   bool cuda_graph = false;
+  // With cuda_graph and DDP: two graphs a step even where the all-reduces could be captured (to
+  // measure what capturing them gains).
+  bool cuda_graph_split = false;
 
   // ---- distributed (all optional) ----
   Communicator* comm = nullptr;            // null: single process

@@ -60,7 +60,7 @@ struct Run {
 
 // Two epochs of 200 samples at batch 32: six full batches and one of 8 in each. With `comm`:
 // DDP over it (several buckets), each rank on data of its own.
-Run train(bool cuda_graph, Communicator* comm = nullptr) {
+Run train(bool cuda_graph, Communicator* comm = nullptr, bool split = false) {
   const uint64_t seed = 5 + static_cast<uint64_t>(comm ? comm->rank() : 0);
   auto data = make_synthetic(200, Shape{3, 32, 32}, 10, seed);
   auto test = make_synthetic(64, Shape{3, 32, 32}, 10, 5, 1);
@@ -85,6 +85,7 @@ Run train(bool cuda_graph, Communicator* comm = nullptr) {
   to.progress = false;
   to.record_step_losses = true;
   to.cuda_graph = cuda_graph;
+  to.cuda_graph_split = split;
   to.comm = comm;
   to.ddp = ddp.get();
   std::FILE* devnull = std::fopen("/dev/null", "w");
@@ -292,15 +293,19 @@ TEST_CASE(
   const bool real = named && *named;
   if (real && std::string(named) != kGpu.str())
     FAIL("CHORUS_TEST_TRAIN_DEVICE=" << named << ": this case runs on " << kGpu.str() << " only");
-  for (const bool two_hosts : {false, true}) {
-    INFO((two_hosts ? "two hosts" : "one host"));
+  struct Config {
+    bool two_hosts, split;  // split: TrainOptions.cuda_graph_split, two graphs on one host too
+  };
+  for (const Config c : {Config{false, false}, Config{true, false}, Config{false, true}}) {
+    const bool two_hosts = c.two_hosts, split = c.split;
+    INFO((two_hosts ? "two hosts" : "one host") << (split ? ", split" : ""));
     RunOptions o;
     o.env = {{"CHORUS_TIMEOUT", "30"}, {"CHORUS_ALLOW_SHARED_GPU", "1"}};
     if (!real) o.env["CHORUS_TEST_GPU_UUID"] = "GPU-emulated-0";
     o.limit_seconds = 200;
     auto res = run_ranks(
         2,
-        [real, two_hosts](int rank) {
+        [real, two_hosts, split](int rank) {
           if (!real) test::use_emulated_gpu();
           if (two_hosts) setenv("CHORUS_HOSTID", rank == 0 ? "host-a" : "host-b", 1);
           auto comm = Communicator::from_env();
@@ -314,14 +319,15 @@ TEST_CASE(
           test::EmulatedGpu& gpu = test::emulated_gpu();
           gpu.graph_launches = 0;
           gpu.trace.clear();
-          const Run graphed = train(true, &comm);
+          const Run graphed = train(true, &comm, split);
           if (eager.losses.size() != 14) return fail("expected 14 steps");
           if (graphed.losses != eager.losses) return fail("the losses differ from the eager run's");
           if (graphed.params != eager.params) return fail("the parameters differ");
           if (graphed.test_acc != eager.test_acc) return fail("the test accuracy differs");
           if (!real) {
             // 12 full batches: 2 eager warm-ups, the capture, 9 replays; a graph each, or two.
-            const int want = two_hosts ? 20 : 10;
+            const bool two = two_hosts || split;
+            const int want = two ? 20 : 10;
             if (gpu.graph_launches != want)
               return fail("graph launches: " + std::to_string(gpu.graph_launches) + ", expected " +
                           std::to_string(want));
@@ -330,7 +336,7 @@ TEST_CASE(
             int captured = 0;
             for (const std::string& line : gpu.trace)
               captured += line.find("(captured)") != std::string::npos;
-            if ((captured > 0) == two_hosts)
+            if ((captured > 0) == two)
               return fail(std::to_string(captured) +
                           " events recorded or waited for in the capture");
           }
