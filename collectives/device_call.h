@@ -40,9 +40,10 @@ struct Record {
   int32_t root;  // collectives; send/recv: the peer
   int32_t ok;    // 0: `why` says what this rank could not do
   char why[180];
-  char gpu[48];   // the UUID of this rank's GPU ("" if unknown)
-  int32_t pid;    // for the descriptor sockets of VMM memory (device_vmm.h)
-  int32_t graph;  // captured into a CUDA graph: its slot (device_graph.h); -1: not captured
+  char gpu[48];         // the UUID of this rank's GPU ("" if unknown)
+  int32_t pid;          // for the descriptor sockets of VMM memory (device_vmm.h)
+  int32_t graph;        // captured into a CUDA graph: >= 0 (send/recv: its slot); -1: not captured
+  uint64_t graph_free;  // captured: the slots free on this rank (GraphSlots) for the call
   kc::IpcHandle flags, send, recv, graph_flags;
 };
 

@@ -47,6 +47,42 @@ std::mutex g_keepers_mu;  // GraphWords::keeper, of every communicator
 
 }  // namespace
 
+namespace {
+
+struct SlotRelease {
+  std::shared_ptr<GraphSlots> slots;  // keeps the masks alive
+  std::vector<std::pair<std::atomic<uint64_t>*, uint64_t>> taken;
+};
+
+// CUDA's destructor of a graph's user object (no CUDA calls here).
+void release_slots(void* p) {
+  auto* r = static_cast<SlotRelease*>(p);
+  for (auto& [mask, bits] : r->taken) mask->fetch_or(bits);
+  delete r;
+}
+
+}  // namespace
+
+int graph_hold(GraphWords& g, void* stream,
+               const std::vector<std::pair<std::atomic<uint64_t>*, uint64_t>>& taken) {
+  auto* r = new SlotRelease{g.slots, taken};
+  if (int rc = kernels::cuda::ipc().graph_destructor(stream, release_slots, r); rc != 0) {
+    delete r;
+    return rc;
+  }
+  for (auto& [mask, bits] : taken) mask->fetch_and(~bits);
+  return 0;
+}
+
+int nth_free(uint64_t mask, int k) {
+  for (int bit = 0; bit < 64; ++bit)
+    if ((mask >> bit) & 1) {
+      if (k == 0) return bit;
+      --k;
+    }
+  return -1;
+}
+
 void graph_release(GraphWords& g) {
   void* flags = g.live.load();
   const int calls = g.live_calls.load();

@@ -9,17 +9,19 @@
 // Why a reset never wipes the peer's next signal: the peer writes that word again only in its
 // next replay of the call (ready) or after this rank's next ready signal (done), and both come
 // after this rank's reset on its stream, behind a write with a memory barrier (a stream write's
-// default) that the peer waited for. The ranks agree on the slot (the host exchange at capture
-// checks it); the eager words and counts are untouched, so eager calls and replays mix freely.
+// default) that the peer waited for. The ranks agree on the slot: the lowest free on every rank,
+// from the masks each sends in the host exchange at capture (GraphSlots); the slot comes back
+// when CUDA destroys the graph. The eager words and counts are untouched, so eager calls and
+// replays mix freely.
 // Captured calls take buffers that CUDA IPC or VMM descriptors map (not the bounce buffer); the
 // staged path is refused under capture.
 //
 // Sends and receives (device_p2p.cc) are a pair's, not every rank's: a captured send from s to d
-// takes slot k of the pair's own words, where k counts the captured sends from s to d before it
-// -- the same count as d's captured receives from s, since a pair's sends and receives match in
-// call order (the host exchange checks that both sides capture, with the same slot). Two words
-// a slot, the eager protocol's "buffer free" dropped (the receiver copies into its own buffer,
-// after its own stream's earlier work):
+// takes a slot of the pair's own words, the lowest free both in s's sends to d and in d's
+// receives from s (the j-th lowest for a group's j-th send from s to d: a pair's sends and
+// receives match in call order, so both sides count the same), and both sides must capture
+// (the host exchange checks it). Two words a slot, the eager protocol's "buffer free" dropped
+// (the receiver copies into its own buffer, after its own stream's earlier work):
 //   sender:   signal "data ready" (1 into d's word for s); wait for "copied", reset it;
 //   receiver: wait for "data ready", reset it; copy; signal "copied" (1 into s's word for d).
 // The same argument holds: the sender's next "data ready" comes after its wait for "copied",
@@ -32,18 +34,20 @@
 // rewrites 1 into every used slot word every 20 ms, until destroy (graph_close).
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 namespace chorus {
 
-inline constexpr int kGraphSlots = 64;       // captured calls a communicator may hold
+inline constexpr int kGraphSlots = 64;       // captured calls a communicator's live graphs may hold
 inline constexpr int kGraphBlockWords = 32;  // kMaxDeviceRanks
 inline constexpr int kGraphSlotWords = 2 * kGraphBlockWords;  // ready words, then done words
-inline constexpr int kGraphPairSlots = 64;  // captured sends a communicator may hold per pair
+inline constexpr int kGraphPairSlots = 64;                    // the same per pair and direction
 // The pairs' words, after the collectives' slots: for each peer, "data ready" then "copied".
 inline constexpr size_t kGraphPairWords = size_t(kGraphBlockWords) * 2 * kGraphPairSlots;
 inline constexpr size_t kGraphCollectiveWords = size_t(kGraphSlots) * kGraphSlotWords;
@@ -52,15 +56,30 @@ enum PairWord : int { kPairData = 0, kPairCopied = 1 };
 
 struct GraphKeeper;  // device_graph.cc
 
+// The slots free on this rank, a bit each: the collectives', and each peer's sends and receives.
+// A captured call takes the lowest slot free on every rank concerned (each tells its mask in the
+// host exchange, so all choose the same), and gives it back when CUDA destroys the graph that
+// holds it (graph_hold): a rank whose graph is gone may reuse its slot, but no rank takes a
+// slot that a peer's live graph still holds. Shared with those destructors, which may run after
+// the communicator is gone, on a thread of CUDA's.
+struct GraphSlots {
+  std::atomic<uint64_t> calls{~uint64_t(0)};
+  std::array<std::atomic<uint64_t>, kGraphBlockWords> sends, recvs;
+  GraphSlots() {
+    for (auto* masks : {&sends, &recvs})
+      for (std::atomic<uint64_t>& m : *masks) m.store(~uint64_t(0));
+  }
+};
+static_assert(kGraphSlots == 64 && kGraphPairSlots == 64, "a slot mask is 64 bits");
+
 struct GraphWords {
-  void* flags = nullptr;          // this rank's slots (flags_alloc), at the first captured call
-  std::vector<uint32_t*> peer;    // every rank's, mapped at first use
-  int calls = 0;                  // captured calls so far: the next one's slot
-  std::vector<int> sends, recvs;  // per peer: captured sends to it, receives from it, so far
+  void* flags = nullptr;        // this rank's slots (flags_alloc), at the first captured call
+  std::vector<uint32_t*> peer;  // every rank's, mapped at first use
+  std::shared_ptr<GraphSlots> slots = std::make_shared<GraphSlots>();
   // For the keeper, on another thread: the slots, their device, how many are used.
   std::atomic<void*> live{nullptr};
   std::atomic<int> live_device{-1};
-  std::atomic<int> live_calls{0};
+  std::atomic<int> live_calls{0};       // 1 + the highest slot a captured collective took
   std::atomic<int> live_pair_slots{0};  // 1 + the highest slot a captured send or receive took
   std::shared_ptr<GraphKeeper> keeper;  // started by graph_release
   GraphWords() = default;
@@ -79,6 +98,15 @@ inline uint32_t* pair_word(void* flags, int q, PairWord w, int slot) {
   return static_cast<uint32_t*>(flags) + kGraphCollectiveWords +
          (size_t(q) * 2 + w) * kGraphPairSlots + slot;
 }
+
+// A call captured on `stream` takes `bits` of `mask` (a mask of g.slots) until CUDA destroys the
+// graph being captured, and the executable graphs made from it (a user object the graph holds:
+// IpcBackend::graph_destructor); `mask` and `bits` in pairs. Fails when CUDA does (the slots stay
+// free then).
+int graph_hold(GraphWords& g, void* stream,
+               const std::vector<std::pair<std::atomic<uint64_t>*, uint64_t>>& taken);
+// The k-th lowest bit set in `mask` (k from 0), or -1.
+int nth_free(uint64_t mask, int k);
 
 // A failure of the communicator: starts the keeper when calls were captured. Any thread.
 void graph_release(GraphWords& g);

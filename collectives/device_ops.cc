@@ -208,18 +208,19 @@ static_assert(kGraphBlockWords == kMaxDeviceRanks, "a slot's block holds a word 
 void describe_capture(DeviceIpc& st, void* stream, devcall::Record& me) {
   me.graph = -1;
   if (!devcall::capturing(st, stream, me)) return;
-  if (st.graph.calls >= kGraphSlots)
-    return devcall::set_why(me,
-                            fmt::format("{} device calls are captured into CUDA graphs already, "
-                                        "the most a communicator holds",
-                                        kGraphSlots));
-  me.graph = st.graph.calls;
+  me.graph_free = st.graph.slots->calls.load();
+  if (me.graph_free == 0)
+    return devcall::set_why(
+        me, fmt::format("{} captured device collectives of this communicator are held by CUDA "
+                        "graphs that live still, the most it holds (destroy the graphs no longer "
+                        "replayed)",
+                        kGraphSlots));
+  me.graph = 0;  // the slot: the lowest free on every rank (after the exchange)
 }
 
 std::string describe_graph(const devcall::Record& x, int rank) {
-  if (x.graph < 0) return fmt::format("rank {}'s stream is not being captured", rank);
-  return fmt::format("rank {}'s stream is being captured into a CUDA graph (its captured call {})",
-                     rank, x.graph + 1);
+  return fmt::format("rank {}'s stream is {}", rank,
+                     x.graph < 0 ? "not being captured" : "being captured into a CUDA graph");
 }
 
 bool same_call(const devcall::Record& a, const devcall::Record& b) {
@@ -299,14 +300,25 @@ chorusResult_t device_collective(chorusComm_t h, CommImpl& comm, const Call& cal
       return fail(Code::kInvalidUsage,
                   "{} on rank {}: ranks disagree: rank {} calls {}, rank {} {}", call.name, r, r,
                   describe(me), q, describe(all[q]));
-    if (all[q].graph != me.graph)
+    if ((all[q].graph >= 0) != (me.graph >= 0))
       return fail(Code::kInvalidUsage,
                   "{} on rank {}: ranks disagree: {}, {}: every rank captures a device call "
                   "into a CUDA graph, or none does",
                   call.name, r, describe_graph(me, r), describe_graph(all[q], q));
   }
-  const int slot = me.graph;  // >= 0: captured (device_graph.h)
-  std::vector<size_t> flat;   // all-to-all-v: every rank's arrays
+  int slot = -1;  // >= 0: captured (device_graph.h), the lowest slot free on every rank
+  if (me.graph >= 0) {
+    uint64_t common = ~uint64_t(0);
+    for (int q = 0; q < p; ++q) common &= all[q].graph_free;
+    slot = nth_free(common, 0);
+    if (slot < 0)
+      return fail(Code::kInvalidUsage,
+                  "{} on rank {}: no slot for a captured device collective is free on every rank "
+                  "at once ({} each; a slot is held until the CUDA graph that captured it is "
+                  "destroyed, on every rank: destroy the graphs no longer replayed)",
+                  call.name, r, kGraphSlots);
+  }
+  std::vector<size_t> flat;  // all-to-all-v: every rank's arrays
   std::vector<PerRankCounts> per_rank;
   if (v)
     if (chorusResult_t rc = exchange_counts(h, call, a, r, p, flat, per_rank); rc != chorusSuccess)
@@ -340,6 +352,12 @@ chorusResult_t device_collective(chorusComm_t h, CommImpl& comm, const Call& cal
                slot < 0);
   Status s;
   for (int q = 0; q < p && s.is_ok(); ++q) s = gpu.map_flags(q, all[q].flags);
+  if (s.is_ok() && slot >= 0)  // the slot, until CUDA destroys the graph
+    if (int rc = graph_hold(st.graph, a.stream, {{&st.graph.slots->calls, uint64_t(1) << slot}});
+        rc != 0)
+      s = make_error(Code::kSystemError,
+                     "attaching the captured call's slot to the CUDA graph failed: {}",
+                     ipc_error(rc));
   if (s.is_ok() && slot >= 0) {
     std::vector<const kc::IpcHandle*> slots(p);
     for (int q = 0; q < p; ++q) slots[q] = &all[q].graph_flags;
@@ -427,10 +445,8 @@ chorusResult_t device_collective(chorusComm_t h, CommImpl& comm, const Call& cal
   for (int q = 0; q < p && s.is_ok(); ++q)
     if (meet[q].wait_done) s = gpu.wait(q, kDone, seq, "done");
   if (s.is_ok()) s = gpu.bounce_out(staged);
-  if (s.is_ok() && slot >= 0) {  // its slot is taken for good (the graph may replay it any time)
-    st.graph.calls = slot + 1;
-    st.graph.live_calls.store(slot + 1);
-  }
+  if (s.is_ok() && slot >= 0)  // for the keeper
+    st.graph.live_calls.store(std::max(st.graph.live_calls.load(), slot + 1));
   if (s.is_ok()) return finish(comm, call.name);
   gpu.release(owed);
   const Status why(Code::kSystemError, fmt::format("{} on rank {}: {}", call.name, r, s.message()));

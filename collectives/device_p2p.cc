@@ -33,35 +33,29 @@ void p2p_record(DeviceIpc& st, const DeviceP2p& it, CallBuffers& bufs, devcall::
   describe_self(st, bufs, me, rank);
 }
 
-// Captured into a CUDA graph (device_graph.h): the pair's next slot for this item, counting the
-// group's items before it (`taken`, per peer and direction).
-void describe_pair_capture(DeviceIpc& st, const DeviceP2p& it, devcall::Record& me, int p,
-                           std::map<std::pair<int, bool>, int>& taken) {
+// This rank's mask of the pair's slots for the item: its sends to the peer, or its receives.
+std::atomic<uint64_t>& pair_mask(DeviceIpc& st, const DeviceP2p& it) {
+  GraphSlots& slots = *st.graph.slots;
+  return (it.call.kind == OpKind::kSend ? slots.sends : slots.recvs)[it.args.peer];
+}
+
+// Captured into a CUDA graph (device_graph.h): the slots this rank has free for the item's pair
+// and direction; the slot is chosen after the exchange.
+void describe_pair_capture(DeviceIpc& st, const DeviceP2p& it, devcall::Record& me) {
   if (!me.ok || !devcall::capturing(st, it.args.stream, me)) return;
-  const bool send = it.call.kind == OpKind::kSend;
-  const int q = it.args.peer;
-  GraphWords& g = st.graph;
-  if (g.sends.empty()) {
-    g.sends.assign(p, 0);
-    g.recvs.assign(p, 0);
-  }
-  int& mine = taken[{q, send}];
-  const int slot = (send ? g.sends[q] : g.recvs[q]) + mine;
-  if (slot >= kGraphPairSlots)
+  me.graph_free = pair_mask(st, it).load();
+  if (me.graph_free == 0)
     return devcall::set_why(
-        me, fmt::format("{} device {} rank {} are captured into CUDA graphs already, the most a "
-                        "communicator holds",
-                        kGraphPairSlots, send ? "sends to" : "receives from", q));
-  me.graph = slot;
-  ++mine;
+        me,
+        fmt::format("{} captured device {} rank {} are held by CUDA graphs that live still, "
+                    "the most a communicator holds (destroy the graphs no longer replayed)",
+                    kGraphPairSlots, it.call.kind == OpKind::kSend ? "sends to" : "receives from",
+                    it.args.peer));
+  me.graph = 0;
 }
 
 std::string describe_pair_graph(const devcall::Record& x) {
-  return x.graph < 0
-             ? std::string("not captured")
-             : fmt::format("captured into a CUDA graph (the pair's captured {} {})",
-                           static_cast<OpKind>(x.kind) == OpKind::kSend ? "send" : "receive",
-                           x.graph + 1);
+  return x.graph < 0 ? "not captured" : "captured into a CUDA graph";
 }
 
 std::string describe_p2p(const devcall::Record& x, int owner) {
@@ -93,10 +87,9 @@ chorusResult_t device_p2p(chorusComm_t h, CommImpl& comm, const std::vector<Devi
   std::vector<Record> mine(n), theirs(n);
   std::vector<CallBuffers> bufs(n);
   std::vector<LocalBuffer*> sends;
-  std::map<std::pair<int, bool>, int> taken;
   for (size_t i = 0; i < n; ++i) {
     p2p_record(st, items[i], bufs[i], mine[i], r);
-    describe_pair_capture(st, items[i], mine[i], p, taken);
+    describe_pair_capture(st, items[i], mine[i]);
     sends.push_back(&bufs[i].send);
   }
   // The group's staged sends share the bounce buffer, a piece each.
@@ -155,15 +148,34 @@ chorusResult_t device_p2p(chorusComm_t h, CommImpl& comm, const std::vector<Devi
     if (match[i]->count != mine[i].count || match[i]->datatype != mine[i].datatype)
       return fail(Code::kInvalidUsage, "{} on rank {}: {}, but {}", name, r,
                   describe_p2p(mine[i], r), describe_p2p(*match[i], q));
-    if (match[i]->graph != mine[i].graph)
+    if ((match[i]->graph >= 0) != (mine[i].graph >= 0))
       return fail(Code::kInvalidUsage,
                   "{} on rank {}: {}, {}; {}, {}: both ranks capture a send and its receive "
                   "into CUDA graphs, or neither does",
                   name, r, describe_p2p(mine[i], r), describe_pair_graph(mine[i]),
                   describe_p2p(*match[i], q), describe_pair_graph(*match[i]));
   }
-  // One stream: every item is captured, or none (device_graph.h: the pairs' slots).
+  // One stream: every item is captured, or none. A captured item's slot: the pair's j-th lowest
+  // free on both sides, for the group's j-th item of that pair and direction (both sides count
+  // the same items: they match in call order).
   const bool captured = mine[0].graph >= 0;
+  std::vector<int> slot(n, -1);
+  std::map<std::atomic<uint64_t>*, uint64_t> taken;  // this rank's masks: the bits the call takes
+  if (captured) {
+    std::map<std::pair<int, bool>, int> before;
+    for (size_t i = 0; i < n; ++i) {
+      const int q = items[i].args.peer;
+      const bool send = items[i].call.kind == OpKind::kSend;
+      slot[i] = nth_free(mine[i].graph_free & match[i]->graph_free, before[{q, send}]++);
+      if (slot[i] < 0)
+        return fail(Code::kInvalidUsage,
+                    "{} on rank {}: {}: no slot for a captured {} is free on both ranks of the "
+                    "pair at once ({} each way; a slot is held until the CUDA graph that captured "
+                    "it is destroyed: destroy the graphs no longer replayed)",
+                    name, r, describe_p2p(mine[i], r), send ? "send" : "receive", kGraphPairSlots);
+      taken[&pair_mask(st, items[i])] |= uint64_t(1) << slot[i];
+    }
+  }
 
   size_state(st, p);
   std::string what;  // for CHORUS_DEVICE_TIMING only: not made on every call
@@ -171,6 +183,11 @@ chorusResult_t device_p2p(chorusComm_t h, CommImpl& comm, const std::vector<Devi
     for (size_t i = 0; i < n; ++i) what += (i ? "; " : ": ") + describe_p2p(mine[i], r);
   Enqueuer gpu(comm, st, r, items[0].args.stream, name + what, /*timed=*/!captured);
   Status s;
+  if (captured)  // the slots, until CUDA destroys the graph
+    if (int rc = graph_hold(st.graph, items[0].args.stream, {taken.begin(), taken.end()}); rc != 0)
+      s = make_error(Code::kSystemError,
+                     "attaching the captured calls' slots to the CUDA graph failed: {}",
+                     ipc_error(rc));
   std::vector<uint32_t> seq(n);
   std::vector<std::pair<uint32_t*, uint32_t>> owed;
   for (size_t i = 0; i < n && s.is_ok(); ++i) {
@@ -218,11 +235,10 @@ chorusResult_t device_p2p(chorusComm_t h, CommImpl& comm, const std::vector<Devi
     each(true, [&](size_t i, int q) { return gpu.wait(q, kRxReady, seq[i], "buffer free"); });
     each(false, [&](size_t i, int q) { return gpu.wait(q, kTxReady, seq[i], "data ready"); });
   } else {
-    each(true, [&](size_t i, int q) {
-      return gpu.signal_pair(q, kPairData, mine[i].graph, "data ready");
-    });
+    each(true,
+         [&](size_t i, int q) { return gpu.signal_pair(q, kPairData, slot[i], "data ready"); });
     each(false,
-         [&](size_t i, int q) { return gpu.wait_pair(q, kPairData, mine[i].graph, "data ready"); });
+         [&](size_t i, int q) { return gpu.wait_pair(q, kPairData, slot[i], "data ready"); });
   }
   each(false, [&](size_t i, int q) -> Status {
     Result<void*> src = open_peer(st, q, match[i]->send);
@@ -240,21 +256,14 @@ chorusResult_t device_p2p(chorusComm_t h, CommImpl& comm, const std::vector<Devi
     each(true, [&](size_t i, int q) { return gpu.wait(q, kRxDone, seq[i], "copied"); });
   } else {
     each(false,
-         [&](size_t i, int q) { return gpu.signal_pair(q, kPairCopied, mine[i].graph, "copied"); });
-    each(true,
-         [&](size_t i, int q) { return gpu.wait_pair(q, kPairCopied, mine[i].graph, "copied"); });
+         [&](size_t i, int q) { return gpu.signal_pair(q, kPairCopied, slot[i], "copied"); });
+    each(true, [&](size_t i, int q) { return gpu.wait_pair(q, kPairCopied, slot[i], "copied"); });
   }
   if (s.is_ok()) s = gpu.bounce_out(staged);
-  if (s.is_ok() && captured) {  // the slots are taken for good (the graph may replay any time)
-    GraphWords& g = st.graph;
-    int top = g.live_pair_slots.load();
-    for (size_t i = 0; i < n; ++i) {
-      const int q = items[i].args.peer;
-      int& next = items[i].call.kind == OpKind::kSend ? g.sends[q] : g.recvs[q];
-      next = std::max(next, mine[i].graph + 1);
-      top = std::max(top, mine[i].graph + 1);
-    }
-    g.live_pair_slots.store(top);
+  if (s.is_ok() && captured) {  // for the keeper
+    int top = st.graph.live_pair_slots.load();
+    for (size_t i = 0; i < n; ++i) top = std::max(top, slot[i] + 1);
+    st.graph.live_pair_slots.store(top);
   }
   if (s.is_ok()) return finish(comm, name);
   gpu.release(owed);

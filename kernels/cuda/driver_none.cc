@@ -121,6 +121,9 @@ int stream_capturing(void*, int* out) {
   *out = 0;
   return kNoCuda;
 }
+int graph_destructor(void*, void (*)(void*), void*) {
+  return kNoCuda;
+}
 int current_device() {
   return -1;
 }

@@ -239,6 +239,24 @@ int stream_capturing(void* stream, int* out) {
   return 0;
 }
 
+int graph_destructor(void* stream, void (*fn)(void*), void* arg) {
+  if (!ops().ok) return kNoCuda;
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  cudaGraph_t graph = nullptr;
+  if (cudaError_t e =
+          cudaStreamGetCaptureInfo(static_cast<cudaStream_t>(stream), &status, nullptr, &graph);
+      e)
+    return int(e);
+  if (status != cudaStreamCaptureStatusActive || graph == nullptr)
+    return int(cudaErrorStreamCaptureInvalidated);
+  cudaUserObject_t object = nullptr;
+  if (cudaError_t e = cudaUserObjectCreate(&object, arg, fn, 1, cudaUserObjectNoDestructorSync); e)
+    return int(e);
+  // The graph takes the reference: fn runs when the graph and its executable graphs are gone.
+  // On failure the object is left as it is (a release would run fn, and the caller keeps arg).
+  return int(cudaGraphRetainUserObject(graph, object, 1, cudaGraphUserObjectMove));
+}
+
 int current_device() {
   if (device_count() == 0) return -1;
   int d = 0;

@@ -110,6 +110,11 @@ int copy_to_host_async(void* dst, const void* src, size_t bytes, void* stream);
 // *out = 1 when `stream` is being captured into a CUDA graph (cudaStreamIsCapturing: also when
 // the capture was invalidated), else 0.
 int stream_capturing(void* stream, int* out);
+// While `stream` is being captured: fn(arg) once the graph being captured is destroyed, with
+// every executable graph made from it (a user object the graph holds, as NCCL keeps a captured
+// call's resources); fn runs on a thread of CUDA's and calls no CUDA. Else an error, and fn is
+// never called.
+int graph_destructor(void* stream, void (*fn)(void*), void* arg);
 // The calling thread's current device (0 when it has used none), or -1 without CUDA.
 int current_device();
 
@@ -139,6 +144,7 @@ struct IpcBackend {
   void (*pinned_free)(void* p);
   int (*to_host_async)(void* dst, const void* src, size_t bytes, void* stream);
   int (*capturing)(void* stream, int* out);
+  int (*graph_destructor)(void* stream, void (*fn)(void*), void* arg);
   // Whether the work before a mark's latest record is done: 0, kStampNotReady (not yet), or an
   // error; it does not wait. mark_free releases a mark (nullptr: nothing).
   int (*mark_done)(void* mark);

@@ -31,6 +31,7 @@ namespace {
 
 namespace kc = kernels::cuda;
 constexpr int kTimedOut = 702;  // cudaErrorLaunchTimeout
+constexpr int kNoGraph = 901;   // cudaErrorStreamCaptureInvalidated: no graph being captured
 static_assert(sizeof(transport::SharedRef) <= sizeof(kc::IpcHandle::bytes));
 
 kc::PointerInfo classify(const void* p) {
@@ -184,7 +185,18 @@ void async_loop(AsyncStream* a) {
 }
 
 // fake_capture_begin's streams and what each has captured so far; fake_capturing's streams.
-using Graph = std::vector<std::function<int()>>;
+// A captured graph: its operations, and the destructors of its user objects (graph_destructor),
+// run when it is freed.
+struct Graph {
+  std::vector<std::function<int()>> ops;
+  std::vector<std::pair<void (*)(void*), void*>> destructors;
+  Graph() = default;
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+  ~Graph() {
+    for (auto& [fn, arg] : destructors) fn(arg);
+  }
+};
 std::mutex g_capture_mu;
 std::map<void*, Graph*>* g_captures = new std::map<void*, Graph*>;
 std::set<void*>* g_capturing = new std::set<void*>;
@@ -196,7 +208,7 @@ int on_stream(void* stream, std::function<int()> op) {
   {
     std::lock_guard<std::mutex> lock(g_capture_mu);
     if (auto it = g_captures->find(stream); it != g_captures->end()) {
-      it->second->push_back(std::move(op));
+      it->second->ops.push_back(std::move(op));
       return 0;
     }
   }
@@ -409,12 +421,22 @@ int capturing(void* stream, int* out) {
   return 0;
 }
 
+// Only a real capture (fake_capture_begin) has a graph to hold it.
+int graph_destructor(void* stream, void (*fn)(void*), void* arg) {
+  std::lock_guard<std::mutex> lock(g_capture_mu);
+  auto it = g_captures->find(stream);
+  if (it == g_captures->end()) return kNoGraph;
+  it->second->destructors.push_back({fn, arg});
+  return 0;
+}
+
 int current_device() {
   return 0;
 }
 
 std::string error_string(int rc) {
   if (rc == kTimedOut) return "the emulated stream's wait timed out (30 s)";
+  if (rc == kNoGraph) return "the emulated stream has no graph being captured";
   return "emulated CUDA error " + std::to_string(rc);
 }
 
@@ -435,6 +457,7 @@ const kc::IpcBackend kFake{.export_buffer = export_buffer,
                            .pinned_free = pinned_free,
                            .to_host_async = to_host_async,
                            .capturing = capturing,
+                           .graph_destructor = graph_destructor,
                            .mark_done = mark_done,
                            .mark_free = mark_free,
                            .current_device = current_device,
@@ -549,13 +572,13 @@ void* fake_capture_end(void* stream) {
 }
 
 int fake_graph_launch(void* graph, void* stream) {
-  for (const std::function<int()>& op : *static_cast<Graph*>(graph))
+  for (const std::function<int()>& op : static_cast<Graph*>(graph)->ops)
     if (int rc = on_stream(stream, op); rc != 0) return rc;
   return 0;
 }
 
 int fake_graph_ops(void* graph) {
-  return static_cast<int>(static_cast<Graph*>(graph)->size());
+  return static_cast<int>(static_cast<Graph*>(graph)->ops.size());
 }
 
 void fake_graph_free(void* graph) {

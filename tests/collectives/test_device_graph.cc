@@ -222,6 +222,88 @@ TEST_CASE(
   });
 }
 
+// A captured call's slot (device_graph.h "GraphSlots") comes back when CUDA destroys its graph
+// (the emulation: fake_graph_free): more captures than slots over a communicator's life; and
+// while graphs hold every slot, a capture is refused naming why, also when each rank has slots
+// free but no slot is free on both.
+TEST_CASE("slots of captured calls come back when their graph is destroyed", "[device][graph]") {
+  auto res = run_ranks(
+      2,
+      [](int r) {
+        chorusComm_t comm = init(r);
+        if (!comm) return 1;
+        constexpr size_t n = 33;
+        void* stream = chorus::test::fake_async_stream();
+        float *in = dev(n), *sum = dev(n), *got = dev(n);
+        // One graph: an all-reduce, and an exchange both ways. Its replay's results checked.
+        auto capture = [&](bool with_pair) -> void* {
+          chorus::test::fake_capture_begin(stream);
+          chorusResult_t rc = chorusAllReduce(in, sum, n, chorusFloat32, chorusSum, comm, stream);
+          if (rc == chorusSuccess && with_pair) {
+            chorusGroupStart();
+            chorusSend(in, n, chorusFloat32, 1 - r, comm, stream);
+            chorusRecv(got, n, chorusFloat32, 1 - r, comm, stream);
+            rc = chorusGroupEnd();
+          }
+          void* graph = chorus::test::fake_capture_end(stream);
+          if (rc == chorusSuccess) return graph;
+          chorus::test::fake_graph_free(graph);
+          return nullptr;
+        };
+        auto replay_right = [&](void* graph, int k, bool with_pair) {
+          for (size_t j = 0; j < n; ++j) in[j] = value(r, j, k);
+          if (chorus::test::fake_graph_launch(graph, stream) != 0 ||
+              chorus::test::fake_stream_sync(stream) != 0)
+            return false;
+          for (size_t j = 0; j < n; ++j)
+            if (sum[j] != value(0, j, k) + value(1, j, k) ||
+                (with_pair && got[j] != value(1 - r, j, k)))
+              return false;
+          return true;
+        };
+        for (int k = 0; k < 70; ++k) {  // each graph destroyed after its replay
+          void* graph = capture(true);
+          if (graph == nullptr)
+            return fail_with(r, fmt::format("capture {}", k), chorusGetLastError(comm));
+          if (!replay_right(graph, k, true))
+            return fail_with(r, fmt::format("capture {}", k), "a wrong replay");
+          chorus::test::fake_graph_free(graph);
+        }
+        std::vector<void*> held;  // 64 graphs that live: every collective slot taken
+        for (int k = 0; k < 64; ++k) {
+          held.push_back(capture(false));
+          if (held.back() == nullptr)
+            return fail_with(r, fmt::format("held capture {}", k), chorusGetLastError(comm));
+        }
+        if (capture(false) != nullptr ||
+            !contains(chorusGetLastError(comm),
+                      "64 captured device collectives of this communicator are held by CUDA "
+                      "graphs that live still"))
+          return fail_with(r, "the 65th held capture", chorusGetLastError(comm));
+        // Each rank destroys another graph: each has a slot free, but none is free on both.
+        chorus::test::fake_graph_free(held[r == 0 ? 5 : 7]);
+        if (capture(false) != nullptr ||
+            !contains(chorusGetLastError(comm),
+                      "no slot for a captured device collective is free on every rank at once"))
+          return fail_with(r, "a capture with no common slot", chorusGetLastError(comm));
+        chorus::test::fake_graph_free(held[r == 0 ? 7 : 5]);
+        held[5] = held[7] = nullptr;
+        void* again = capture(false);  // slot 5 now
+        if (again == nullptr)
+          return fail_with(r, "a capture in a freed slot", chorusGetLastError(comm));
+        if (!replay_right(again, 100, false) || !replay_right(held[6], 101, false) ||
+            !replay_right(again, 102, false))
+          return fail_with(r, "replays of a reused slot beside the held ones", "wrong");
+        chorus::test::fake_graph_free(again);
+        for (void* g : held)
+          if (g) chorus::test::fake_graph_free(g);
+        chorusCommDestroy(comm);
+        return 0;
+      },
+      opts(false));
+  check_all(res);
+}
+
 TEST_CASE(
     "captured device calls: a peer killed while replays are queued; bounce-buffer memory "
     "refused",

@@ -988,9 +988,9 @@ TEST_CASE(
             chorusRecv(b, 64, chorusFloat32, 1 - r, comm, kStream);
             if (named(chorusGroupEnd(), "send/recv, rank 1 capturing",
                       r == 0 ? "rank 0 sends count 64 of f32 to rank 1, not captured; rank 1 "
-                               "receives count 64 of f32 from rank 0, captured into a CUDA graph "
-                               "(the pair's captured receive 1): both ranks capture a send and "
-                               "its receive into CUDA graphs, or neither does"
+                               "receives count 64 of f32 from rank 0, captured into a CUDA "
+                               "graph: both ranks capture a send and its receive into CUDA "
+                               "graphs, or neither does"
                              : "or neither does") != 0)
               return 1;
           }

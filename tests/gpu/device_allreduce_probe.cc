@@ -575,6 +575,56 @@ void graph_replays(chorusComm_t comm, cudaStream_t stream) {
   CK(cudaFreeHost(host_out));
 }
 
+// More captures than a communicator has slots (64), each graph destroyed after one replay: a
+// slot comes back when CUDA runs the destructor of the user object its graph holds, which it
+// may do a little later (on a thread of its own); a capture refused for want of a slot is tried
+// again for up to 1 s, and the tries are counted.
+void graph_slots_reused(chorusComm_t comm, cudaStream_t stream) {
+  constexpr size_t n = 1024;
+  constexpr int kGraphs = 100;
+  float *buf, *host;
+  CK(cudaMalloc(&buf, n * 4));
+  CK(cudaMallocHost(&host, n * 4));
+  int retries = 0;
+  for (int k = 0; k < kGraphs && !g_failed; ++k) {
+    cudaGraph_t graph = nullptr;
+    chorusResult_t rc = chorusSuccess;
+    std::string why;
+    for (int attempt = 0; attempt < 100; ++attempt) {
+      CK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+      rc = chorusAllReduce(buf, buf, n, chorusFloat32, chorusSum, comm, stream);
+      why = rc == chorusSuccess ? "" : chorusGetLastError(comm);
+      CK(cudaStreamEndCapture(stream, &graph));
+      const bool no_slot = why.find("no slot") != std::string::npos ||
+                           why.find("held by CUDA graphs") != std::string::npos;
+      if (rc == chorusSuccess || !no_slot) break;
+      CK(cudaGraphDestroy(graph));
+      ++retries;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    if (rc != chorusSuccess) return fail("graph slots: capture " + std::to_string(k) + ": " + why);
+    cudaGraphExec_t exec;
+    CK(cudaGraphInstantiate(&exec, graph, 0));
+    for (size_t i = 0; i < n; ++i) host[i] = float(g_rank + k);
+    CK(cudaMemcpyAsync(buf, host, n * 4, cudaMemcpyHostToDevice, stream));
+    CK(cudaGraphLaunch(exec, stream));
+    CK(cudaMemcpyAsync(host, buf, n * 4, cudaMemcpyDeviceToHost, stream));
+    CK(cudaStreamSynchronize(stream));
+    const float want = float(g_size * (g_size - 1) / 2 + g_size * k);
+    if (host[0] != want || host[n - 1] != want)
+      return fail("graph slots: replay of capture " + std::to_string(k) + " wrong");
+    CK(cudaGraphExecDestroy(exec));
+    CK(cudaGraphDestroy(graph));
+  }
+  if (g_rank == 0 && !g_failed)
+    std::printf(
+        "%d ranks: %d graphs captured and destroyed one after another (%d captures "
+        "retried for a slot not yet given back)\n",
+        g_size, kGraphs, retries);
+  CK(cudaFree(buf));
+  CK(cudaFreeHost(host));
+}
+
 // Stream order with no host synchronisation: a fill on the stream, the all-reduce, a read-back,
 // one synchronisation at the end. On a stream of its own and on the legacy default stream.
 void stream_order(chorusComm_t comm, cudaStream_t stream) {
@@ -802,6 +852,7 @@ int worker() {
   }
   if (!g_failed) stream_order(comm, stream);
   if (!g_failed && !staged) graph_replays(comm, stream);
+  if (!g_failed && !staged) graph_slots_reused(comm, stream);
   if (!g_failed && staged) {  // calls across hosts cannot be captured: said beforehand
     int capturable = -1;
     if (chorusCommCapturable(comm, &capturable) != chorusSuccess || capturable != 0)
