@@ -54,6 +54,16 @@ float* dev(size_t n) {
   return static_cast<float*>(chorus::test::fake_device_alloc(n * 4));
 }
 
+// Before replay k: its input on the stream (value(r, j, k)); rank 1's stream held back 40 ms
+// before every third replay, so that the ranks are out of step.
+bool feed(int r, int k, float* in, size_t n, void* stream) {
+  std::vector<float> input(n);
+  for (size_t j = 0; j < n; ++j) input[j] = value(r, j, k);
+  if (kc::ipc().to_device(in, input.data(), n * 4, stream) != 0) return false;  // copied now
+  if (r == 1 && k % 3 == 0) chorus::test::fake_stream_delay(stream, 40);
+  return true;
+}
+
 struct Config {
   int p;
   bool one_gpu;
@@ -111,12 +121,8 @@ TEST_CASE(
     // The replays, with no host synchronisation: a new input before each (on the stream),
     // the results copied out after it; rank 1's stream held back before every third
     // replay; an eager all-reduce after every fourth.
-    std::vector<std::vector<float>> inputs(kReplays, std::vector<float>(n));
     for (int k = 0; k < kReplays; ++k) {
-      for (size_t j = 0; j < n; ++j) inputs[k][j] = value(r, j, k);
-      if (kc::ipc().to_device(in, inputs[k].data(), n * 4, stream) != 0)
-        return fail_with(r, "the input", "failed");
-      if (r == 1 && k % 3 == 0) chorus::test::fake_stream_delay(stream, 40);
+      if (!feed(r, k, in, n, stream)) return fail_with(r, "the input", "failed");
       if (chorus::test::fake_graph_launch(graph, stream) != 0)
         return fail_with(r, "a replay", "failed");
       if (copy_on(stream, sum, sums[k], n) != 0 || copy_on(stream, bc, bcs[k], n) != 0 ||
@@ -183,12 +189,8 @@ TEST_CASE(
     if (rc != chorusSuccess) return fail_with(r, "the capture", chorusGetLastError(comm));
     if (chorus::test::fake_graph_ops(graph) == 0)
       return fail_with(r, "the capture", "nothing captured");
-    std::vector<std::vector<float>> inputs(kReplays, std::vector<float>(n));
     for (int k = 0; k < kReplays; ++k) {
-      for (size_t j = 0; j < n; ++j) inputs[k][j] = value(r, j, k);
-      if (kc::ipc().to_device(in, inputs[k].data(), n * 4, stream) != 0)
-        return fail_with(r, "the input", "failed");
-      if (r == 1 && k % 3 == 0) chorus::test::fake_stream_delay(stream, 40);
+      if (!feed(r, k, in, n, stream)) return fail_with(r, "the input", "failed");
       if (r == 0 && k % 5 == 1) chorus::test::fake_stream_delay(stream, 30);
       if (chorus::test::fake_graph_launch(graph, stream) != 0)
         return fail_with(r, "a replay", "failed");
