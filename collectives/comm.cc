@@ -718,6 +718,7 @@ Status CommImpl::destroy() {
   }
   vmm_close(device_ipc_);  // no call runs any more: the registry's retains end
   graph_close(device_ipc_.graph);
+  stage_graph_close(device_ipc_.stage);  // the replays' thread and communicator end
   if (device_ipc_.timing) device_timing_report(*device_ipc_.timing, rank(), timeout_s_);
   std::vector<std::unique_ptr<Channel>> channels;
   std::shared_ptr<Job> job;

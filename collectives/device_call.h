@@ -63,7 +63,8 @@ void describe_self(DeviceIpc& st, CallBuffers& bufs, Record& me, int rank);
 bool capturing(DeviceIpc& st, void* stream, Record& me);
 
 // Why `what` cannot go on `stream` ("" when it can): a stream being captured into a CUDA graph.
-// Calls over CUDA IPC can be captured (device_graph.h); the staged path not yet.
+// Calls over CUDA IPC can be captured (device_graph.h), and staged collectives
+// (device_staged_graph.cc); staged sends and receives not yet.
 std::string capture_refusal(void* stream, const char* what);
 
 // Where rank q's buffer of handle h is mapped here: by CUDA IPC, or its VMM allocation mapped by

@@ -17,23 +17,19 @@ struct GraphKeeper {
 
 namespace {
 
-// Every used word of `g`'s slots to 1, every 20 ms, until told to stop. Holds the keeper's state,
-// not `g`: a communicator's object may go while it still runs (it then writes once more at most,
-// into slots that stay allocated: flag words are never freed).
-// The pairs' words likewise: each peer's first `pair_slots` of both kinds.
-void keep(std::shared_ptr<GraphKeeper> k, void* flags, int device, int calls, int pair_slots) {
-  const std::vector<uint32_t> ones(std::max(size_t(calls) * kGraphSlotWords, size_t(pair_slots)),
-                                   1u);
+// Every word of `regions` (start, words) to 1, every 20 ms, until told to stop. Holds the
+// keeper's state, not the communicator's: its object may go while this still runs (it then
+// writes once more at most, into words that stay allocated: flag words are never freed).
+void keep(std::shared_ptr<GraphKeeper> k, int device, std::vector<KeptWords> regions) {
+  size_t most = 0;
+  for (const KeptWords& r : regions) most = std::max(most, r.count);
+  const std::vector<uint32_t> ones(most, 1u);
   const kernels::cuda::IpcBackend& ipc = kernels::cuda::ipc();
   bool warned = false;
   while (!k->stop.load()) {
-    int rc =
-        calls ? ipc.flags_release(device, flags, ones.data(), size_t(calls) * kGraphSlotWords) : 0;
-    for (int q = 0; q < kGraphBlockWords && rc == 0 && pair_slots > 0; ++q)
-      for (PairWord w : {kPairData, kPairCopied})
-        if (rc == 0)
-          rc =
-              ipc.flags_release(device, pair_word(flags, q, w, 0), ones.data(), size_t(pair_slots));
+    int rc = 0;
+    for (const KeptWords& r : regions)
+      if (rc == 0 && r.count > 0) rc = ipc.flags_release(device, r.start, ones.data(), r.count);
     if (rc != 0 && !warned) {
       warned = true;
       log_warn("releasing the waits of captured device calls failed: {}",
@@ -83,20 +79,34 @@ int nth_free(uint64_t mask, int k) {
   return -1;
 }
 
+void start_keeper(std::shared_ptr<GraphKeeper>& keeper, int device,
+                  std::vector<KeptWords> regions) {
+  std::lock_guard<std::mutex> lock(g_keepers_mu);  // whichever thread fails it first
+  if (keeper) return;
+  keeper = std::make_shared<GraphKeeper>();
+  std::thread(keep, keeper, device, std::move(regions)).detach();
+}
+
+void stop_keeper(std::shared_ptr<GraphKeeper>& keeper) {
+  std::lock_guard<std::mutex> lock(g_keepers_mu);
+  if (keeper) keeper->stop.store(true);
+}
+
+// The used words of the collectives' slots, and of each peer's first `pair_slots` of both kinds.
 void graph_release(GraphWords& g) {
   void* flags = g.live.load();
   const int calls = g.live_calls.load();
   const int pair_slots = g.live_pair_slots.load();
   if (flags == nullptr || (calls == 0 && pair_slots == 0)) return;
-  std::lock_guard<std::mutex> lock(g_keepers_mu);  // whichever thread fails it first
-  if (g.keeper) return;
-  g.keeper = std::make_shared<GraphKeeper>();
-  std::thread(keep, g.keeper, flags, g.live_device.load(), calls, pair_slots).detach();
+  std::vector<KeptWords> regions{{flags, size_t(calls) * kGraphSlotWords}};
+  for (int q = 0; q < kGraphBlockWords && pair_slots > 0; ++q)
+    for (PairWord w : {kPairData, kPairCopied})
+      regions.push_back({pair_word(flags, q, w, 0), size_t(pair_slots)});
+  start_keeper(g.keeper, g.live_device.load(), std::move(regions));
 }
 
 void graph_close(GraphWords& g) {
-  std::lock_guard<std::mutex> lock(g_keepers_mu);
-  if (g.keeper) g.keeper->stop.store(true);
+  stop_keeper(g.keeper);
 }
 
 GraphWords::~GraphWords() {

@@ -13,8 +13,8 @@
 // from the masks each sends in the host exchange at capture (GraphSlots); the slot comes back
 // when CUDA destroys the graph. The eager words and counts are untouched, so eager calls and
 // replays mix freely.
-// Captured calls take buffers that CUDA IPC or VMM descriptors map (not the bounce buffer); the
-// staged path is refused under capture.
+// Captured calls take buffers that CUDA IPC or VMM descriptors map (not the bounce buffer). The
+// staged path's collectives are captured their own way (device_stage.h), with slots of its own.
 //
 // Sends and receives (device_p2p.cc) are a pair's, not every rank's: a captured send from s to d
 // takes a slot of the pair's own words, the lowest free both in s's sends to d and in d's
@@ -107,6 +107,15 @@ int graph_hold(GraphWords& g, void* stream,
                const std::vector<std::pair<std::atomic<uint64_t>*, uint64_t>>& taken);
 // The k-th lowest bit set in `mask` (k from 0), or -1.
 int nth_free(uint64_t mask, int k);
+
+// A keeper: a thread that writes 1 into every word of `regions` every 20 ms until stop_keeper
+// (started once: a second start is nothing). Any thread.
+struct KeptWords {
+  void* start;
+  size_t count;
+};
+void start_keeper(std::shared_ptr<GraphKeeper>& keeper, int device, std::vector<KeptWords> regions);
+void stop_keeper(std::shared_ptr<GraphKeeper>& keeper);
 
 // A failure of the communicator: starts the keeper when calls were captured. Any thread.
 void graph_release(GraphWords& g);

@@ -101,6 +101,7 @@ std::array<uint32_t, 5 * kMaxDeviceRanks> device_release_values(const DeviceIpc&
 
 void release_device_waits(DeviceIpc& st) {
   graph_release(st.graph);
+  stage_graph_release(st.stage);
   void* flags = st.live_flags.load();
   if (flags == nullptr) return;
   const std::array<uint32_t, 5 * kMaxDeviceRanks> v = device_release_values(st);

@@ -104,5 +104,13 @@ chorusResult_t device_p2p(chorusComm_t h, CommImpl& comm, const std::vector<Devi
 chorusResult_t staged_collective(chorusComm_t h, CommImpl& comm, const Call& call, const Args& a,
                                  size_t elem_size);
 chorusResult_t staged_p2p(chorusComm_t h, CommImpl& comm, const std::vector<DeviceP2p>& items);
+// A staged collective on a stream being captured (device_staged_graph.cc): its page-locked
+// layout, as staged_collective worked it out.
+struct StagedBytes {
+  size_t in, out, in_at, out_at, elem_size;
+  bool uses_send, uses_recv;
+};
+chorusResult_t staged_capture(chorusComm_t h, CommImpl& comm, const Call& call, const Args& a,
+                              const StagedBytes& bytes);
 
 }  // namespace chorus::capi

@@ -16,15 +16,29 @@
 // running host part ends within moments of it (every wait of a failed communicator does), the
 // queued ones are dropped, and each then writes its number; a release before that would let the
 // stream copy out of host memory that the host part is still writing.
+//
+// Captured into a CUDA graph (device_staged_graph.cc), a staged collective runs its host part at
+// every replay, when the stream gets there: a host node hands it to a thread of the
+// communicator's own (StagedReplays), which runs it on a communicator split off for replays --
+// their host parts in replay order on every rank, apart from the eager calls' (sharing one queue,
+// an eager call waiting for its stream's work behind a replay, and the replay waiting behind it,
+// would never end) -- then writes 1 into the call's own word of this rank (a slot, as the CUDA
+// IPC path's captured calls have: device_graph.h); the stream waits for it, resets it to 0, and
+// copies the result back. The copies in and out go through page-locked memory of the call's own.
 #pragma once
 
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <vector>
 
+#include "collectives/device_graph.h"
+
 namespace chorus {
+
+struct StagedReplays;  // device_staged_graph.cc
 
 // A staged call's page-locked host memory: its input, then its output.
 struct StageBuffer {
@@ -37,6 +51,12 @@ struct StageBuffer {
 
 struct StageState {
   std::atomic<void*> word{nullptr};  // device memory (flags_alloc), made at the first call
+  // Captured calls' words, kGraphSlots after `word`; their free slots (GraphSlots::calls), the
+  // highest used + 1 (for the keeper after a failure), the keeper; the replays' thread.
+  std::shared_ptr<GraphSlots> graph_slots = std::make_shared<GraphSlots>();
+  std::atomic<int> graph_live{0};
+  std::shared_ptr<GraphKeeper> keeper;
+  std::shared_ptr<StagedReplays> replays;
   int device = -1;
   uint32_t calls = 0;  // staged calls so far (the calling thread's)
   // The word's latest value, written under mu: signals from the progress thread and from
@@ -55,5 +75,15 @@ void stage_signal(StageState& st, uint32_t n);
 // destroy's) for every buffer's `done` mark, then frees the buffers and marks; a buffer whose
 // stream never got there is left allocated, with a warning.
 void stage_close(StageState& st, double timeout_s);
+// A failure of the communicator (any thread): the replays' communicator is aborted, and a keeper
+// writes 1 into the captured calls' words until stage_graph_close, so that no replay waits.
+void stage_graph_release(StageState& st);
+// At destroy: the replays' thread ends (a replay's host part queued still is skipped, its word
+// written), their communicator is destroyed, the keeper stops.
+void stage_graph_close(StageState& st);
+// The captured calls' word of `slot`.
+inline uint32_t* stage_graph_word(void* word, int slot) {
+  return static_cast<uint32_t*>(word) + 1 + slot;
+}
 
 }  // namespace chorus

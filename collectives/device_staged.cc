@@ -4,7 +4,8 @@
 // tcp or verbs across) once that copy is done, and the stream copies the result back after a
 // flag word says the host part ended (device_stage.h has the sequence). The calling thread only
 // enqueues: it returns without waiting for the stream's earlier work or for the peers, as
-// NCCL's network path does. In place or not, the host side runs out of place.
+// NCCL's network path does. In place or not, the host side runs out of place. On a stream being
+// captured into a CUDA graph, a collective goes to staged_capture (device_staged_graph.cc).
 #include <sched.h>
 #include <signal.h>
 #include <unistd.h>
@@ -145,7 +146,9 @@ Status prepare(StageState& st, const char* call, int rank) {
   const kc::IpcBackend& ipc = kc::ipc();
   st.device = ipc.current_device();
   void* word = nullptr;
-  if (int rc = ipc.flags_alloc(sizeof(uint32_t), &word); rc != 0)
+  // With the captured calls' words behind it (device_stage.h): nothing is allocated while a
+  // stream is being captured.
+  if (int rc = ipc.flags_alloc((1 + kGraphSlots) * sizeof(uint32_t), &word); rc != 0)
     return copy_failed(call, rank, "allocating its flag word", rc);
   st.word.store(word);
   return Status::ok();
@@ -215,18 +218,20 @@ OpWrap wrap_for(CommImpl& comm, uint32_t n, void* ready, const char* call) {
 }
 
 // The start of every staged call: a communicator that failed takes no more (its buffers may still
-// be in an earlier call's hands). A stream being captured into a CUDA graph is refused (the host
-// part runs on the host, which a graph's replay does not reach)
-// (devcall::capture_refusal), and fails the communicator: the peers' host parts are queued
-// already, and would wait for this rank's until the timeout.
-Status usable(CommImpl& comm, const char* call, void* stream) {
+// be in an earlier call's hands). Sends and receives on a stream being captured into a CUDA
+// graph are refused (devcall::capture_refusal: the replays' communicator is split off at a
+// collective's capture, which a pair's cannot do), and fail the communicator: the peers' host
+// parts are queued already, and would wait for this rank's until the timeout.
+Status usable(CommImpl& comm, const char* call, void* stream, bool p2p) {
   Status e = comm.error();
   if (!e.is_ok())
     return Status(e.code(),
                   fmt::format("{} on rank {}: communicator is broken by an earlier error: {}", call,
                               comm.rank(), e.message()));
-  if (std::string why = devcall::capture_refusal(
-          stream, "device calls across hosts (staged through host memory)");
+  if (std::string why =
+          p2p ? devcall::capture_refusal(
+                    stream, "device sends and receives across hosts (staged through host memory)")
+              : "";
       !why.empty()) {
     const Status s(Code::kInvalidUsage, fmt::format("{} on rank {}: {}", call, comm.rank(), why));
     abort_after_exception(comm, s);
@@ -254,7 +259,7 @@ chorusResult_t staged_collective(chorusComm_t h, CommImpl& comm, const Call& cal
   const int r = comm.rank(), p = comm.size();
   const kc::IpcBackend& ipc = kc::ipc();
   StageState& st = comm.device_ipc().stage;
-  if (Status s = usable(comm, call.name, a.stream); !s.is_ok()) return report(s);
+  if (Status s = usable(comm, call.name, a.stream, false); !s.is_ok()) return report(s);
   const bool v = call.kind == OpKind::kAllToAllv;  // each side to its furthest block's end
   const bool barrier = call.kind == OpKind::kBarrier;
   const bool uses_send = !barrier && (v || device_uses_send(call.kind, r, a.root));
@@ -265,6 +270,18 @@ chorusResult_t staged_collective(chorusComm_t h, CommImpl& comm, const Call& cal
   const size_t out_bytes = !uses_recv ? 0
                            : v        ? device_extent(a.recvcounts, a.rdispls, p) * elem_size
                                       : device_recv_count(call.kind, a.count, p) * elem_size;
+  int capturing = 0;
+  if (int rc = ipc.capturing(a.stream, &capturing); rc != 0)
+    return report(copy_failed(call.name, r, "asking whether the stream is being captured", rc));
+  if (capturing)
+    return staged_capture(h, comm, call, a,
+                          {.in = in_bytes,
+                           .out = out_bytes,
+                           .in_at = 0,
+                           .out_at = aligned(in_bytes),
+                           .elem_size = elem_size,
+                           .uses_send = uses_send,
+                           .uses_recv = uses_recv});
   Result<StageBuffer*> got = take_buffer(comm, st, aligned(in_bytes) + out_bytes, call.name);
   if (!got.is_ok()) return report(got.status());
   StageBuffer& b = **got;
@@ -309,7 +326,7 @@ chorusResult_t staged_p2p(chorusComm_t h, CommImpl& comm, const std::vector<Devi
   const kc::IpcBackend& ipc = kc::ipc();
   StageState& st = comm.device_ipc().stage;
   void* stream = items[0].args.stream;
-  if (Status s = usable(comm, name, stream); !s.is_ok()) return report(s);
+  if (Status s = usable(comm, name, stream, true); !s.is_ok()) return report(s);
   std::vector<size_t> at(items.size());
   size_t total = 0;
   for (size_t i = 0; i < items.size(); ++i) {

@@ -140,9 +140,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--single", single, "ignore launcher variables: train in this process alone");
   app.add_flag("--cuda-graph", cuda_graph,
-               "capture the training step as a CUDA graph and replay it (on a GPU; with DDP on "
-               "one host the gradient all-reduces are captured in it, across hosts they run "
-               "between two graphs; ddp/train/step_graph.h)");
+               "capture the training step as a CUDA graph and replay it (on a GPU; with DDP the "
+               "gradient all-reduces are captured in it; ddp/train/step_graph.h)");
   app.add_flag("--cuda-graph-split", cuda_graph_split,
                "as --cuda-graph, but with DDP always two graphs a step, the all-reduces between "
                "(to compare with the one-graph step)");

@@ -275,7 +275,7 @@ void Reducer::sync_deferred(bool replayed) {
 bool Reducer::capturable(const Device& device) const {
   for (const Bucket& b : buckets_)
     if (b.flat.device() != device) return false;
-  return comm_.capturable();
+  return true;  // device collectives are captured over CUDA IPC and staged alike
 }
 
 void Reducer::launch_ready_buckets() {

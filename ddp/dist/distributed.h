@@ -27,16 +27,16 @@
 //   - no_sync(): while the guard lives, backward only accumulates into the buckets; the next
 //     synchronised backward reduces the accumulated sum.
 //   - CUDA graphs (Trainer with cuda_graph): a graph replays kernels, not host code, so no hook
-//     runs at a replay. Where the communicator's device collectives can be captured (its ranks
-//     on one host: Communicator::capturable) and every bucket is on the graph's device, the
-//     whole step is one graph: the hooks run while it is captured and fork each bucket's
-//     all-reduce onto the communication stream as in an eager step (the default stream is the
-//     capturing one then), and finish() joins them back; every replay runs them, overlapped with
-//     backward as eagerly. Elsewhere (several hosts: staged calls cannot be captured; a bucket on
-//     the cpu) the reducer is set to defer its launches: the hooks divide the gradients as
-//     always (kernels, captured) but launch nothing; after the graph's run, sync_deferred()
-//     launches every bucket in order and waits as finish() does (no overlap with backward).
-//     Either way, the eager step's bits.
+//     runs at a replay. Where every bucket is on the graph's device, the whole step is one
+//     graph: the hooks run while it is captured and fork each bucket's all-reduce onto the
+//     communication stream as in an eager step (the default stream is the capturing one then),
+//     and finish() joins them back; every replay runs them, overlapped with backward as eagerly
+//     (over CUDA IPC on one host; across hosts each replay's host part runs when its host node
+//     does: collectives/device_stage.h). Elsewhere (a bucket on the cpu; or asked for, to
+//     compare: TrainOptions.cuda_graph_split) the reducer is set to defer its launches: the
+//     hooks divide the gradients as always (kernels, captured) but launch nothing; after the
+//     graph's run, sync_deferred() launches every bucket in order and waits as finish() does
+//     (no overlap with backward). Either way, the eager step's bits.
 //
 // Threading: one thread drives forward/backward/finish; the communicator's progress thread runs
 // the all-reduces. Buckets must not be touched between launch and finish_gradient_sync().
@@ -103,8 +103,8 @@ class Reducer {
   void set_deferred(bool on) { deferred_ = on; }
   void sync_deferred(bool replayed);
   // Whether a backward through this reducer, its all-reduces and finish() may be captured into
-  // a CUDA graph on `device` (above): every bucket there, and the communicator's device
-  // collectives capturable. The same answer on every rank.
+  // a CUDA graph on `device` (above): every bucket there (the communicator's device collectives
+  // are captured on one host and across hosts alike). The same answer on every rank.
   bool capturable(const Device& device) const;
 
   // Elastic training, after a failed step and before rolling back: waits until the GPU work of

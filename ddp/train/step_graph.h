@@ -17,11 +17,11 @@
 // depend on host state that changes between runs (the graph replays the first capture's launches
 // with their arguments): the learning rate, the shapes, which parameters have gradients.
 //
-// With DDP on one host the step is still one StepGraph: the buckets' all-reduces are forked onto
-// the communication stream inside the capture and joined back (ddp/dist/distributed.h). Across
-// hosts, where the communicator's device calls cannot be captured, it is two -- forward and
-// backward, then the optimizer's update -- and the host launches the all-reduces between them
-// (Trainer::graphed_step, Reducer::sync_deferred).
+// With DDP the step is still one StepGraph: the buckets' all-reduces are forked onto the
+// communication stream inside the capture and joined back (ddp/dist/distributed.h). Split
+// (TrainOptions.cuda_graph_split) it is two -- forward and backward, then the optimizer's update
+// -- and the host launches the all-reduces between them (Trainer::graphed_step,
+// Reducer::sync_deferred).
 #pragma once
 
 #include <functional>

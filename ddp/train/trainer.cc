@@ -105,8 +105,8 @@ void Trainer::graphed_step(const Batch& batch) {
     return;
   }
   Reducer& reducer = ddp->reducer();
-  // DDP on one host: the whole step one graph, whose gradient hooks (run while warming up and
-  // capturing) fork the buckets' all-reduces into it and whose finish joins them.
+  // DDP: the whole step one graph, whose gradient hooks (run while warming up and capturing)
+  // fork the buckets' all-reduces into it and whose finish joins them.
   if (g.whole) {
     if (options_.before_sync) options_.before_sync(global_step_ + 1);
     g.graph->run([&] {
@@ -120,9 +120,9 @@ void Trainer::graphed_step(const Batch& batch) {
     if (options_.after_backward) options_.after_backward();
     return;
   }
-  // Elsewhere: forward and backward as one graph, whose gradient hooks (run while warming up
-  // and capturing, not at replays) divide but launch nothing; then the all-reduces, launched
-  // here; then the update as a second graph.
+  // Split (or a bucket off the device): forward and backward as one graph, whose gradient hooks
+  // (run while warming up and capturing, not at replays) divide but launch nothing; then the
+  // all-reduces, launched here; then the update as a second graph.
   if (!g.update) g.update = std::make_unique<StepGraph>(options_.device);
   bool ran = false;  // the step itself ran (warm-up or capture), not only a replay
   reducer.set_deferred(true);

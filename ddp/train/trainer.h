@@ -60,14 +60,13 @@ struct TrainOptions {
   // Capture the step as a CUDA graph and replay it (ddp/train/step_graph.h; train_cnn
   // --cuda-graph): on a cuda device, no elastic options. Batches of the first batch's size go
   // through the graph (two eager warm-up steps, then the capture); a batch of another size (an
-  // epoch's last) runs eagerly. The same bits as without. With DDP, where the communicator's
-  // device collectives can be captured (ranks on one host) and the buckets are on the device,
-  // the step is one graph, the buckets' all-reduces inside it, overlapped with backward as in
-  // an eager step (Reducer::capturable); before_sync is called before the step's graph runs,
-  // after_backward after it. Elsewhere it is two graphs -- forward and backward, then the
-  // optimizer's update -- with the buckets' all-reduces between them, launched by the host
-  // (Reducer::sync_deferred), and before_sync / after_backward called there as in an eager
-  // step.
+  // epoch's last) runs eagerly. The same bits as without. With DDP, where the buckets are on
+  // the device (Reducer::capturable), the step is one graph, the buckets' all-reduces inside it,
+  // overlapped with backward as in an eager step; before_sync is called before the step's graph
+  // runs, after_backward after it. Elsewhere, or with cuda_graph_split, it is two graphs --
+  // forward and backward, then the optimizer's update -- with the buckets' all-reduces between
+  // them, launched by the host (Reducer::sync_deferred), and before_sync / after_backward
+  // called there as in an eager step.
   bool cuda_graph = false;
   // With cuda_graph and DDP: two graphs a step even where the all-reduces could be captured (to
   // measure what capturing them gains).

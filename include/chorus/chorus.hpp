@@ -112,7 +112,8 @@ class Communicator {
     return n;
   }
 
-  // The device collectives may be captured into a CUDA graph (chorusCommCapturable).
+  // Every device call may be captured into a CUDA graph, sends and receives too
+  // (chorusCommCapturable).
   bool capturable() const {
     int yes = 0;
     check(chorusCommCapturable(comm_, &yes));

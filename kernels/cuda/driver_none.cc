@@ -124,6 +124,9 @@ int stream_capturing(void*, int* out) {
 int graph_destructor(void*, void (*)(void*), void*) {
   return kNoCuda;
 }
+int host_func(void*, void (*)(void*), void*) {
+  return kNoCuda;
+}
 int current_device() {
   return -1;
 }

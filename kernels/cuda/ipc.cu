@@ -257,6 +257,11 @@ int graph_destructor(void* stream, void (*fn)(void*), void* arg) {
   return int(cudaGraphRetainUserObject(graph, object, 1, cudaGraphUserObjectMove));
 }
 
+int host_func(void* stream, void (*fn)(void*), void* arg) {
+  if (!ops().ok) return kNoCuda;
+  return int(cudaLaunchHostFunc(static_cast<cudaStream_t>(stream), fn, arg));
+}
+
 int current_device() {
   if (device_count() == 0) return -1;
   int d = 0;

@@ -115,6 +115,10 @@ int stream_capturing(void* stream, int* out);
 // call's resources); fn runs on a thread of CUDA's and calls no CUDA. Else an error, and fn is
 // never called.
 int graph_destructor(void* stream, void (*fn)(void*), void* arg);
+// fn(arg) on a thread of CUDA's once the work before it on `stream` is done, before the work
+// after it starts (cudaLaunchHostFunc; captured, a host node that runs at every replay); fn calls
+// no CUDA and returns soon.
+int host_func(void* stream, void (*fn)(void*), void* arg);
 // The calling thread's current device (0 when it has used none), or -1 without CUDA.
 int current_device();
 
@@ -145,6 +149,7 @@ struct IpcBackend {
   int (*to_host_async)(void* dst, const void* src, size_t bytes, void* stream);
   int (*capturing)(void* stream, int* out);
   int (*graph_destructor)(void* stream, void (*fn)(void*), void* arg);
+  int (*host_func)(void* stream, void (*fn)(void*), void* arg);
   // Whether the work before a mark's latest record is done: 0, kStampNotReady (not yet), or an
   // error; it does not wait. mark_free releases a mark (nullptr: nothing).
   int (*mark_done)(void* mark);

@@ -421,6 +421,13 @@ int capturing(void* stream, int* out) {
   return 0;
 }
 
+int host_func(void* stream, void (*fn)(void*), void* arg) {
+  return on_stream(stream, [fn, arg] {
+    fn(arg);
+    return 0;
+  });
+}
+
 // Only a real capture (fake_capture_begin) has a graph to hold it.
 int graph_destructor(void* stream, void (*fn)(void*), void* arg) {
   std::lock_guard<std::mutex> lock(g_capture_mu);
@@ -458,6 +465,7 @@ const kc::IpcBackend kFake{.export_buffer = export_buffer,
                            .to_host_async = to_host_async,
                            .capturing = capturing,
                            .graph_destructor = graph_destructor,
+                           .host_func = host_func,
                            .mark_done = mark_done,
                            .mark_free = mark_free,
                            .current_device = current_device,

@@ -234,6 +234,91 @@ TEST_CASE(
   check_all(res);
 }
 
+// Staged calls captured into a CUDA graph (device_staged_graph.cc): each replay's host part runs
+// on the replays' communicator when the stream reaches the graph's host node; 10 replays with
+// rank 1's stream held back before every third and eager staged calls between, all right; the
+// graph freed gives its slots back (70 captures in all).
+TEST_CASE(
+    "staged device calls captured into a CUDA graph: every replay right, ranks out of step, "
+    "eager calls between, slots given back",
+    "[device][graph]") {
+  auto res = run_ranks(
+      3,
+      [](int r) {
+        chorusComm_t comm = init(r);
+        if (!comm) return 1;
+        constexpr int p = 3, kReplays = 10;
+        constexpr size_t n = 257;
+        void* stream = chorus::test::fake_async_stream();
+        auto dev = [](size_t count) {
+          return static_cast<float*>(chorus::test::fake_device_alloc(count * 4));
+        };
+        float *in = dev(n), *sum = dev(n), *bc = dev(n), *ag = dev(p * n), *eager = dev(n);
+        std::vector<std::vector<float>> sums(kReplays, std::vector<float>(n)),
+            bcs = sums, ags(kReplays, std::vector<float>(p * n)), eagers = sums;
+        // An eager call first (the stage word is made then, not during the capture).
+        if (chorusAllReduce(in, sum, n, chorusFloat32, chorusSum, comm, stream) != chorusSuccess)
+          return fail_with(r, "the eager call before", chorusGetLastError(comm));
+        chorus::test::fake_capture_begin(stream);
+        chorusResult_t rc = chorusAllReduce(in, sum, n, chorusFloat32, chorusSum, comm, stream);
+        if (rc == chorusSuccess) rc = chorusBroadcast(in, bc, n, chorusFloat32, 2, comm, stream);
+        if (rc == chorusSuccess) rc = chorusAllGather(in, ag, n, chorusFloat32, comm, stream);
+        void* graph = chorus::test::fake_capture_end(stream);
+        if (rc != chorusSuccess) return fail_with(r, "the capture", chorusGetLastError(comm));
+        const chorus::kernels::cuda::IpcBackend& gpu = chorus::kernels::cuda::ipc();
+        for (int k = 0; k < kReplays; ++k) {
+          std::vector<float> input(n);
+          for (size_t j = 0; j < n; ++j) input[j] = value(r, j, k);
+          if (gpu.to_device(in, input.data(), n * 4, stream) != 0)
+            return fail_with(r, "the input", "failed");
+          if (r == 1 && k % 3 == 0) chorus::test::fake_stream_delay(stream, 40);
+          if (chorus::test::fake_graph_launch(graph, stream) != 0)
+            return fail_with(r, "a replay", "failed");
+          // The results read back on the stream (page-locked: read when the stream gets there).
+          if (gpu.to_host_async(sums[k].data(), sum, n * 4, stream) != 0 ||
+              gpu.to_host_async(bcs[k].data(), bc, n * 4, stream) != 0 ||
+              gpu.to_host_async(ags[k].data(), ag, p * n * 4, stream) != 0)
+            return fail_with(r, "reading back", "failed");
+          if (k % 4 == 3 && chorusAllReduce(in, eager, n, chorusFloat32, chorusMax, comm, stream) !=
+                                chorusSuccess)
+            return fail_with(r, "an eager call", chorusGetLastError(comm));
+          if (k % 4 == 3 && gpu.to_host_async(eagers[k].data(), eager, n * 4, stream) != 0)
+            return fail_with(r, "reading back", "failed");
+        }
+        if (int e = chorus::test::fake_stream_sync(stream); e != 0)
+          return fail_with(r, "the stream", gpu.error_string(e));
+        for (int k = 0; k < kReplays; ++k)
+          for (size_t j = 0; j < n; ++j) {
+            float want = 0, most = value(0, j, k);
+            for (int q = 0; q < p; ++q) want += value(q, j, k);
+            for (int q = 1; q < p; ++q) most = std::max(most, value(q, j, k));
+            bool ok = sums[k][j] == want && bcs[k][j] == value(2, j, k) &&
+                      (k % 4 != 3 || eagers[k][j] == most);
+            for (int q = 0; q < p; ++q) ok = ok && ags[k][q * n + j] == value(q, j, k);
+            if (!ok)
+              return fail_with(r, fmt::format("replay {}", k),
+                               fmt::format("element {}: sum {} (want {}), broadcast {} (want {})",
+                                           j, sums[k][j], want, bcs[k][j], value(2, j, k)));
+          }
+        chorus::test::fake_graph_free(graph);
+        for (int k = 0; k < 70; ++k) {  // more captures than slots: each comes back at the free
+          chorus::test::fake_capture_begin(stream);
+          rc = chorusAllReduce(in, sum, n, chorusFloat32, chorusSum, comm, stream);
+          graph = chorus::test::fake_capture_end(stream);
+          if (rc != chorusSuccess)
+            return fail_with(r, fmt::format("capture {}", k), chorusGetLastError(comm));
+          if (chorus::test::fake_graph_launch(graph, stream) != 0 ||
+              chorus::test::fake_stream_sync(stream) != 0)
+            return fail_with(r, fmt::format("capture {}'s replay", k), "failed");
+          chorus::test::fake_graph_free(graph);
+        }
+        chorusCommDestroy(comm);
+        return 0;
+      },
+      opts());
+  check_all(res);
+}
+
 namespace {
 
 // One rank of the failure tests: its communicator, an async stream, 64 floats of device memory.
@@ -324,8 +409,9 @@ TEST_CASE("staged device calls: a peer killed; the stream's earlier work that ne
     CHECK(res[1].exit_code != 0);
   }
   SECTION(
-      "rank 1's stream being captured into a CUDA graph: refused, and the communicator "
-      "fails, named on every rank") {
+      "rank 1's stream being captured into a CUDA graph, the others' not: the capture's "
+      "exchange meets their host collectives as a mismatch; the communicator fails, named on "
+      "every rank") {
     auto res = run_ranks(
         3,
         [](int r) {
@@ -335,13 +421,75 @@ TEST_CASE("staged device calls: a peer killed; the stream's earlier work that ne
           const auto start = std::chrono::steady_clock::now();
           const chorusResult_t rc = k->all_reduce();
           const std::string why = chorusGetLastError(k->comm);
-          if (r == 1 && (rc != chorusInvalidUsage || !contains(why, "captured into a CUDA graph")))
+          if (r == 1 &&
+              (rc != chorusInvalidUsage || !contains(why, "every rank must capture the call")))
             return fail_with(r, "the call", why);
-          // The others' calls return once enqueued, or fail at once where rank 1's news came
-          // first.
-          if (r != 1 && rc != chorusSuccess && !contains(why, "captured into a CUDA graph"))
+          // The others' calls return once enqueued, or fail at once where the news came first.
+          if (r != 1 && rc != chorusSuccess && !contains(why, "all_gather"))
             return fail_with(r, "the call", why);
-          return k->ends_named(start, 30, {"rank 1", "captured into a CUDA graph"});
+          return k->ends_named(start, 30, {"rank 1", "all_gather"});
+        },
+        opts());
+    check_all(res);
+  }
+  SECTION(
+      "rank 2 killed while the survivors' replays of a captured call are queued: their streams "
+      "end, the error names it") {
+    auto res = run_ranks(
+        3,
+        [](int r) {
+          std::optional<Rank> k = setup(r);
+          if (!k) return 1;
+          if (k->all_reduce() != chorusSuccess || chorus::test::fake_stream_sync(k->stream) != 0)
+            return fail_with(r, "the eager call", chorusGetLastError(k->comm));
+          chorus::test::fake_capture_begin(k->stream);
+          const chorusResult_t rc = k->all_reduce();
+          void* graph = chorus::test::fake_capture_end(k->stream);
+          if (rc != chorusSuccess) return fail_with(r, "the capture", chorusGetLastError(k->comm));
+          if (chorus::test::fake_graph_launch(graph, k->stream) != 0 ||
+              chorus::test::fake_stream_sync(k->stream) != 0)
+            return fail_with(r, "the first replay", "failed");
+          if (r == 2) {
+            usleep(300 * 1000);  // the survivors' replays are queued by then
+            raise(SIGKILL);
+          }
+          const auto start = std::chrono::steady_clock::now();
+          for (int i = 0; i < 10; ++i)
+            if (chorus::test::fake_graph_launch(graph, k->stream) != 0)
+              return fail_with(r, "a replay", "failed");
+          const int e = k->ends_named(start, 15, {"rank 2"});
+          chorus::test::fake_graph_free(graph);
+          return e;
+        },
+        opts());
+    for (int r = 0; r < 2; ++r) {
+      INFO("rank " << r << ":\n" << res[r].output);
+      CHECK(res[r].exit_code == 0);
+    }
+  }
+  SECTION(
+      "a send across hosts on a stream being captured: refused (sends and receives staged "
+      "through host memory cannot be captured), and the communicator fails") {
+    auto res = run_ranks(
+        3,
+        [](int r) {
+          std::optional<Rank> k = setup(r);
+          if (!k) return 1;
+          if (chorusBarrier(k->comm, nullptr) != chorusSuccess)  // every rank's init done
+            return fail_with(r, "the barrier", chorusGetLastError(k->comm));
+          if (r == 0) chorus::test::fake_capturing(k->stream, true);
+          const auto start = std::chrono::steady_clock::now();
+          chorusResult_t rc = chorusSuccess;
+          if (r == 0) rc = chorusSend(k->buf, 64, chorusFloat32, 2, k->comm, k->stream);
+          if (r == 2) rc = chorusRecv(k->buf, 64, chorusFloat32, 0, k->comm, k->stream);
+          const std::string why = chorusGetLastError(k->comm);
+          if (r == 0 && (rc != chorusInvalidUsage ||
+                         !contains(why,
+                                   "device sends and receives across hosts (staged through "
+                                   "host memory) cannot be captured")))
+            return fail_with(r, "the send", why);
+          if (r == 0) chorus::test::fake_capturing(k->stream, false);
+          return k->ends_named(start, 30, {"rank 0"});
         },
         opts());
     check_all(res);

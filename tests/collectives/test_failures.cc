@@ -159,7 +159,8 @@ TEST_CASE("two ranks on one GPU are refused on every rank, naming both; the over
 
 // Issue 17 item 2: chorusCommRevoke. Rank 1 revokes 200 ms after ranks 0 and 2 entered an
 // all-reduce that waits for it: they fail with chorusRevoked naming rank 1 within 100 ms of the
-// call (bound here 0.2 + 0.1 s, plus 0.2 s for a loaded machine; the measured time is printed),
+// call (bound here 0.2 + 0.1 s, plus 0.5 s for a loaded machine -- 0.61 s was seen once under
+// ASan beside two builds; the measured time is printed),
 // and every later call fails at once, on the revoking rank too; the handle stays valid.
 TEST_CASE("a revoke fails every rank's pending and later operations with chorusRevoked",
           "[failure][revoke]") {
@@ -177,7 +178,7 @@ TEST_CASE("a revoke fails every rank's pending and later operations with chorusR
           usleep(200000);
           comm.revoke();
         } else if (int rc = expect_error(all_reduce, chorusRevoked,
-                                         "rank 1 revoked the communicator", 0.5)) {
+                                         "rank 1 revoked the communicator", 0.8)) {
           return rc;
         }
         // "At once" is a flag check; 0.2 s leaves room for a descheduled process on 2 busy cores.

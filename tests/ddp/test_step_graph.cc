@@ -6,9 +6,9 @@
 // bit (the last, smaller batch of each epoch eager, between replays); a step that waits for the
 // GPU inside the capture is refused naming what; the allocator's graph pool never hands out
 // memory the graph writes; Labels on the device give cross_entropy's bits.
-// With DDP (2 ranks, the communicator's device path emulated): on one host one graph a step, the
-// all-reduces captured inside it; on two hosts two graphs, the all-reduces launched between them;
-// the eager DDP trainer's bits either way.
+// With DDP (2 ranks, the communicator's device path emulated): one graph a step, the all-reduces
+// captured inside it, on one host and on two; or, asked for, two graphs, the all-reduces launched
+// between them; the eager DDP trainer's bits every way.
 #include <catch2/catch.hpp>
 
 #include <cstdio>
@@ -280,14 +280,15 @@ TEST_CASE(
 
 // DDP with the step as CUDA graphs, 2 ranks on the emulated GPU, the communicator's device path
 // emulated (as in ddp_device_ddp); on a GPU where CHORUS_TEST_TRAIN_DEVICE=cuda:0
-// (tests/gpu/run.sh), the two ranks sharing it. On one host the whole step is one graph: the
-// hooks fork the buckets' all-reduces into the capture (the communicator's calls recorded, not
-// run) and finish() joins them, and every replay runs them. On two hosts (staged calls, which
-// cannot be captured) forward and backward are captured (the gradient hooks' divisions with
-// them), the all-reduces launched by the host between that graph and the update's.
+// (tests/gpu/run.sh), the two ranks sharing it. The whole step is one graph: the hooks fork the
+// buckets' all-reduces into the capture (the communicator's calls recorded, not run: over CUDA
+// IPC on one host, staged with a host node on two) and finish() joins them, and every replay
+// runs them. With TrainOptions.cuda_graph_split forward and backward are captured (the gradient
+// hooks' divisions with them), the all-reduces launched by the host between that graph and the
+// update's.
 TEST_CASE(
-    "DDP with cuda_graph: the all-reduces inside the step's graph on one host, between "
-    "two graphs on two, the eager bits",
+    "DDP with cuda_graph: the all-reduces inside the step's graph on one host and on two, or "
+    "between two graphs when split; the eager bits",
     "[graph][ddp]") {
   const char* named = std::getenv("CHORUS_TEST_TRAIN_DEVICE");
   const bool real = named && *named;
@@ -296,7 +297,8 @@ TEST_CASE(
   struct Config {
     bool two_hosts, split;  // split: TrainOptions.cuda_graph_split, two graphs on one host too
   };
-  for (const Config c : {Config{false, false}, Config{true, false}, Config{false, true}}) {
+  for (const Config c :
+       {Config{false, false}, Config{true, false}, Config{false, true}, Config{true, true}}) {
     const bool two_hosts = c.two_hosts, split = c.split;
     INFO((two_hosts ? "two hosts" : "one host") << (split ? ", split" : ""));
     RunOptions o;
@@ -326,13 +328,13 @@ TEST_CASE(
           if (graphed.test_acc != eager.test_acc) return fail("the test accuracy differs");
           if (!real) {
             // 12 full batches: 2 eager warm-ups, the capture, 9 replays; a graph each, or two.
-            const bool two = two_hosts || split;
+            const bool two = split;
             const int want = two ? 20 : 10;
             if (gpu.graph_launches != want)
               return fail("graph launches: " + std::to_string(gpu.graph_launches) + ", expected " +
                           std::to_string(want));
-            // One host: the capture forked the buckets' all-reduces into the graph and joined
-            // them (events recorded and waited for inside it); two hosts: no event inside.
+            // One graph: the capture forked the buckets' all-reduces into it and joined them
+            // (events recorded and waited for inside it); split: no event inside.
             int captured = 0;
             for (const std::string& line : gpu.trace)
               captured += line.find("(captured)") != std::string::npos;
@@ -352,7 +354,7 @@ TEST_CASE(
           DdpOptions d;
           d.device = kGpu.str();
           DistributedDataParallel ddp(net, comm, d);
-          if (ddp.reducer().capturable(kGpu) == two_hosts) return fail("Reducer::capturable");
+          if (!ddp.reducer().capturable(kGpu)) return fail("Reducer::capturable");
           const std::string why = error_of([&] { ddp.reducer().sync_deferred(true); });
           if (why.find("before any deferred backward finished") == std::string::npos)
             return fail("sync_deferred(replayed) first: " + why);
