@@ -171,7 +171,7 @@ TEST_CASE(
     constexpr size_t n = 263;
     constexpr int kReplays = 12;
     void* stream = chorus::test::fake_async_stream();
-    float *in = dev(n), *got = dev(n), *lone = dev(n), *eager = dev(n);
+    float *in = dev(n), *got = dev(n), *lone = dev(n);
     std::vector<float*> gots, lones, eagers;
     for (int k = 0; k < kReplays; ++k) {
       gots.push_back(dev(n));
