@@ -1,6 +1,8 @@
 // The keeper of captured calls' flag words after a failure (device_graph.h).
 #include "collectives/device_graph.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
 #include <mutex>
@@ -93,6 +95,13 @@ void stop_keeper(std::shared_ptr<GraphKeeper>& keeper) {
 }
 
 // The used words of the collectives' slots, and of each peer's first `pair_slots` of both kinds.
+std::string no_free_slot(const std::string& head, const char* what, const char* where) {
+  return fmt::format(
+      "{}: no slot for a captured {} is free on {} at once ({} each; a slot is held until the "
+      "CUDA graph that captured it is destroyed: destroy the graphs no longer replayed)",
+      head, what, where, kGraphSlots);
+}
+
 void graph_release(GraphWords& g) {
   void* flags = g.live.load();
   const int calls = g.live_calls.load();

@@ -39,6 +39,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -107,6 +108,9 @@ int graph_hold(GraphWords& g, void* stream,
                const std::vector<std::pair<std::atomic<uint64_t>*, uint64_t>>& taken);
 // The k-th lowest bit set in `mask` (k from 0), or -1.
 int nth_free(uint64_t mask, int k);
+// Why a capture found no slot free on every rank concerned: "{head}: no slot for a captured
+// {what} is free on {where} at once (64 each; ...)".
+std::string no_free_slot(const std::string& head, const char* what, const char* where);
 
 // A keeper: a thread that writes 1 into every word of `regions` every 20 ms until stop_keeper
 // (started once: a second start is nothing). Any thread.

@@ -313,11 +313,9 @@ chorusResult_t device_collective(chorusComm_t h, CommImpl& comm, const Call& cal
     for (int q = 0; q < p; ++q) common &= all[q].graph_free;
     slot = nth_free(common, 0);
     if (slot < 0)
-      return fail(Code::kInvalidUsage,
-                  "{} on rank {}: no slot for a captured device collective is free on every rank "
-                  "at once ({} each; a slot is held until the CUDA graph that captured it is "
-                  "destroyed, on every rank: destroy the graphs no longer replayed)",
-                  call.name, r, kGraphSlots);
+      return fail(Code::kInvalidUsage, "{}",
+                  no_free_slot(fmt::format("{} on rank {}", call.name, r), "device collective",
+                               "every rank"));
   }
   std::vector<size_t> flat;  // all-to-all-v: every rank's arrays
   std::vector<PerRankCounts> per_rank;

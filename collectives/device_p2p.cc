@@ -168,11 +168,10 @@ chorusResult_t device_p2p(chorusComm_t h, CommImpl& comm, const std::vector<Devi
       const bool send = items[i].call.kind == OpKind::kSend;
       slot[i] = nth_free(mine[i].graph_free & match[i]->graph_free, before[{q, send}]++);
       if (slot[i] < 0)
-        return fail(Code::kInvalidUsage,
-                    "{} on rank {}: {}: no slot for a captured {} is free on both ranks of the "
-                    "pair at once ({} each way; a slot is held until the CUDA graph that captured "
-                    "it is destroyed: destroy the graphs no longer replayed)",
-                    name, r, describe_p2p(mine[i], r), send ? "send" : "receive", kGraphPairSlots);
+        return fail(
+            Code::kInvalidUsage, "{}",
+            no_free_slot(fmt::format("{} on rank {}: {}", name, r, describe_p2p(mine[i], r)),
+                         send ? "send" : "receive", "both ranks of the pair"));
       taken[&pair_mask(st, items[i])] |= uint64_t(1) << slot[i];
     }
   }

@@ -203,11 +203,9 @@ chorusResult_t staged_capture(chorusComm_t h, CommImpl& comm, const Call& call, 
   }
   const int slot = nth_free(common, 0);
   if (slot < 0)
-    return fail(Code::kInvalidUsage,
-                "{} on rank {}: no slot for a captured staged device call is free on every rank "
-                "at once ({} each; a slot is held until the CUDA graph that captured it is "
-                "destroyed: destroy the graphs no longer replayed)",
-                call.name, r, kGraphSlots);
+    return fail(Code::kInvalidUsage, "{}",
+                no_free_slot(fmt::format("{} on rank {}", call.name, r), "staged device call",
+                             "every rank"));
   // The replays' communicator and thread, at the first capture.
   std::shared_ptr<StagedReplays> replays;
   {
