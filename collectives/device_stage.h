@@ -24,7 +24,11 @@
 // an eager call waiting for its stream's work behind a replay, and the replay waiting behind it,
 // would never end) -- then writes 1 into the call's own word of this rank (a slot, as the CUDA
 // IPC path's captured calls have: device_graph.h); the stream waits for it, resets it to 0, and
-// copies the result back. The copies in and out go through page-locked memory of the call's own.
+// copies the result back. The copies in and out go through page-locked memory of the call's own,
+// freed (as its slot comes back) once CUDA destroys the graph. After a failure the replays'
+// communicator is aborted and a keeper writes 1 into the used words every 20 ms until destroy:
+// replays go on, on void results, as the CUDA IPC path's (device_graph.h). Make an eager staged
+// call before the first capture: the words are allocated then.
 #pragma once
 
 #include <atomic>
