@@ -193,12 +193,17 @@ chorusResult_t staged_capture(chorusComm_t h, CommImpl& comm, const Call& call, 
   for (int q = 0; q < p; ++q) {
     const CaptureHello& x = all[q];
     if (x.kind != me.kind || x.datatype != me.datatype || x.op != me.op || x.root != me.root ||
-        x.count != me.count)
-      return fail(Code::kInvalidUsage,
-                  "{} on rank {}: ranks disagree on a call captured into a CUDA graph: rank {} "
-                  "captures {} count {}, rank {} {} count {}",
-                  call.name, r, r, op_name(static_cast<OpKind>(me.kind)), me.count, q,
-                  op_name(static_cast<OpKind>(x.kind)), x.count);
+        x.count != me.count) {
+      // Failed on every rank (the communicator too: a rank that did not capture may have taken
+      // the exchange for its own all-gather, whose results are then void).
+      const Status s(Code::kInvalidUsage,
+                     fmt::format("{} on rank {}: ranks disagree on a call captured into a CUDA "
+                                 "graph: rank {} captures {} count {}, rank {} {} count {}",
+                                 call.name, r, r, op_name(static_cast<OpKind>(me.kind)), me.count,
+                                 q, op_name(static_cast<OpKind>(x.kind)), x.count));
+      abort_after_exception(comm, s);
+      return report(s);
+    }
     common &= x.free;
   }
   const int slot = nth_free(common, 0);

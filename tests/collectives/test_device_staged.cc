@@ -468,6 +468,31 @@ TEST_CASE("staged device calls: a peer killed; the stream's earlier work that ne
     }
   }
   SECTION(
+      "every rank captures, rank 2 a call of another count: named on every rank, and the "
+      "communicator fails") {
+    auto res = run_ranks(
+        3,
+        [](int r) {
+          std::optional<Rank> k = setup(r);
+          if (!k) return 1;
+          if (k->all_reduce() != chorusSuccess || chorus::test::fake_stream_sync(k->stream) != 0)
+            return fail_with(r, "the eager call", chorusGetLastError(k->comm));
+          const auto start = std::chrono::steady_clock::now();
+          chorus::test::fake_capture_begin(k->stream);
+          const chorusResult_t rc = chorusAllReduce(k->buf, k->buf, r == 2 ? 32 : 64, chorusFloat32,
+                                                    chorusSum, k->comm, k->stream);
+          chorus::test::fake_graph_free(chorus::test::fake_capture_end(k->stream));
+          const std::string why = chorusGetLastError(k->comm);
+          if (rc != chorusInvalidUsage ||
+              !contains(why, "ranks disagree on a call captured into a CUDA graph") ||
+              !contains(why, "count 32"))
+            return fail_with(r, "the capture", why);
+          return k->ends_named(start, 30, {"ranks disagree"});
+        },
+        opts());
+    check_all(res);
+  }
+  SECTION(
       "a send across hosts on a stream being captured: refused (sends and receives staged "
       "through host memory cannot be captured), and the communicator fails") {
     auto res = run_ranks(
