@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstdio>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,14 @@ inline chorusComm_t device_init(int rank) {
   if (chorusCommInitFromEnv(&comm) != chorusSuccess)
     std::fprintf(stderr, "rank %d: init: %s\n", rank, chorusGetLastError(nullptr));
   return comm;
+}
+
+// Each of `ranks` exited 0 (its output shown otherwise): the survivors of a test that kills one.
+inline void check_ranks(const std::vector<RankResult>& res, std::initializer_list<int> ranks) {
+  for (int r : ranks) {
+    INFO("rank " << r << ":\n" << res[r].output);
+    CHECK(res[r].exit_code == 0);
+  }
 }
 
 // Every rank exited 0 (its output shown otherwise).

@@ -20,6 +20,7 @@
 #include "kernels/cuda/ipc.h"
 
 using chorus::test::check_all;
+using chorus::test::check_ranks;
 using chorus::test::contains;
 using chorus::test::fail_with;
 using chorus::test::run_ranks;
@@ -358,10 +359,7 @@ TEST_CASE(
           return 0;
         },
         opts(false));
-    for (int r = 0; r < 2; ++r) {
-      INFO("rank " << r << ":\n" << res[r].output);
-      CHECK(res[r].exit_code == 0);
-    }
+    check_ranks(res, {0, 1});
   }
   SECTION(
       "rank 1's memory needs the bounce buffer: refused on every rank, the communicator goes "

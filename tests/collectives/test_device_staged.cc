@@ -26,6 +26,7 @@
 #include "kernels/cuda/ipc.h"
 
 using chorus::test::check_all;
+using chorus::test::check_ranks;
 using chorus::test::contains;
 using chorus::test::fail_with;
 using chorus::test::run_ranks;
@@ -330,6 +331,10 @@ struct Rank {
   chorusResult_t all_reduce() {
     return chorusAllReduce(buf, buf, 64, chorusFloat32, chorusSum, comm, stream);
   }
+  // One call that works, its stream synchronised: the ranks are in step.
+  bool in_step() {
+    return all_reduce() == chorusSuccess && chorus::test::fake_stream_sync(stream) == 0;
+  }
   // The stream ends (within `limit` s of `since`), the communicator has an error, and the next
   // call names it, with every one of `words`; then destroy. 0, or a failure said.
   int ends_named(std::chrono::steady_clock::time_point since, double limit,
@@ -367,8 +372,7 @@ TEST_CASE("staged device calls: a peer killed; the stream's earlier work that ne
           std::optional<Rank> k = setup(r);
           if (!k) return 1;
           // One call that works, so that the ranks are in step; then rank 2 dies.
-          if (k->all_reduce() != chorusSuccess || chorus::test::fake_stream_sync(k->stream) != 0)
-            return fail_with(r, "the first call", chorusGetLastError(k->comm));
+          if (!k->in_step()) return fail_with(r, "the first call", chorusGetLastError(k->comm));
           if (r == 2) {  // after the survivors' calls (each takes milliseconds)
             usleep(300 * 1000);
             raise(SIGKILL);
@@ -380,10 +384,7 @@ TEST_CASE("staged device calls: a peer killed; the stream's earlier work that ne
           return k->ends_named(start, 10, {"rank 2"});
         },
         opts());
-    for (int r = 0; r < 2; ++r) {
-      INFO("rank " << r << ":\n" << res[r].output);
-      CHECK(res[r].exit_code == 0);
-    }
+    check_ranks(res, {0, 1});
   }
   SECTION(
       "CHORUS_TEST_DEVICE_DIE=1 (tests/gpu/run.sh's device_kill_staged): rank 1 dies in its "
@@ -402,10 +403,7 @@ TEST_CASE("staged device calls: a peer killed; the stream's earlier work that ne
           return k->ends_named(start, 10, {"rank 1"});
         },
         o);
-    for (int r : {0, 2}) {
-      INFO("rank " << r << ":\n" << res[r].output);
-      CHECK(res[r].exit_code == 0);
-    }
+    check_ranks(res, {0, 2});
     CHECK(res[1].exit_code != 0);
   }
   SECTION(
@@ -440,8 +438,7 @@ TEST_CASE("staged device calls: a peer killed; the stream's earlier work that ne
         [](int r) {
           std::optional<Rank> k = setup(r);
           if (!k) return 1;
-          if (k->all_reduce() != chorusSuccess || chorus::test::fake_stream_sync(k->stream) != 0)
-            return fail_with(r, "the eager call", chorusGetLastError(k->comm));
+          if (!k->in_step()) return fail_with(r, "the eager call", chorusGetLastError(k->comm));
           chorus::test::fake_capture_begin(k->stream);
           const chorusResult_t rc = k->all_reduce();
           void* graph = chorus::test::fake_capture_end(k->stream);
@@ -462,10 +459,7 @@ TEST_CASE("staged device calls: a peer killed; the stream's earlier work that ne
           return e;
         },
         opts());
-    for (int r = 0; r < 2; ++r) {
-      INFO("rank " << r << ":\n" << res[r].output);
-      CHECK(res[r].exit_code == 0);
-    }
+    check_ranks(res, {0, 1});
   }
   SECTION(
       "every rank captures, rank 2 a call of another count: named on every rank, and the "
@@ -475,8 +469,7 @@ TEST_CASE("staged device calls: a peer killed; the stream's earlier work that ne
         [](int r) {
           std::optional<Rank> k = setup(r);
           if (!k) return 1;
-          if (k->all_reduce() != chorusSuccess || chorus::test::fake_stream_sync(k->stream) != 0)
-            return fail_with(r, "the eager call", chorusGetLastError(k->comm));
+          if (!k->in_step()) return fail_with(r, "the eager call", chorusGetLastError(k->comm));
           const auto start = std::chrono::steady_clock::now();
           chorus::test::fake_capture_begin(k->stream);
           const chorusResult_t rc = chorusAllReduce(k->buf, k->buf, r == 2 ? 32 : 64, chorusFloat32,
