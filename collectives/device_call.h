@@ -149,40 +149,27 @@ class Enqueuer {
   // A captured send or receive with peer q (device_graph.h): 1 into q's word for this rank in
   // the pair's `slot`; and the wait for q's word here (>= 1), then its reset.
   Status signal_pair(int q, PairWord w, int slot, const char* name) {
-    if (int rc = kc::ipc().write_u32(stream_, pair_word(st_.graph.peer[q], r_, w, slot), 1u);
-        rc != 0)
-      return failed(fmt::format("signalling {} to rank {}", name, q), rc);
-    return Status::ok();
+    return put(pair_word(st_.graph.peer[q], r_, w, slot), 1u, q, name);
   }
   Status wait_pair(int q, PairWord w, int slot, const char* name) {
-    uint32_t* word = pair_word(st_.graph.flags, q, w, slot);
-    if (int rc = kc::ipc().wait_u32_geq(stream_, word, 1u); rc != 0)
-      return failed(fmt::format("waiting for rank {}'s {}", q, name), rc);
-    if (int rc = kc::ipc().write_u32(stream_, word, 0); rc != 0)
-      return failed(fmt::format("resetting rank {}'s {}", q, name), rc);
-    return Status::ok();
+    return await(pair_word(st_.graph.flags, q, w, slot), 1u, true, q, name);
   }
 
   // Writes v into peer q's word for this rank in `block` (captured: 1 into its slot's word).
   Status signal(int q, FlagBlock block, uint32_t v, const char* name) {
-    uint32_t* w = graph_slot_ < 0 ? word(st_.peer_flags[q], block, r_)
-                                  : graph_word(st_.graph.peer[q], graph_slot_, block, r_);
-    if (int rc = kc::ipc().write_u32(stream_, w, graph_slot_ < 0 ? v : 1u); rc != 0)
-      return failed(fmt::format("signalling {} to rank {}", name, q), rc);
+    if (graph_slot_ >= 0)
+      return put(graph_word(st_.graph.peer[q], graph_slot_, block, r_), 1u, q, name);
+    if (Status s = put(word(st_.peer_flags[q], block, r_), v, q, name); !s.is_ok()) return s;
     if (timer_.on()) timer_.stamp(fmt::format("signal {} to rank {}", name, q));
     return Status::ok();
   }
   // Waits until q's word here in `block` is >= v (captured: its slot's word >= 1, then reset).
   Status wait(int q, FlagBlock block, uint32_t v, const char* name) {
-    uint32_t* w = graph_slot_ < 0 ? word(static_cast<uint32_t*>(st_.flags), block, q)
-                                  : graph_word(st_.graph.flags, graph_slot_, block, q);
-    if (int rc = kc::ipc().wait_u32_geq(stream_, w, graph_slot_ < 0 ? v : 1u); rc != 0)
-      return failed(fmt::format("waiting for rank {}'s {}", q, name), rc);
     if (graph_slot_ >= 0)
-      if (int rc = kc::ipc().write_u32(stream_, w, 0); rc != 0)
-        return failed(fmt::format("resetting rank {}'s {}", q, name), rc);
-    if (timer_.on()) timer_.stamp(fmt::format("wait for rank {}'s {}", q, name));
-    return Status::ok();
+      return await(graph_word(st_.graph.flags, graph_slot_, block, q), 1u, true, q, name);
+    Status s = await(word(static_cast<uint32_t*>(st_.flags), block, q), v, false, q, name);
+    if (s.is_ok() && timer_.on()) timer_.stamp(fmt::format("wait for rank {}'s {}", q, name));
+    return s;
   }
   // One kernel: the fold of `in` into every one of `out` (a copy: one input, op sum, and no
   // output that is the input itself).
@@ -250,6 +237,21 @@ class Enqueuer {
               const LocalBuffer* b) {
     return fold(kernels::DType::kU8, kernels::RedOp::kSum, {from}, {const_cast<void*>(to)}, bytes,
                 0, fmt::format(fmt::runtime(what), b->name));
+  }
+  // A signal to rank q: v into its word `w`.
+  Status put(uint32_t* w, uint32_t v, int q, const char* name) {
+    if (int rc = kc::ipc().write_u32(stream_, w, v); rc != 0)
+      return failed(fmt::format("signalling {} to rank {}", name, q), rc);
+    return Status::ok();
+  }
+  // A wait for rank q's word `w` here to reach v, and its reset to 0 (captured calls' words).
+  Status await(uint32_t* w, uint32_t v, bool reset, int q, const char* name) {
+    if (int rc = kc::ipc().wait_u32_geq(stream_, w, v); rc != 0)
+      return failed(fmt::format("waiting for rank {}'s {}", q, name), rc);
+    if (reset)
+      if (int rc = kc::ipc().write_u32(stream_, w, 0); rc != 0)
+        return failed(fmt::format("resetting rank {}'s {}", q, name), rc);
+    return Status::ok();
   }
   Status failed(const std::string& what, int rc) {
     return make_error(Code::kSystemError, "{} failed: {}", what, ipc_error(rc));

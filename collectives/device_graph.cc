@@ -43,10 +43,6 @@ void keep(std::shared_ptr<GraphKeeper> k, int device, std::vector<KeptWords> reg
 
 std::mutex g_keepers_mu;  // GraphWords::keeper, of every communicator
 
-}  // namespace
-
-namespace {
-
 struct SlotRelease {
   std::shared_ptr<GraphSlots> slots;  // keeps the masks alive
   std::vector<std::pair<std::atomic<uint64_t>*, uint64_t>> taken;
@@ -94,7 +90,6 @@ void stop_keeper(std::shared_ptr<GraphKeeper>& keeper) {
   if (keeper) keeper->stop.store(true);
 }
 
-// The used words of the collectives' slots, and of each peer's first `pair_slots` of both kinds.
 std::string no_free_slot(const std::string& head, const char* what, const char* where) {
   return fmt::format(
       "{}: no slot for a captured {} is free on {} at once ({} each; a slot is held until the "
@@ -102,6 +97,7 @@ std::string no_free_slot(const std::string& head, const char* what, const char* 
       head, what, where, kGraphSlots);
 }
 
+// The used words of the collectives' slots, and of each peer's first `pair_slots` of both kinds.
 void graph_release(GraphWords& g) {
   void* flags = g.live.load();
   const int calls = g.live_calls.load();
