@@ -260,7 +260,9 @@ int main(int argc, char** argv) {
     }
     cuda_graph = cuda_graph || cuda_graph_split;
     if (cuda_graph && dev.is_cpu())
-      throw std::invalid_argument("train_cnn: --cuda-graph needs --device cuda, got " + dev.str());
+      throw std::invalid_argument(std::string("train_cnn: ") +
+                                  (cuda_graph_split ? "--cuda-graph-split" : "--cuda-graph") +
+                                  " needs --device cuda, got " + dev.str());
     // One rank under a launcher with --cuda-graph trains as one process (its whole step one
     // graph); several ranks with DDP (one graph a step, or two with the all-reduces between).
     chorus::Communicator* const train_comm = cuda_graph && world == 1 ? nullptr : comm;

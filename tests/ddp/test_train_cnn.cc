@@ -127,12 +127,12 @@ TEST_CASE("deterministic mode: the same parameters whatever the buckets, algorit
 // rank and on several (DDP's), naming why, before any training. (DDP with graphs trains in
 // ddp_step_graph, on the emulated GPU.)
 TEST_CASE("--cuda-graph is refused on the cpu, naming why", "[trainer]") {
-  for (int ranks : {1, 2}) {
-    const auto r = run_shell(train_cmd(ranks, "--cuda-graph --device cpu") + " 2>&1");
-    INFO(r.output);
-    CHECK(r.status != 0);
-    CHECK(contains(r.output, "[" + std::to_string(ranks - 1) +
-                                 "] train_cnn: error: train_cnn: --cuda-graph needs --device cuda, "
-                                 "got cpu"));
-  }
+  for (const std::string flag : {"--cuda-graph", "--cuda-graph-split"})
+    for (int ranks : {1, 2}) {
+      const auto r = run_shell(train_cmd(ranks, flag + " --device cpu") + " 2>&1");
+      INFO(r.output);
+      CHECK(r.status != 0);
+      CHECK(contains(r.output, "[" + std::to_string(ranks - 1) + "] train_cnn: error: train_cnn: " +
+                                   flag + " needs --device cuda, got cpu"));
+    }
 }
