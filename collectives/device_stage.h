@@ -27,8 +27,10 @@
 // copies the result back. The copies in and out go through page-locked memory of the call's own,
 // freed (as its slot comes back) once CUDA destroys the graph. After a failure the replays'
 // communicator is aborted and a keeper writes 1 into the used words every 20 ms until destroy:
-// replays go on, on void results, as the CUDA IPC path's (device_graph.h). Make an eager staged
-// call before the first capture: the words are allocated then.
+// replays go on, on void results, as the CUDA IPC path's (device_graph.h). The first staged call
+// may be a captured one: the words are allocated then, with the thread's capture mode relaxed
+// (kernels/cuda/capture_mode.h); a capture takes the page-locked memory of destroyed graphs'
+// calls before it allocates any, and none is freed until the next eager call or destroy.
 #pragma once
 
 #include <atomic>
@@ -79,6 +81,9 @@ void stage_signal(StageState& st, uint32_t n);
 // destroy's) for every buffer's `done` mark, then frees the buffers and marks; a buffer whose
 // stream never got there is left allocated, with a warning.
 void stage_close(StageState& st, double timeout_s);
+// At an eager staged call (no capture under way): frees the page-locked memory of destroyed
+// graphs' calls that no capture took again.
+void stage_graph_collect(StageState& st);
 // A failure of the communicator (any thread): the replays' communicator is aborted, and a keeper
 // writes 1 into the captured calls' words until stage_graph_close, so that no replay waits.
 void stage_graph_release(StageState& st);

@@ -96,6 +96,7 @@ Result<StageBuffer*> take_buffer(CommImpl& comm, StageState& st, size_t bytes, c
   const kc::IpcBackend& ipc = kc::ipc();
   const int rank = comm.rank();
   const auto start = std::chrono::steady_clock::now();
+  stage_graph_collect(st);  // an eager call: no capture under way on this thread
   for (int i = 0;; ++i) {
     Result<size_t> held = refresh(st, call, rank);
     if (!held.is_ok()) return held.status();
@@ -146,8 +147,8 @@ Status prepare(StageState& st, const char* call, int rank) {
   const kc::IpcBackend& ipc = kc::ipc();
   st.device = ipc.current_device();
   void* word = nullptr;
-  // With the captured calls' words behind it (device_stage.h): nothing is allocated while a
-  // stream is being captured.
+  // With the captured calls' words behind it (device_stage.h), so that later captures allocate
+  // none. When this call is itself captured, flags_alloc relaxes the thread's capture mode.
   if (int rc = ipc.flags_alloc((1 + kGraphSlots) * sizeof(uint32_t), &word); rc != 0)
     return copy_failed(call, rank, "allocating its flag word", rc);
   st.word.store(word);

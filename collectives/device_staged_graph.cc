@@ -26,6 +26,11 @@ namespace kc = kernels::cuda;
 
 struct CapturedStage;
 
+struct Pinned {
+  void* p = nullptr;
+  size_t bytes = 0;
+};
+
 // The replays' thread and communicator of one communicator.
 struct StagedReplays {
   chorusComm_t comm = nullptr;  // split off at the first staged capture
@@ -36,7 +41,10 @@ struct StagedReplays {
   std::condition_variable cv;
   std::deque<CapturedStage*> queue;  // host nodes that ran, in order
   bool closing = false;
-  std::vector<void*> unpinned;  // page-locked memory of destroyed graphs' calls, to free
+  // Page-locked memory of destroyed graphs' calls: taken again by later captures, freed at the
+  // next eager staged call or at destroy -- never during a capture (a free synchronises, which
+  // CUDA refuses there, and a capture is where graphs are made and destroyed in a loop).
+  std::vector<Pinned> unpinned;
   std::thread thread;
 };
 
@@ -47,7 +55,7 @@ struct CapturedStage {
   capi::Call call;
   capi::Args host;             // on `pinned`, no stream
   std::vector<size_t> arrays;  // all-to-all-v's counts and displacements, copied
-  void* pinned = nullptr;
+  Pinned pinned;
   int slot = -1;
 };
 
@@ -101,7 +109,7 @@ void run_replays(std::shared_ptr<StagedReplays> r) {
 void release_captured(void* p) {
   auto* c = static_cast<CapturedStage*>(p);
   c->slots->calls.fetch_or(uint64_t(1) << c->slot);
-  if (c->pinned) {
+  if (c->pinned.p != nullptr) {
     std::lock_guard<std::mutex> lock(c->replays->mu);
     c->replays->unpinned.push_back(c->pinned);
   }
@@ -109,15 +117,51 @@ void release_captured(void* p) {
 }
 
 void free_unpinned(StagedReplays& r) {
-  std::vector<void*> gone;
+  std::vector<Pinned> gone;
   {
     std::lock_guard<std::mutex> lock(r.mu);
     gone.swap(r.unpinned);
   }
-  for (void* p : gone) kc::ipc().pinned_free(p);
+  for (const Pinned& m : gone) kc::ipc().pinned_free(m.p);
+}
+
+// A capture's page-locked memory of at least `bytes`: the smallest destroyed graph's block that
+// holds it, or a new one (nothing when 0).
+int take_pinned(StagedReplays& r, size_t bytes, Pinned* out) {
+  *out = {};
+  if (bytes == 0) return 0;
+  {
+    std::lock_guard<std::mutex> lock(r.mu);
+    auto best = r.unpinned.end();
+    for (auto it = r.unpinned.begin(); it != r.unpinned.end(); ++it)
+      if (it->bytes >= bytes && (best == r.unpinned.end() || it->bytes < best->bytes)) best = it;
+    if (best != r.unpinned.end()) {
+      *out = *best;
+      r.unpinned.erase(best);
+      return 0;
+    }
+  }
+  out->bytes = bytes;
+  return kc::ipc().pinned_alloc(bytes, &out->p);
+}
+
+// A block back to the pool (a capture that failed after taking it).
+void give_pinned(StagedReplays& r, const Pinned& m) {
+  if (m.p == nullptr) return;
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.unpinned.push_back(m);
 }
 
 }  // namespace
+
+void stage_graph_collect(StageState& st) {
+  std::shared_ptr<StagedReplays> r;
+  {
+    std::lock_guard<std::mutex> lock(st.mu);
+    r = st.replays;
+  }
+  if (r) free_unpinned(*r);
+}
 
 void stage_graph_release(StageState& st) {
   std::shared_ptr<StagedReplays> r;
@@ -236,7 +280,6 @@ chorusResult_t staged_capture(chorusComm_t h, CommImpl& comm, const Call& call, 
     std::lock_guard<std::mutex> lock(st.mu);
     st.replays = replays;
   }
-  free_unpinned(*replays);
   auto broken = [&](const char* what, int rc) {
     const Status s(Code::kSystemError, fmt::format("{} on rank {}: capturing a staged call: {} "
                                                    "failed: {}",
@@ -250,11 +293,9 @@ chorusResult_t staged_capture(chorusComm_t h, CommImpl& comm, const Call& call, 
   c->slots = st.graph_slots;
   c->call = {call.name, call.kind, false};
   c->slot = slot;
-  const size_t total = bytes.out_at + bytes.out;
-  if (total > 0)
-    if (int rc = ipc.pinned_alloc(total, &c->pinned); rc != 0)
-      return broken("allocating page-locked memory", rc);
-  char* base = static_cast<char*>(c->pinned);
+  if (int rc = take_pinned(*replays, bytes.out_at + bytes.out, &c->pinned); rc != 0)
+    return broken("allocating page-locked memory", rc);
+  char* base = static_cast<char*>(c->pinned.p);
   c->host = a;
   c->host.stream = nullptr;
   c->host.request = nullptr;
@@ -269,10 +310,9 @@ chorusResult_t staged_capture(chorusComm_t h, CommImpl& comm, const Call& call, 
     c->host.rdispls = c->arrays.data() + 3 * p;
   }
   // The graph holds it: its slot and memory come back when CUDA destroys the graph.
-  void* pinned = c->pinned;
   CapturedStage* held = c.get();
   if (int rc = ipc.graph_destructor(a.stream, release_captured, held); rc != 0) {
-    ipc.pinned_free(pinned);
+    give_pinned(*replays, c->pinned);
     return broken("attaching the call to the CUDA graph", rc);
   }
   c.release();  // the graph's now

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <mutex>
 
+#include "kernels/cuda/capture_mode.h"
 #include "kernels/cuda/driver_entry.h"
 #include "kernels/cuda/gpu_identity.h"
 #include "kernels/cuda/memory.h"
@@ -132,6 +133,7 @@ int on_device(int device, F&& fn) {
 
 int device_alloc(int device, size_t bytes, void** out) {
   *out = nullptr;
+  const RelaxedCapture relaxed;  // capture_mode.h
   return on_device(device, [&] { return int(cudaMalloc(out, bytes)); });
 }
 
@@ -146,6 +148,7 @@ int device_copy(void* dst, const void* src, size_t bytes) {
 
 int stream_create(int device, void** out) {
   *out = nullptr;
+  const RelaxedCapture relaxed;  // capture_mode.h
   return on_device(device, [&] {
     cudaStream_t s = nullptr;
     const int rc = int(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
@@ -160,6 +163,7 @@ namespace {
 int record_event(int device, void* stream, void** event, unsigned flags) {
   return on_device(device, [&] {
     if (*event == nullptr) {
+      const RelaxedCapture relaxed;  // capture_mode.h
       cudaEvent_t e = nullptr;
       if (cudaError_t rc = cudaEventCreateWithFlags(&e, flags); rc) return int(rc);
       *event = e;

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <string>
 
+#include "kernels/cuda/capture_mode.h"
 #include "kernels/cuda/driver_entry.h"
 #include "kernels/cuda/ipc.h"
 #include "kernels/cuda/memory.h"
@@ -85,6 +86,7 @@ int release_stream(int device, bool create, cudaStream_t* out) {
 int ipc_export(const void* p, IpcHandle* out) {
   const Ops& o = ops();
   if (!o.ok) return kNoCuda;
+  const RelaxedCapture relaxed;  // capture_mode.h
   // VMM and stream-ordered memory: cudaIpcGetMemHandle would refuse it (or, for a pool, hand out
   // a handle of something else), so ask first.
   int legacy = 0;
@@ -107,6 +109,7 @@ int ipc_export(const void* p, IpcHandle* out) {
 
 int ipc_open(const IpcHandle& h, void** out) {
   if (!ops().ok) return kNoCuda;
+  const RelaxedCapture relaxed;  // capture_mode.h
   const std::string key(reinterpret_cast<const char*>(h.bytes), sizeof h.bytes);
   Opened& o = opened();
   std::lock_guard<std::mutex> lock(o.mu);
@@ -133,6 +136,7 @@ void ipc_close_all() {
 int flags_alloc(size_t bytes, void** out) {
   *out = nullptr;
   if (!ops().ok) return kNoCuda;
+  const RelaxedCapture relaxed;  // capture_mode.h
   int device = 0;
   if (cudaError_t e = cudaGetDevice(&device); e) return int(e);
   cudaStream_t s = nullptr;
@@ -214,6 +218,7 @@ int copy_to_device(void* dst, const void* src, size_t bytes, void* stream) {
 int pinned_alloc(size_t bytes, void** out) {
   *out = nullptr;
   if (!ops().ok) return kNoCuda;
+  const RelaxedCapture relaxed;  // capture_mode.h
   // Portable: the memory is page-locked for every device, whichever is current here.
   return int(cudaHostAlloc(out, bytes == 0 ? 1 : bytes, cudaHostAllocPortable));
 }

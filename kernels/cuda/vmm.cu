@@ -7,6 +7,7 @@
 
 #include <mutex>
 
+#include "kernels/cuda/capture_mode.h"
 #include "kernels/cuda/driver_entry.h"
 #include "kernels/cuda/ipc.h"
 #include "kernels/cuda/memory.h"
@@ -60,6 +61,7 @@ const Vmm& vmm() {
 int vmm_identify(const void* p, size_t bytes, VmmAllocation* out) {
   const Vmm& v = vmm();
   if (!v.ok) return kNoCuda;
+  const RelaxedCapture relaxed;  // capture_mode.h
   const auto at = reinterpret_cast<CUdeviceptr>(p);
   // Which handle types the allocation may be exported as (none: cudaMallocAsync's default pool).
   unsigned long long types = 0;
@@ -80,6 +82,7 @@ int vmm_identify(const void* p, size_t bytes, VmmAllocation* out) {
 int vmm_release(uint64_t identity) {
   const Vmm& v = vmm();
   if (!v.ok) return kNoCuda;
+  const RelaxedCapture relaxed;  // capture_mode.h
   return -int(v.release(CUmemGenericAllocationHandle(identity)));
 }
 
@@ -87,6 +90,7 @@ int vmm_export_fd(uint64_t identity, int* fd) {
   *fd = -1;
   const Vmm& v = vmm();
   if (!v.ok) return kNoCuda;
+  const RelaxedCapture relaxed;  // capture_mode.h
   if (CUresult r = v.export_handle(fd, CUmemGenericAllocationHandle(identity),
                                    CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
       r) {
@@ -100,6 +104,7 @@ int vmm_map(int fd, uint64_t size, void** out) {
   *out = nullptr;
   const Vmm& v = vmm();
   if (!v.ok) return kNoCuda;
+  const RelaxedCapture relaxed;  // capture_mode.h
   CUmemGenericAllocationHandle h = 0;
   if (CUresult r = v.import_handle(&h, reinterpret_cast<void*>(uintptr_t(fd)),
                                    CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);

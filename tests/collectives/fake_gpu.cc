@@ -248,8 +248,14 @@ int pinned_alloc(size_t bytes, void** out) {
   return 0;
 }
 
+std::atomic<int> g_frees_in_capture{0};
+
 void pinned_free(void* p) {
   if (p == nullptr) return;
+  {
+    std::lock_guard<std::mutex> lock(g_capture_mu);
+    if (!g_captures->empty()) ++g_frees_in_capture;
+  }
   {
     std::lock_guard<std::mutex> lock(g_pinned_mu);
     g_pinned->erase(static_cast<const char*>(p));
@@ -611,6 +617,10 @@ void fake_capturing(void* stream, bool on) {
 
 void fake_marks_stuck(bool stuck) {
   g_marks_stuck.store(stuck);
+}
+
+int fake_frees_in_capture() {
+  return g_frees_in_capture.load();
 }
 
 int fake_pinned_live() {

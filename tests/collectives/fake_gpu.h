@@ -63,5 +63,8 @@ void fake_stream_delay(void* stream, int ms);
 void fake_marks_stuck(bool stuck);
 // pinned_alloc's blocks not yet freed, in this process.
 int fake_pinned_live();
+// pinned_free calls made while a capture (fake_capture_begin) was under way, in this process:
+// CUDA refuses them there (a free synchronises), and they invalidate the capture.
+int fake_frees_in_capture();
 
 }  // namespace chorus::test

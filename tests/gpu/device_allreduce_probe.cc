@@ -576,6 +576,53 @@ void graph_replays(chorusComm_t comm, cudaStream_t stream, bool staged) {
   CK(cudaFreeHost(host_out));
 }
 
+// A communicator whose very first call is captured (global mode, no warm-up, as a user of
+// NCCL may do): what it sets up at its first device call -- flag words, release stream, events,
+// IPC handles, page-locked memory -- is made during the capture (kernels/cuda/capture_mode.h
+// relaxes the thread's mode for those calls). Three replays, checked.
+void graph_first_call(chorusComm_t parent, cudaStream_t stream) {
+  constexpr size_t n = 4096;
+  constexpr int kReplays = 3;
+  chorusComm_t comm = nullptr;
+  if (chorusCommSplit(parent, 0, g_rank, &comm) != chorusSuccess)
+    return fail(std::string("first call captured: the split: ") + chorusGetLastError(parent));
+  float *buf, *host;
+  CK(cudaMalloc(&buf, n * 4));
+  CK(cudaMallocHost(&host, kReplays * n * 4));
+  cudaGraph_t graph;
+  CK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  const chorusResult_t rc = chorusAllReduce(buf, buf, n, chorusFloat32, chorusSum, comm, stream);
+  const std::string why = rc == chorusSuccess ? "" : chorusGetLastError(comm);
+  const cudaError_t end = cudaStreamEndCapture(stream, &graph);
+  if (rc != chorusSuccess || end != cudaSuccess) {
+    (void)cudaGetLastError();
+    chorusCommDestroy(comm);
+    return fail("first call captured: " + (rc != chorusSuccess ? why : cudaGetErrorString(end)));
+  }
+  cudaGraphExec_t exec;
+  CK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int k = 0; k < kReplays; ++k) {
+    for (size_t i = 0; i < n; ++i) host[k * n + i] = float(g_rank + k);
+    CK(cudaMemcpyAsync(buf, host + k * n, n * 4, cudaMemcpyHostToDevice, stream));
+    CK(cudaGraphLaunch(exec, stream));
+    CK(cudaMemcpyAsync(host + k * n, buf, n * 4, cudaMemcpyDeviceToHost, stream));
+  }
+  CK(cudaStreamSynchronize(stream));
+  for (int k = 0; k < kReplays; ++k) {
+    const float want = float(g_size * (g_size - 1) / 2 + g_size * k);
+    if (host[k * n] != want || host[k * n + n - 1] != want)
+      fail("first call captured: replay " + std::to_string(k) + " wrong");
+  }
+  if (g_rank == 0 && !g_failed)
+    std::printf("%d ranks: a communicator's first call captured (global mode), %d replays right\n",
+                g_size, kReplays);
+  CK(cudaGraphExecDestroy(exec));
+  CK(cudaGraphDestroy(graph));
+  chorusCommDestroy(comm);
+  CK(cudaFree(buf));
+  CK(cudaFreeHost(host));
+}
+
 // More captures than a communicator has slots (64), each graph destroyed after one replay: a
 // slot comes back when CUDA runs the destructor of the user object its graph holds, which it
 // may do a little later (on a thread of its own); a capture refused for want of a slot is tried
@@ -861,6 +908,7 @@ int worker() {
   // run on a GPU) costs no measurement.
   if (!g_failed) graph_replays(comm, stream, staged);
   if (!g_failed) graph_slots_reused(comm, stream);
+  if (!g_failed) graph_first_call(comm, stream);
   if (!g_failed && staged) staged_errors(comm, stream);  // the communicator fails: last
   chorusCommDestroy(comm);
   std::printf("[%d] %s\n", g_rank, g_failed ? "FAILED" : "ok");
