@@ -45,18 +45,6 @@ bool capturing(DeviceIpc& st, void* stream, Record& me) {
   return true;
 }
 
-std::string capture_refusal(void* stream, const char* what) {
-  int on = 0;
-  if (int rc = kc::ipc().capturing(stream, &on); rc != 0)
-    return fmt::format("asking whether stream {} is being captured failed: {}", stream,
-                       ipc_error(rc));
-  if (!on) return "";
-  return fmt::format(
-      "stream {} is being captured into a CUDA graph: {} cannot be captured yet; "
-      "call them outside it",
-      stream, what);
-}
-
 // This rank's part of the record: the buffers it uses device memory of the current device,
 // exported (memory that CUDA IPC cannot map: VMM allocations by file descriptor, device_vmm.h,
 // the rest staged, device_bounce.h); its flag words allocated (at its first device call) and

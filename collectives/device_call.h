@@ -62,11 +62,6 @@ void describe_self(DeviceIpc& st, CallBuffers& bufs, Record& me, int rank);
 // calls exported into me.graph_flags. When asking or exporting fails: false, and `me` says why.
 bool capturing(DeviceIpc& st, void* stream, Record& me);
 
-// Why `what` cannot go on `stream` ("" when it can): a stream being captured into a CUDA graph.
-// Calls over CUDA IPC can be captured (device_graph.h), and staged collectives
-// (device_staged_graph.cc); staged sends and receives not yet.
-std::string capture_refusal(void* stream, const char* what);
-
 // Where rank q's buffer of handle h is mapped here: by CUDA IPC, or its VMM allocation mapped by
 // descriptor (device_vmm.h).
 Result<void*> open_peer(DeviceIpc& st, int q, const kc::IpcHandle& h);

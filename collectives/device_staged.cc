@@ -219,25 +219,13 @@ OpWrap wrap_for(CommImpl& comm, uint32_t n, void* ready, const char* call) {
 }
 
 // The start of every staged call: a communicator that failed takes no more (its buffers may still
-// be in an earlier call's hands). Sends and receives on a stream being captured into a CUDA
-// graph are refused (devcall::capture_refusal: the replays' communicator is split off at a
-// collective's capture, which a pair's cannot do), and fail the communicator: the peers' host
-// parts are queued already, and would wait for this rank's until the timeout.
-Status usable(CommImpl& comm, const char* call, void* stream, bool p2p) {
+// be in an earlier call's hands).
+Status usable(CommImpl& comm, const char* call) {
   Status e = comm.error();
   if (!e.is_ok())
     return Status(e.code(),
                   fmt::format("{} on rank {}: communicator is broken by an earlier error: {}", call,
                               comm.rank(), e.message()));
-  if (std::string why =
-          p2p ? devcall::capture_refusal(
-                    stream, "device sends and receives across hosts (staged through host memory)")
-              : "";
-      !why.empty()) {
-    const Status s(Code::kInvalidUsage, fmt::format("{} on rank {}: {}", call, comm.rank(), why));
-    abort_after_exception(comm, s);
-    return s;
-  }
   return prepare(comm.device_ipc().stage, call, comm.rank());
 }
 
@@ -260,7 +248,7 @@ chorusResult_t staged_collective(chorusComm_t h, CommImpl& comm, const Call& cal
   const int r = comm.rank(), p = comm.size();
   const kc::IpcBackend& ipc = kc::ipc();
   StageState& st = comm.device_ipc().stage;
-  if (Status s = usable(comm, call.name, a.stream, false); !s.is_ok()) return report(s);
+  if (Status s = usable(comm, call.name); !s.is_ok()) return report(s);
   const bool v = call.kind == OpKind::kAllToAllv;  // each side to its furthest block's end
   const bool barrier = call.kind == OpKind::kBarrier;
   const bool uses_send = !barrier && (v || device_uses_send(call.kind, r, a.root));
@@ -327,13 +315,17 @@ chorusResult_t staged_p2p(chorusComm_t h, CommImpl& comm, const std::vector<Devi
   const kc::IpcBackend& ipc = kc::ipc();
   StageState& st = comm.device_ipc().stage;
   void* stream = items[0].args.stream;
-  if (Status s = usable(comm, name, stream, true); !s.is_ok()) return report(s);
+  if (Status s = usable(comm, name); !s.is_ok()) return report(s);
   std::vector<size_t> at(items.size());
   size_t total = 0;
   for (size_t i = 0; i < items.size(); ++i) {
     at[i] = total;
     total += aligned(items[i].args.count * dtype_size(items[i].args.datatype));
   }
+  int capturing = 0;
+  if (int rc = ipc.capturing(stream, &capturing); rc != 0)
+    return report(copy_failed(name, r, "asking whether the stream is being captured", rc));
+  if (capturing) return staged_p2p_capture(h, comm, items, at, total);
   Result<StageBuffer*> got = take_buffer(comm, st, total, name);
   if (!got.is_ok()) return report(got.status());
   StageBuffer& b = **got;

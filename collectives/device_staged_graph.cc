@@ -1,11 +1,15 @@
-// Staged device collectives captured into CUDA graphs (device_stage.h, "Captured into a CUDA
-// graph"). At the capture the ranks check that each captures the same call and agree on a slot
-// (one all-gather on the communicator); the first capture splits off the replays' communicator
-// and starts their thread. The stream's part, captured: copy the input into the call's page-locked
-// memory; a host node that hands the call to the replays' thread; wait until the call's word is 1,
-// reset it; copy the result back. The replays' thread runs each host part on the replays'
-// communicator, in the order the host nodes ran, then writes the word -- also when the host part
-// failed (the communicator is aborted then, and its error says why).
+// Staged device calls captured into CUDA graphs (device_stage.h, "Captured into a CUDA graph").
+// At a collective's capture the ranks check that each captures the same call and agree on a slot
+// (one all-gather on the communicator); the first such capture splits off the replays'
+// communicator and starts their thread. At the capture of sends and receives (one, or a group's)
+// each pair checks that both sides capture matching calls (a message each way on the
+// communicator); the replays' communicator must exist by then, since a pair cannot split one off.
+// The stream's part, captured: copy the inputs into the call's page-locked memory; a host node
+// that hands the call to the replays' thread; wait until the call's word is 1, reset it; copy the
+// results back. The replays' thread runs each host part on the replays' communicator (a group's
+// sends and receives as a group), in the order the host nodes ran, then writes the word -- also
+// when the host part failed (the communicator is aborted then, and its error says why).
+#include <algorithm>
 #include <condition_variable>
 #include <deque>
 #include <memory>
@@ -48,12 +52,14 @@ struct StagedReplays {
   std::thread thread;
 };
 
-// One captured staged call: what each replay's host part runs.
+// One captured staged call -- a collective, or a send, a receive or a group of them: what each
+// replay's host part runs.
 struct CapturedStage {
   std::shared_ptr<StagedReplays> replays;
   std::shared_ptr<GraphSlots> slots;
-  capi::Call call;
-  capi::Args host;             // on `pinned`, no stream
+  const char* name = nullptr;
+  std::vector<capi::DeviceP2p> ops;  // on `pinned`, no stream; sends and receives in a group
+  bool p2p = false;
   std::vector<size_t> arrays;  // all-to-all-v's counts and displacements, copied
   Pinned pinned;
   int slot = -1;
@@ -77,6 +83,17 @@ void on_replay(void* p) {
   r.cv.notify_one();
 }
 
+// One replay's host part, on the replays' communicator.
+chorusResult_t run_host_part(const CapturedStage& c, chorusComm_t comm) {
+  if (!c.p2p) return capi::run_op(c.ops[0].call, comm, c.ops[0].args);
+  chorusGroupStart();
+  chorusResult_t rc = chorusSuccess;
+  for (size_t i = 0; i < c.ops.size() && rc == chorusSuccess; ++i)
+    rc = capi::run_op(c.ops[i].call, comm, c.ops[i].args);
+  const chorusResult_t end = chorusGroupEnd();
+  return rc != chorusSuccess ? rc : end;
+}
+
 void run_replays(std::shared_ptr<StagedReplays> r) {
   for (;;) {
     CapturedStage* c = nullptr;
@@ -91,12 +108,11 @@ void run_replays(std::shared_ptr<StagedReplays> r) {
     }
     // A failure the communicator does not know of yet: it fails, saying why (one it knows of
     // already aborted the replays' communicator: its own error says why).
-    if (!closing && capi::run_op(c->call, r->comm, c->host) != chorusSuccess &&
-        r->parent->error().is_ok()) {
+    if (!closing && run_host_part(*c, r->comm) != chorusSuccess && r->parent->error().is_ok()) {
       const Status why(Code::kRemoteError,
                        fmt::format("{} on rank {}: a replay of it, captured in a CUDA graph, "
                                    "failed: {}",
-                                   c->call.name, r->parent->rank(), chorusGetLastError(r->comm)));
+                                   c->name, r->parent->rank(), chorusGetLastError(r->comm)));
       log_error("{}", why.message());
       capi::abort_after_exception(*r->parent, why);
     }
@@ -200,19 +216,129 @@ namespace chorus::capi {
 
 namespace {
 
-// What each rank tells the others at a staged capture.
+// What each rank tells the others at a staged collective's capture.
 struct CaptureHello {
   int32_t kind, datatype, op, root;
   uint64_t count;
   uint64_t free;  // its free slots
 };
 
+// What a rank tells a peer at the capture of sends and receives: what it sends to the peer and
+// receives from it (how many, their bytes, a fingerprint of each one's count and type in order),
+// and whether it has a slot free.
+struct PairHello {
+  uint64_t sends = 0, send_bytes = 0, send_print = 0;
+  uint64_t recvs = 0, recv_bytes = 0, recv_print = 0;
+  uint64_t has_slot = 0;
+};
+
+uint64_t mix(uint64_t h, uint64_t v) {
+  h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+  return h * 0xff51afd7ed558ccdull;
+}
+
+std::shared_ptr<StagedReplays> current_replays(StageState& st) {
+  std::lock_guard<std::mutex> lock(st.mu);
+  return st.replays;
+}
+
+// The replays' communicator and thread, split off at the first collective's capture (every rank
+// is there).
+chorusResult_t split_replays(chorusComm_t h, CommImpl& comm, const char* name,
+                             std::shared_ptr<StagedReplays>* out) {
+  StageState& st = comm.device_ipc().stage;
+  if ((*out = current_replays(st))) return chorusSuccess;
+  chorusComm_t g = nullptr;
+  if (chorusResult_t rc = chorusCommSplit(h, 0, comm.rank(), &g); rc != chorusSuccess) {
+    abort_after_exception(
+        comm, Status(Code::kSystemError, fmt::format("{} on rank {}: splitting off the "
+                                                     "communicator of captured calls' replays "
+                                                     "failed: {}",
+                                                     name, comm.rank(), chorusGetLastError(h))));
+    return rc;
+  }
+  auto replays = std::make_shared<StagedReplays>();
+  replays->comm = g;
+  replays->parent = &comm;
+  replays->device = st.device;
+  replays->word = st.word.load();
+  replays->thread = std::thread(run_replays, replays);
+  std::lock_guard<std::mutex> lock(st.mu);
+  st.replays = replays;
+  *out = replays;
+  return chorusSuccess;
+}
+
+// Where each op's host buffers lie in the call's page-locked memory (kNone: it has none), and
+// the copies between it and the stream's buffers.
+constexpr size_t kNone = ~size_t(0);
+struct Place {
+  size_t send_at = kNone, recv_at = kNone;
+};
+struct StageCopy {
+  const void* device;  // into recvbuff for the copies out
+  size_t at, bytes;
+};
+
+// After the ranks agreed: the call's memory and host part, the graph's hold of them (its slot
+// taken until CUDA destroys the graph), and the stream's part -- the copies in, the host node,
+// the wait for the call's word and its reset, the copies out.
+chorusResult_t capture_stage(CommImpl& comm, std::unique_ptr<CapturedStage> c, void* stream,
+                             size_t total, const std::vector<Place>& places,
+                             const std::vector<StageCopy>& in, const std::vector<StageCopy>& out) {
+  const kc::IpcBackend& ipc = kc::ipc();
+  StageState& st = comm.device_ipc().stage;
+  const char* name = c->name;
+  auto broken = [&](const char* what, int rc) {
+    const Status s(Code::kSystemError, fmt::format("{} on rank {}: capturing a staged call: {} "
+                                                   "failed: {}",
+                                                   name, comm.rank(), what, ipc.error_string(rc)));
+    abort_after_exception(comm, s);  // the peers captured theirs: they would wait for this one
+    return report(s);
+  };
+  if (int rc = take_pinned(*c->replays, total, &c->pinned); rc != 0)
+    return broken("allocating page-locked memory", rc);
+  char* base = static_cast<char*>(c->pinned.p);
+  for (size_t i = 0; i < c->ops.size(); ++i) {
+    Args& host = c->ops[i].args;
+    host.stream = nullptr;
+    host.request = nullptr;
+    host.sendbuff = places[i].send_at == kNone ? nullptr : base + places[i].send_at;
+    host.recvbuff = places[i].recv_at == kNone ? nullptr : base + places[i].recv_at;
+  }
+  // The graph holds it: its slot and memory come back when CUDA destroys the graph.
+  CapturedStage* held = c.get();
+  const int slot = c->slot;
+  if (int rc = ipc.graph_destructor(stream, release_captured, held); rc != 0) {
+    give_pinned(*c->replays, c->pinned);
+    return broken("attaching the call to the CUDA graph", rc);
+  }
+  c.release();  // the graph's now
+  st.graph_slots->calls.fetch_and(~(uint64_t(1) << slot));
+  st.graph_live.store(std::max(st.graph_live.load(), slot + 1));
+  uint32_t* word = stage_graph_word(st.word.load(), slot);
+  for (const StageCopy& x : in)
+    if (int rc = ipc.to_host_async(base + x.at, x.device, x.bytes, stream); rc != 0)
+      return broken("copying sendbuff to host memory", rc);
+  if (int rc = ipc.host_func(stream, on_replay, held); rc != 0)
+    return broken("handing the host part to the replays' thread", rc);
+  if (int rc = ipc.wait_u32_geq(stream, word, 1); rc != 0)
+    return broken("waiting for the host part", rc);
+  if (int rc = ipc.write_u32(stream, word, 0); rc != 0)
+    return broken("resetting the host part's word", rc);
+  for (const StageCopy& x : out)
+    if (x.bytes > 0)
+      if (int rc = ipc.to_device(const_cast<void*>(x.device), base + x.at, x.bytes, stream);
+          rc != 0)
+        return broken("copying the result to recvbuff", rc);
+  return chorusSuccess;
+}
+
 }  // namespace
 
 chorusResult_t staged_capture(chorusComm_t h, CommImpl& comm, const Call& call, const Args& a,
                               const StagedBytes& bytes) {
   const int r = comm.rank(), p = comm.size();
-  const kc::IpcBackend& ipc = kc::ipc();
   StageState& st = comm.device_ipc().stage;
   const bool v = call.kind == OpKind::kAllToAllv;
   // Every rank captures this call (a rank that does not runs its host collective instead, and
@@ -255,89 +381,153 @@ chorusResult_t staged_capture(chorusComm_t h, CommImpl& comm, const Call& call, 
     return fail(Code::kInvalidUsage, "{}",
                 no_free_slot(fmt::format("{} on rank {}", call.name, r), "staged device call",
                              "every rank"));
-  // The replays' communicator and thread, at the first capture.
-  std::shared_ptr<StagedReplays> replays;
-  {
-    std::lock_guard<std::mutex> lock(st.mu);
-    replays = st.replays;
-  }
-  if (!replays) {
-    chorusComm_t g = nullptr;
-    if (chorusResult_t rc = chorusCommSplit(h, 0, r, &g); rc != chorusSuccess) {
-      abort_after_exception(
-          comm, Status(Code::kSystemError, fmt::format("{} on rank {}: splitting off the "
-                                                       "communicator of captured calls' replays "
-                                                       "failed: {}",
-                                                       call.name, r, chorusGetLastError(h))));
-      return rc;
-    }
-    replays = std::make_shared<StagedReplays>();
-    replays->comm = g;
-    replays->parent = &comm;
-    replays->device = st.device;
-    replays->word = st.word.load();
-    replays->thread = std::thread(run_replays, replays);
-    std::lock_guard<std::mutex> lock(st.mu);
-    st.replays = replays;
-  }
-  auto broken = [&](const char* what, int rc) {
-    const Status s(Code::kSystemError, fmt::format("{} on rank {}: capturing a staged call: {} "
-                                                   "failed: {}",
-                                                   call.name, r, what, ipc.error_string(rc)));
-    abort_after_exception(comm, s);  // the peers captured theirs: they would wait for this one
-    return report(s);
-  };
-  // Its page-locked memory, and what each replay's host part runs.
   auto c = std::make_unique<CapturedStage>();
-  c->replays = replays;
+  if (chorusResult_t rc = split_replays(h, comm, call.name, &c->replays); rc != chorusSuccess)
+    return rc;
   c->slots = st.graph_slots;
-  c->call = {call.name, call.kind, false};
+  c->name = call.name;
+  c->ops.push_back({{call.name, call.kind, false}, a});
   c->slot = slot;
-  if (int rc = take_pinned(*replays, bytes.out_at + bytes.out, &c->pinned); rc != 0)
-    return broken("allocating page-locked memory", rc);
-  char* base = static_cast<char*>(c->pinned.p);
-  c->host = a;
-  c->host.stream = nullptr;
-  c->host.request = nullptr;
-  c->host.sendbuff = bytes.uses_send ? base + bytes.in_at : nullptr;
-  c->host.recvbuff = bytes.uses_recv ? base + bytes.out_at : nullptr;
   if (v) {
     for (const size_t* arr : {a.sendcounts, a.sdispls, a.recvcounts, a.rdispls})
       c->arrays.insert(c->arrays.end(), arr, arr + p);
-    c->host.sendcounts = c->arrays.data();
-    c->host.sdispls = c->arrays.data() + p;
-    c->host.recvcounts = c->arrays.data() + 2 * p;
-    c->host.rdispls = c->arrays.data() + 3 * p;
+    Args& host = c->ops[0].args;
+    host.sendcounts = c->arrays.data();
+    host.sdispls = c->arrays.data() + p;
+    host.recvcounts = c->arrays.data() + 2 * p;
+    host.rdispls = c->arrays.data() + 3 * p;
   }
-  // The graph holds it: its slot and memory come back when CUDA destroys the graph.
-  CapturedStage* held = c.get();
-  if (int rc = ipc.graph_destructor(a.stream, release_captured, held); rc != 0) {
-    give_pinned(*replays, c->pinned);
-    return broken("attaching the call to the CUDA graph", rc);
-  }
-  c.release();  // the graph's now
-  st.graph_slots->calls.fetch_and(~(uint64_t(1) << slot));
-  st.graph_live.store(std::max(st.graph_live.load(), slot + 1));
-  // The stream's part.
-  uint32_t* word = stage_graph_word(st.word.load(), slot);
-  if (int rc = ipc.to_host_async(base + bytes.in_at, a.sendbuff, bytes.in, a.stream); rc != 0)
-    return broken("copying sendbuff to host memory", rc);
-  if (int rc = ipc.host_func(a.stream, on_replay, held); rc != 0)
-    return broken("handing the host part to the replays' thread", rc);
-  if (int rc = ipc.wait_u32_geq(a.stream, word, 1); rc != 0)
-    return broken("waiting for the host part", rc);
-  if (int rc = ipc.write_u32(a.stream, word, 0); rc != 0)
-    return broken("resetting the host part's word", rc);
+  std::vector<StageCopy> out;
   for (int q = 0; q < (v ? p : 1) && bytes.out > 0; ++q) {
     const size_t at = v ? a.rdispls[q] * bytes.elem_size : 0,
                  n = v ? a.recvcounts[q] * bytes.elem_size : bytes.out;
-    if (n == 0) continue;
-    if (int rc = ipc.to_device(static_cast<char*>(a.recvbuff) + at, base + bytes.out_at + at, n,
-                               a.stream);
-        rc != 0)
-      return broken("copying the result to recvbuff", rc);
+    out.push_back({static_cast<char*>(a.recvbuff) + at, bytes.out_at + at, n});
   }
-  return chorusSuccess;
+  std::vector<StageCopy> in;
+  if (bytes.in > 0) in.push_back({a.sendbuff, bytes.in_at, bytes.in});
+  return capture_stage(
+      comm, std::move(c), a.stream, bytes.out_at + bytes.out,
+      {{bytes.uses_send ? bytes.in_at : kNone, bytes.uses_recv ? bytes.out_at : kNone}}, in, out);
+}
+
+chorusResult_t staged_p2p_capture(chorusComm_t h, CommImpl& comm,
+                                  const std::vector<DeviceP2p>& items,
+                                  const std::vector<size_t>& at, size_t total) {
+  const int r = comm.rank();
+  const char* name = items.size() == 1 ? items[0].call.name : "chorusGroupEnd";
+  StageState& st = comm.device_ipc().stage;
+  auto c = std::make_unique<CapturedStage>();
+  c->replays = current_replays(st);
+  if (!c->replays) {  // the peers may be in the exchange below: they learn of it
+    const Status s(Code::kInvalidUsage,
+                   fmt::format("{} on rank {}: device sends and receives across hosts (staged "
+                               "through host memory) are captured into a CUDA graph only after "
+                               "a collective of the communicator was: its capture splits off "
+                               "the communicator that runs the replays, which a pair cannot "
+                               "(capture any collective first, chorusBarrier for one, in this "
+                               "graph or an earlier one)",
+                               name, r));
+    abort_after_exception(comm, s);
+    return report(s);
+  }
+  // Each peer and this rank capture matching sends and receives (a peer that does not runs its
+  // host transfer instead, and the two meet as a mismatch).
+  std::vector<int> peers;
+  std::vector<PairHello> mine, theirs;
+  const int slot = nth_free(st.graph_slots->calls.load(), 0);
+  for (const DeviceP2p& it : items) {
+    const Args& a = it.args;
+    size_t k = std::find(peers.begin(), peers.end(), a.peer) - peers.begin();
+    if (k == peers.size()) {
+      peers.push_back(a.peer);
+      mine.push_back({.has_slot = slot >= 0});
+    }
+    PairHello& x = mine[k];
+    const uint64_t n = a.count * dtype_size(a.datatype);
+    const uint64_t print = mix(a.count, uint64_t(a.datatype));
+    if (it.call.kind == OpKind::kSend) {
+      x.sends++, x.send_bytes += n, x.send_print = mix(x.send_print, print);
+    } else {
+      x.recvs++, x.recv_bytes += n, x.recv_print = mix(x.recv_print, print);
+    }
+  }
+  theirs.resize(peers.size());
+  chorusGroupStart();
+  chorusResult_t rc = chorusSuccess;
+  for (size_t k = 0; k < peers.size() && rc == chorusSuccess; ++k) {
+    rc = run_op({name, OpKind::kSend, false}, h,
+                {.sendbuff = &mine[k],
+                 .count = sizeof(PairHello),
+                 .datatype = chorusUint8,
+                 .peer = peers[k]});
+    if (rc == chorusSuccess)
+      rc = run_op({name, OpKind::kRecv, false}, h,
+                  {.recvbuff = &theirs[k],
+                   .count = sizeof(PairHello),
+                   .datatype = chorusUint8,
+                   .peer = peers[k]});
+  }
+  const chorusResult_t end = chorusGroupEnd();
+  if (rc != chorusSuccess || end != chorusSuccess) {
+    const Status s(Code::kInvalidUsage,
+                   fmt::format("{} on rank {}: its stream is being captured into a CUDA graph, "
+                               "and both ranks of each pair must capture their sends and "
+                               "receives (one that does not runs its host transfer, which meets "
+                               "this capture's exchange as a mismatch): {}",
+                               name, r, chorusGetLastError(h)));
+    abort_after_exception(comm, s);
+    return report(s);
+  }
+  bool slots = slot >= 0;
+  for (size_t k = 0; k < peers.size(); ++k) {
+    const PairHello &x = mine[k], &y = theirs[k];
+    const bool sends_match =
+        x.sends == y.recvs && x.send_bytes == y.recv_bytes && x.send_print == y.recv_print;
+    const bool recvs_match =
+        x.recvs == y.sends && x.recv_bytes == y.send_bytes && x.recv_print == y.send_print;
+    if (!sends_match || !recvs_match) {  // failed on both ranks of the pair
+      const std::string what =
+          !sends_match ? fmt::format(
+                             "{} send(s) of {} bytes to rank {}, which captures {} "
+                             "receive(s) of {} bytes from it",
+                             x.sends, x.send_bytes, peers[k], y.recvs, y.recv_bytes)
+                       : fmt::format(
+                             "{} receive(s) of {} bytes from rank {}, which captures {} "
+                             "send(s) of {} bytes to it",
+                             x.recvs, x.recv_bytes, peers[k], y.sends, y.send_bytes);
+      const Status s(Code::kInvalidUsage,
+                     fmt::format("{} on rank {}: ranks disagree on sends and receives captured "
+                                 "into a CUDA graph: rank {} captures {}{}",
+                                 name, r, r, what,
+                                 sends_match || recvs_match ? "" : " (their receives differ too)"));
+      abort_after_exception(comm, s);
+      return report(s);
+    }
+    slots = slots && y.has_slot;
+  }
+  if (!slots)  // on both ranks of the pair
+    return fail(Code::kInvalidUsage, "{}",
+                no_free_slot(fmt::format("{} on rank {}", name, r), "staged device call",
+                             "both ranks of each pair"));
+  c->slots = st.graph_slots;
+  c->name = name;
+  c->p2p = true;
+  c->slot = slot;
+  std::vector<Place> places(items.size());
+  std::vector<StageCopy> in, out;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const Args& a = items[i].args;
+    const size_t n = a.count * dtype_size(a.datatype);
+    c->ops.push_back({{name, items[i].call.kind, false}, a});
+    if (items[i].call.kind == OpKind::kSend) {
+      places[i].send_at = at[i];
+      in.push_back({a.sendbuff, at[i], n});
+    } else {
+      places[i].recv_at = at[i];
+      out.push_back({a.recvbuff, at[i], n});
+    }
+  }
+  return capture_stage(comm, std::move(c), items[0].args.stream, total, places, in, out);
 }
 
 }  // namespace chorus::capi

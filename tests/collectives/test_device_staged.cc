@@ -50,8 +50,23 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
+// `count` floats of emulated device memory.
+float* dev(size_t count) {
+  return static_cast<float*>(chorus::test::fake_device_alloc(count * 4));
+}
+
 float value(int q, size_t j, int salt) {
   return float(q * 1000 + salt * 100) + float(j % 97);
+}
+
+// Replay k of `graph` on rank r's stream: value(r, j, k) copied into `in` first, and rank 1's
+// stream held back 40 ms before every third replay, so that the ranks are out of step.
+bool replay(void* graph, void* stream, float* in, size_t n, int r, int k) {
+  std::vector<float> input(n);
+  for (size_t j = 0; j < n; ++j) input[j] = value(r, j, k);
+  if (chorus::kernels::cuda::ipc().to_device(in, input.data(), n * 4, stream) != 0) return false;
+  if (r == 1 && k % 3 == 0) chorus::test::fake_stream_delay(stream, 40);
+  return chorus::test::fake_graph_launch(graph, stream) == 0;
 }
 
 // Until the communicator has an error (at most 10 s); its code.
@@ -75,7 +90,7 @@ TEST_CASE(
       [](int r) {
         chorusComm_t comm = init(r);
         if (!comm) return 1;
-        int capturable = -1;  // staged calls are refused under capture: every rank says so
+        int capturable = -1;  // staged sends and receives are captured only after a collective
         if (chorusCommCapturable(comm, &capturable) != chorusSuccess || capturable != 0)
           return fail_with(r, "chorusCommCapturable", fmt::format("{}, want 0", capturable));
         const chorus::kernels::cuda::IpcBackend& gpu = chorus::kernels::cuda::ipc();
@@ -252,9 +267,6 @@ TEST_CASE(
         constexpr int p = 3, kReplays = 10;
         constexpr size_t n = 257;
         void* stream = chorus::test::fake_async_stream();
-        auto dev = [](size_t count) {
-          return static_cast<float*>(chorus::test::fake_device_alloc(count * 4));
-        };
         float *in = dev(n), *sum = dev(n), *bc = dev(n), *ag = dev(p * n), *eager = dev(n);
         std::vector<std::vector<float>> sums(kReplays, std::vector<float>(n)),
             bcs = sums, ags(kReplays, std::vector<float>(p * n)), eagers = sums;
@@ -267,13 +279,7 @@ TEST_CASE(
         if (rc != chorusSuccess) return fail_with(r, "the capture", chorusGetLastError(comm));
         const chorus::kernels::cuda::IpcBackend& gpu = chorus::kernels::cuda::ipc();
         for (int k = 0; k < kReplays; ++k) {
-          std::vector<float> input(n);
-          for (size_t j = 0; j < n; ++j) input[j] = value(r, j, k);
-          if (gpu.to_device(in, input.data(), n * 4, stream) != 0)
-            return fail_with(r, "the input", "failed");
-          if (r == 1 && k % 3 == 0) chorus::test::fake_stream_delay(stream, 40);
-          if (chorus::test::fake_graph_launch(graph, stream) != 0)
-            return fail_with(r, "a replay", "failed");
+          if (!replay(graph, stream, in, n, r, k)) return fail_with(r, "a replay", "failed");
           // The results read back on the stream (page-locked: read when the stream gets there).
           if (gpu.to_host_async(sums[k].data(), sum, n * 4, stream) != 0 ||
               gpu.to_host_async(bcs[k].data(), bc, n * 4, stream) != 0 ||
@@ -321,6 +327,77 @@ TEST_CASE(
           return fail_with(
               r, "70 captures",
               fmt::format("{} page-locked blocks live after, {} before", live, pinned));
+        chorusCommDestroy(comm);
+        return 0;
+      },
+      opts());
+  check_all(res);
+}
+
+// Staged sends and receives captured into a CUDA graph (device_staged_graph.cc), after an
+// all-reduce in the same capture: a ring exchange in a group (send to the right, receive from the
+// left) and a send from rank 0 to rank 2 alone, replayed 8 times with rank 1's stream held back
+// before every third replay and an eager exchange between replays, all right.
+TEST_CASE("staged device sends and receives captured into a CUDA graph: every replay right",
+          "[device][graph]") {
+  auto res = run_ranks(
+      3,
+      [](int r) {
+        chorusComm_t comm = init(r);
+        if (!comm) return 1;
+        constexpr int p = 3, kReplays = 8;
+        constexpr size_t n = 129;
+        void* stream = chorus::test::fake_async_stream();
+        float *in = dev(n), *sum = dev(n), *left = dev(n), *solo = dev(n), *eager = dev(n);
+        const int right_of = (r + 1) % p, left_of = (r + p - 1) % p;
+        auto ring = [&](float* into) {
+          chorusGroupStart();
+          chorusSend(in, n, chorusFloat32, right_of, comm, stream);
+          chorusRecv(into, n, chorusFloat32, left_of, comm, stream);
+          return chorusGroupEnd();
+        };
+        chorus::test::fake_capture_begin(stream);
+        chorusResult_t rc = chorusAllReduce(in, sum, n, chorusFloat32, chorusSum, comm, stream);
+        if (rc == chorusSuccess) rc = ring(left);
+        if (rc == chorusSuccess && r == 0) rc = chorusSend(in, n, chorusFloat32, 2, comm, stream);
+        if (rc == chorusSuccess && r == 2) rc = chorusRecv(solo, n, chorusFloat32, 0, comm, stream);
+        void* graph = chorus::test::fake_capture_end(stream);
+        if (rc != chorusSuccess) return fail_with(r, "the capture", chorusGetLastError(comm));
+        const chorus::kernels::cuda::IpcBackend& gpu = chorus::kernels::cuda::ipc();
+        std::vector<std::vector<float>> sums(kReplays, std::vector<float>(n)),
+            lefts = sums, solos = sums, eagers = sums;
+        for (int k = 0; k < kReplays; ++k) {
+          if (!replay(graph, stream, in, n, r, k)) return fail_with(r, "a replay", "failed");
+          if (gpu.to_host_async(sums[k].data(), sum, n * 4, stream) != 0 ||
+              gpu.to_host_async(lefts[k].data(), left, n * 4, stream) != 0 ||
+              gpu.to_host_async(solos[k].data(), solo, n * 4, stream) != 0)
+            return fail_with(r, "reading back", "failed");
+          if (k % 3 == 1) {  // the same exchange eager, between replays
+            if (ring(eager) != chorusSuccess)
+              return fail_with(r, "an eager exchange", chorusGetLastError(comm));
+            if (gpu.to_host_async(eagers[k].data(), eager, n * 4, stream) != 0)
+              return fail_with(r, "reading back", "failed");
+          }
+        }
+        if (int e = chorus::test::fake_stream_sync(stream); e != 0)
+          return fail_with(r, "the stream", gpu.error_string(e));
+        for (int k = 0; k < kReplays; ++k)
+          for (size_t j = 0; j < n; ++j) {
+            float want = 0;
+            for (int q = 0; q < p; ++q) want += value(q, j, k);
+            const bool ok = sums[k][j] == want && lefts[k][j] == value(left_of, j, k) &&
+                            (r != 2 || solos[k][j] == value(0, j, k)) &&
+                            (k % 3 != 1 || eagers[k][j] == value(left_of, j, k));
+            if (!ok)
+              return fail_with(
+                  r, fmt::format("replay {}", k),
+                  fmt::format("element {}: sum {} (want {}), from the left {} (want "
+                              "{}), from rank 0 {}",
+                              j, sums[k][j], want, lefts[k][j], value(left_of, j, k), solos[k][j]));
+          }
+        chorus::test::fake_graph_free(graph);
+        if (int frees = chorus::test::fake_frees_in_capture(); frees != 0)
+          return fail_with(r, "the captures", fmt::format("{} frees during captures", frees));
         chorusCommDestroy(comm);
         return 0;
       },
@@ -470,6 +547,39 @@ TEST_CASE("staged device calls: a peer killed; the stream's earlier work that ne
     check_ranks(res, {0, 1});
   }
   SECTION(
+      "ranks 0 and 2 capture a send and a receive of different counts: named on both, and the "
+      "communicator fails") {
+    auto res = run_ranks(
+        3,
+        [](int r) {
+          std::optional<Rank> k = setup(r);
+          if (!k) return 1;
+          // A collective captured first (in a graph of its own, freed): the replays' communicator.
+          chorus::test::fake_capture_begin(k->stream);
+          const chorusResult_t first = k->all_reduce();
+          chorus::test::fake_graph_free(chorus::test::fake_capture_end(k->stream));
+          if (first != chorusSuccess)
+            return fail_with(r, "the collective's capture", chorusGetLastError(k->comm));
+          if (r == 1) return k->ends_named(std::chrono::steady_clock::now(), 30, {"disagree"});
+          const auto start = std::chrono::steady_clock::now();
+          chorus::test::fake_capture_begin(k->stream);
+          const chorusResult_t rc =
+              r == 0 ? chorusSend(k->buf, 64, chorusFloat32, 2, k->comm, k->stream)
+                     : chorusRecv(k->buf, 32, chorusFloat32, 0, k->comm, k->stream);
+          chorus::test::fake_graph_free(chorus::test::fake_capture_end(k->stream));
+          const std::string why = chorusGetLastError(k->comm);
+          const char* want = r == 0 ? "rank 0 captures 1 send(s) of 256 bytes to rank 2, which "
+                                      "captures 1 receive(s) of 128 bytes from it"
+                                    : "rank 2 captures 1 receive(s) of 128 bytes from rank 0, "
+                                      "which captures 1 send(s) of 256 bytes to it";
+          if (rc != chorusInvalidUsage || !contains(why, want))
+            return fail_with(r, "the capture", why);
+          return k->ends_named(start, 30, {"disagree"});
+        },
+        opts());
+    check_all(res);
+  }
+  SECTION(
       "every rank captures, rank 2 a call of another count: named on every rank, and the "
       "communicator fails") {
     auto res = run_ranks(
@@ -494,8 +604,8 @@ TEST_CASE("staged device calls: a peer killed; the stream's earlier work that ne
     check_all(res);
   }
   SECTION(
-      "a send across hosts on a stream being captured: refused (sends and receives staged "
-      "through host memory cannot be captured), and the communicator fails") {
+      "a send across hosts captured before any collective was: refused (the replays' "
+      "communicator is split off at a collective's capture), and the communicator fails") {
     auto res = run_ranks(
         3,
         [](int r) {
@@ -513,8 +623,8 @@ TEST_CASE("staged device calls: a peer killed; the stream's earlier work that ne
           const std::string why = chorusGetLastError(k->comm);
           if (r == 0 && (rc != chorusInvalidUsage ||
                          !contains(why,
-                                   "device sends and receives across hosts (staged through "
-                                   "host memory) cannot be captured")))
+                                   "are captured into a CUDA graph only after a collective "
+                                   "of the communicator was")))
             return fail_with(r, "the send", why);
           if (r == 0) chorus::test::fake_capturing(k->stream, false);
           return k->ends_named(start, 30, {"rank 0"});
