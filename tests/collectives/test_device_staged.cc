@@ -516,16 +516,23 @@ TEST_CASE("staged device calls: a peer killed; the stream's earlier work that ne
     check_all(res);
   }
   SECTION(
-      "rank 2 killed while the survivors' replays of a captured call are queued: their streams "
-      "end, the error names it") {
+      "rank 2 killed while the survivors' replays of a captured all-reduce and ring exchange are "
+      "queued: their streams end, the error names it") {
     auto res = run_ranks(
         3,
         [](int r) {
           std::optional<Rank> k = setup(r);
           if (!k) return 1;
           if (!k->in_step()) return fail_with(r, "the eager call", chorusGetLastError(k->comm));
+          float* got = dev(64);
           chorus::test::fake_capture_begin(k->stream);
-          const chorusResult_t rc = k->all_reduce();
+          chorusResult_t rc = k->all_reduce();
+          if (rc == chorusSuccess) {
+            chorusGroupStart();
+            chorusSend(k->buf, 64, chorusFloat32, (r + 1) % 3, k->comm, k->stream);
+            chorusRecv(got, 64, chorusFloat32, (r + 2) % 3, k->comm, k->stream);
+            rc = chorusGroupEnd();
+          }
           void* graph = chorus::test::fake_capture_end(k->stream);
           if (rc != chorusSuccess) return fail_with(r, "the capture", chorusGetLastError(k->comm));
           if (chorus::test::fake_graph_launch(graph, k->stream) != 0 ||
@@ -568,13 +575,45 @@ TEST_CASE("staged device calls: a peer killed; the stream's earlier work that ne
                      : chorusRecv(k->buf, 32, chorusFloat32, 0, k->comm, k->stream);
           chorus::test::fake_graph_free(chorus::test::fake_capture_end(k->stream));
           const std::string why = chorusGetLastError(k->comm);
-          const char* want = r == 0 ? "rank 0 captures 1 send(s) of 256 bytes to rank 2, which "
-                                      "captures 1 receive(s) of 128 bytes from it"
-                                    : "rank 2 captures 1 receive(s) of 128 bytes from rank 0, "
-                                      "which captures 1 send(s) of 256 bytes to it";
-          if (rc != chorusInvalidUsage || !contains(why, want))
-            return fail_with(r, "the capture", why);
+          // Each rank's own words, or (where the peer's failure came first) the peer's.
+          const bool own =
+              contains(why,
+                       "rank 0 captures 1 send(s) of 256 bytes to rank 2, which captures 1 "
+                       "receive(s) of 128 bytes from it") ||
+              contains(why,
+                       "rank 2 captures 1 receive(s) of 128 bytes from rank 0, which "
+                       "captures 1 send(s) of 256 bytes to it");
+          if (rc != chorusInvalidUsage || !own) return fail_with(r, "the capture", why);
           return k->ends_named(start, 30, {"disagree"});
+        },
+        opts());
+    check_all(res);
+  }
+  SECTION(
+      "rank 0 captures a send, rank 2 receives it eagerly: the capture's exchange meets the "
+      "receive as a mismatch, named on both, and the communicator fails") {
+    auto res = run_ranks(
+        3,
+        [](int r) {
+          std::optional<Rank> k = setup(r);
+          if (!k) return 1;
+          chorus::test::fake_capture_begin(k->stream);  // the replays' communicator
+          const chorusResult_t first = k->all_reduce();
+          chorus::test::fake_graph_free(chorus::test::fake_capture_end(k->stream));
+          if (first != chorusSuccess)
+            return fail_with(r, "the collective's capture", chorusGetLastError(k->comm));
+          const auto start = std::chrono::steady_clock::now();
+          if (r == 1) return k->ends_named(start, 30, {"send #1 to rank 2", "recv #1 from rank 0"});
+          if (r == 0) chorus::test::fake_capture_begin(k->stream);
+          const chorusResult_t rc =
+              r == 0 ? chorusSend(k->buf, 64, chorusFloat32, 2, k->comm, k->stream)
+                     : chorusRecv(k->buf, 64, chorusFloat32, 0, k->comm, k->stream);
+          if (r == 0) chorus::test::fake_graph_free(chorus::test::fake_capture_end(k->stream));
+          const std::string why = chorusGetLastError(k->comm);
+          if (r == 0 && (rc != chorusInvalidUsage ||
+                         !contains(why, "both ranks of each pair must capture their sends")))
+            return fail_with(r, "the capture", why);
+          return k->ends_named(start, 30, {"send #1 to rank 2", "recv #1 from rank 0"});
         },
         opts());
     check_all(res);
