@@ -717,6 +717,7 @@ Status CommImpl::destroy() {
     return joined;
   }
   vmm_close(device_ipc_);  // no call runs any more: the registry's retains end
+  graph_warn_held(rank(), {device_ipc_.graph.slots.get(), device_ipc_.stage.graph_slots.get()});
   graph_close(device_ipc_.graph);
   stage_graph_close(device_ipc_.stage);  // the replays' thread and communicator end
   if (device_ipc_.timing) device_timing_report(*device_ipc_.timing, rank(), timeout_s_);

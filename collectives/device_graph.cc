@@ -114,6 +114,30 @@ void graph_close(GraphWords& g) {
   stop_keeper(g.keeper);
 }
 
+int graph_warn_held(int rank, std::initializer_list<const GraphSlots*> masks) {
+  auto held = [&] {
+    int n = 0;
+    for (const GraphSlots* m : masks) {
+      n += __builtin_popcountll(~m->calls.load());
+      for (const auto* pair : {&m->sends, &m->recvs})
+        for (const std::atomic<uint64_t>& x : *pair) n += __builtin_popcountll(~x.load());
+    }
+    return n;
+  };
+  int n = held();
+  for (int i = 0; n > 0 && i < 20; ++i) {  // destructors of graphs destroyed a moment ago
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    n = held();
+  }
+  if (n > 0)
+    log_warn(
+        "chorusCommDestroy on rank {}: {} captured call(s) of this communicator are still held by "
+        "CUDA graphs not destroyed: a replay of them from now on waits for ever on its stream "
+        "(destroy the graphs before the communicator, as with NCCL)",
+        rank, n);
+  return n;
+}
+
 GraphWords::~GraphWords() {
   graph_close(*this);
 }

@@ -38,6 +38,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <utility>
@@ -125,5 +126,10 @@ void stop_keeper(std::shared_ptr<GraphKeeper>& keeper);
 void graph_release(GraphWords& g);
 // At destroy: the keeper stops.
 void graph_close(GraphWords& g);
+// At destroy: captured calls of the communicator that CUDA graphs still hold (their slots not
+// given back, after up to 200 ms for CUDA's destructors of graphs just destroyed), each a
+// replay that would wait for ever once the communicator is gone; a warning on `rank` names how
+// many. `masks`: the CUDA IPC path's and the staged path's.
+int graph_warn_held(int rank, std::initializer_list<const GraphSlots*> masks);
 
 }  // namespace chorus

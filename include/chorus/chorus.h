@@ -171,7 +171,9 @@ chorusResult_t chorusCommInitRankConfig(chorusComm_t* comm, int nranks, chorusUn
                                         int rank, const chorusConfig_t* config);
 /* Reads the launcher's variables: chorus-run/torchrun, OpenMPI's mpirun, Slurm's srun. */
 chorusResult_t chorusCommInitFromEnv(chorusComm_t* comm);
-/* Waits for queued operations (up to CHORUS_TIMEOUT), then frees the communicator. */
+/* Waits for queued operations (up to CHORUS_TIMEOUT), then frees the communicator. Destroy the
+ * CUDA graphs that captured its calls first: a replay after this waits for ever on its stream (as
+ * with NCCL), and a warning names how many captured calls live graphs still hold. */
 chorusResult_t chorusCommDestroy(chorusComm_t comm);
 /* Stops at once: the current operation fails here and on every peer. Any thread. */
 chorusResult_t chorusCommAbort(chorusComm_t comm);
