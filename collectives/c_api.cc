@@ -115,6 +115,14 @@ chorusComm_t new_handle(std::shared_ptr<CommImpl> c) {
   return handles().back().get();
 }
 
+}  // namespace
+
+chorusComm_t chorus::capi::adopt(std::shared_ptr<CommImpl> c) {
+  return new_handle(std::move(c));
+}
+
+namespace {
+
 // A one-shot start signal for threads: pass() blocks until open(), then says whether to go on.
 class Gate {
  public:

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <functional>
+#include <memory>
 #include <utility>
 
 #include "chorus/chorus.h"
@@ -40,6 +41,8 @@ void abort_after_exception(CommImpl& comm, const Status& why) noexcept;
 // The live communicator of a handle, or why there is none (NULL, not a handle, aborted,
 // destroyed), naming `call`.
 Result<CommImpl*> live(chorusComm_t h, const char* call);
+// A handle of a communicator made inside the library (the replays' of captured staged calls).
+chorusComm_t adopt(std::shared_ptr<CommImpl> c);
 // Checks the arguments (c_api_check.h), then runs, queues or groups the operation: blocking
 // calls return when it is complete here, chorusI* calls hand back *a.request (c_api_ops.cc).
 chorusResult_t run_op(const Call& call, chorusComm_t h, const Args& a);

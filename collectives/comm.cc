@@ -789,4 +789,35 @@ Result<std::shared_ptr<CommImpl>> CommImpl::split(int color, int key) {
                           timeout_origin_, tuner_.deterministic ? 1 : 0);
 }
 
+std::pair<std::string, uint64_t> CommImpl::pair_name(int peer) const {
+  std::string prefix =
+      child_prefix(fmt::format(".p{}_{}", std::min(rank_, peer), std::max(rank_, peer)));
+  const uint64_t uid = transport::hash64(prefix.data(), prefix.size(), uid_);
+  return {std::move(prefix), uid};
+}
+
+Result<std::shared_ptr<CommImpl>> CommImpl::pair(int peer) {
+  std::shared_ptr<Job> job;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_)
+      return make_error(Code::kInvalidUsage, "pair: the communicator is being destroyed");
+    job = job_;
+  }
+  auto [prefix, uid] = pair_name(peer);
+  const int lo = std::min(rank_, peer), hi = std::max(rank_, peer);
+  return CommImpl::create(job, prefix, uid, rank_ == lo ? 0 : 1, {job_ranks_[lo], job_ranks_[hi]},
+                          Deadline::after_seconds(timeout_s_), timeout_s_, timeout_origin_,
+                          tuner_.deterministic ? 1 : 0);
+}
+
+void CommImpl::pair_failed(int peer, const Status& why) {
+  std::shared_ptr<Job> job;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    job = job_;
+  }
+  if (job) job->stop_creation(pair_name(peer).second, why);
+}
+
 }  // namespace chorus

@@ -174,8 +174,15 @@ class CommImpl : public std::enable_shared_from_this<CommImpl> {
   uint64_t next_p2p_seq(int peer, bool send);
 
   Result<std::shared_ptr<CommImpl>> split(int color, int key);
+  // A communicator of this rank and `peer` alone (the lower one its rank 0), for calls only the
+  // two make (staged sends and receives captured into CUDA graphs). Both ranks make it, under
+  // the same name each time: once per pair. pair_failed: this rank will not make it (or stops),
+  // and the peer, which may be making its side, stops too, naming why.
+  Result<std::shared_ptr<CommImpl>> pair(int peer);
+  void pair_failed(int peer, const Status& why);
   // The name of a communicator derived from this one (split, shrink, grow): short at any depth.
   std::string child_prefix(const std::string& suffix) const;
+  std::pair<std::string, uint64_t> pair_name(int peer) const;  // prefix and uid
   // chorusCommShrink (shrink.cc): a communicator of every rank but `exclude` (this rank's
   // numbering); with `agree`, the survivors find and agree on the failed ranks themselves.
   // Works on a failed or revoked communicator. timeout_s <= 0 and deterministic < 0: this

@@ -113,8 +113,8 @@ struct StagedBytes {
 chorusResult_t staged_capture(chorusComm_t h, CommImpl& comm, const Call& call, const Args& a,
                               const StagedBytes& bytes);
 // Staged sends and receives (one, or a group's) on a stream being captured: item i's bytes at
-// at[i] of `total` page-locked bytes. Only once a collective was captured (its capture splits off
-// the replays' communicator); both ranks of each pair must capture matching calls.
+// at[i] of `total` page-locked bytes. Both ranks of each pair must capture matching calls; their
+// replays run on the pair's own communicator.
 chorusResult_t staged_p2p_capture(chorusComm_t h, CommImpl& comm,
                                   const std::vector<DeviceP2p>& items,
                                   const std::vector<size_t>& at, size_t total);

@@ -17,21 +17,24 @@
 // queued ones are dropped, and each then writes its number; a release before that would let the
 // stream copy out of host memory that the host part is still writing.
 //
-// Captured into a CUDA graph (device_staged_graph.cc), a staged call (a collective; sends and
-// receives once a collective was captured: its capture makes the replays' communicator, which a
-// pair cannot) runs its host part at every replay, when the stream gets there: a host node hands it
-// to a thread of the communicator's own (StagedReplays), which runs it on a communicator split off
-// for replays -- their host parts in replay order on every rank, apart from the eager calls'
+// Captured into a CUDA graph (device_staged_graph.cc), a staged call (a collective, or sends and
+// receives) runs its host part at every replay, when the stream gets there: a host node hands it
+// to a thread of the communicator's own (StagedReplays), which runs it on a communicator of
+// replays -- for collectives one split off at the first collective's capture; for sends and
+// receives one of the pair's two ranks alone, made (CommImpl::pair) on a thread of its own from
+// the pair's first capture on, so that no capture waits for another rank's -- their host parts in
+// replay order on every rank, apart from the eager calls'
 // (sharing one queue, an eager call waiting for its stream's work behind a replay, and the replay
 // waiting behind it, would never end) -- then writes 1 into the call's own word of this rank (a
 // slot, as the CUDA IPC path's captured calls have: device_graph.h); the stream waits for it,
 // resets it to 0, and copies the result back. The copies in and out go through page-locked memory
 // of the call's own, given back (with its slot) once CUDA destroys the graph. After a failure
-// the replays' communicator is aborted and a keeper writes 1 into the used words every 20 ms until
-// destroy: replays go on, on void results, as the CUDA IPC path's (device_graph.h). The first
-// staged call may be a captured one: the words are allocated then, with the thread's capture mode
-// relaxed (kernels/cuda/capture_mode.h); a capture takes the page-locked memory of destroyed
-// graphs' calls before it allocates any, and none is freed until the next eager call or destroy.
+// the replays' communicators are aborted, the host parts still to come are skipped, and a keeper
+// writes 1 into the used words every 20 ms until destroy: replays go on, on void results, as the
+// CUDA IPC path's (device_graph.h). The first staged call may be a captured one: the words are
+// allocated then, with the thread's capture mode relaxed (kernels/cuda/capture_mode.h); a capture
+// takes the page-locked memory of destroyed graphs' calls before it allocates any, and none is
+// freed until the next eager call or destroy.
 #pragma once
 
 #include <atomic>

@@ -1,17 +1,19 @@
 // Staged device calls captured into CUDA graphs (device_stage.h, "Captured into a CUDA graph").
-// At a collective's capture the ranks check that each captures the same call and agree on a slot
-// (one all-gather on the communicator); the first such capture splits off the replays'
-// communicator and starts their thread. At the capture of sends and receives (one, or a group's)
-// each pair checks that both sides capture matching calls (a message each way on the
-// communicator); the replays' communicator must exist by then, since a pair cannot split one off.
+// The first capture starts the replays' thread. At a collective's capture the ranks check that
+// each captures the same call and agree on a slot (one all-gather on the communicator); the first
+// such capture splits off the collectives' replays communicator. At the capture of sends and
+// receives (one, or a group's) each pair checks that both sides capture matching calls (a message
+// each way on the communicator); the first such capture of a pair starts making the pair's
+// replays communicator, of the two ranks alone, on a thread of its own.
 // The stream's part, captured: copy the inputs into the call's page-locked memory; a host node
 // that hands the call to the replays' thread; wait until the call's word is 1, reset it; copy the
-// results back. The replays' thread runs each host part on the replays' communicator (a group's
+// results back. The replays' thread runs each host part on its communicator of replays (a group's
 // sends and receives as a group), in the order the host nodes ran, then writes the word -- also
 // when the host part failed (the communicator is aborted then, and its error says why).
 #include <algorithm>
 #include <condition_variable>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -35,16 +37,30 @@ struct Pinned {
   size_t bytes = 0;
 };
 
-// The replays' thread and communicator of one communicator.
+// A peer's communicator of replays (CommImpl::pair), made by a thread of its own from the first
+// capture of calls with that peer on: the peer makes its side when its capture of the matching
+// calls gets there, and neither capture waits for the other (one that did could wait for a peer
+// whose earlier capture waits, in its pair exchange, for a later one of this rank).
+struct PairReplays {
+  chorusComm_t comm = nullptr;
+  std::string error;  // why making it failed
+  bool made = false;  // comm or error set
+  std::thread maker;
+};
+
+// The replays' thread and communicators of one communicator.
 struct StagedReplays {
-  chorusComm_t comm = nullptr;  // split off at the first staged capture
-  CommImpl* parent = nullptr;   // alive until stage_graph_close, which joins the thread
+  CommImpl* parent = nullptr;  // alive until stage_graph_close, which joins the threads
   int device = -1;
   void* word = nullptr;  // StageState::word: the captured calls' words follow it
   std::mutex mu;
   std::condition_variable cv;
+  // Under mu:
+  chorusComm_t comm = nullptr;       // collectives': split off at the first one's capture
+  std::map<int, PairReplays> pairs;  // sends' and receives', by peer
   std::deque<CapturedStage*> queue;  // host nodes that ran, in order
   bool closing = false;
+  bool released = false;  // the communicator failed: no host part runs any more
   // Page-locked memory of destroyed graphs' calls: taken again by later captures, freed at the
   // next eager staged call or at destroy -- never during a capture (a free synchronises, which
   // CUDA refuses there, and a capture is where graphs are made and destroyed in a loop).
@@ -60,6 +76,7 @@ struct CapturedStage {
   const char* name = nullptr;
   std::vector<capi::DeviceP2p> ops;  // on `pinned`, no stream; sends and receives in a group
   bool p2p = false;
+  std::vector<int> peers;      // of the sends and receives (their args.peer: the pair's numbering)
   std::vector<size_t> arrays;  // all-to-all-v's counts and displacements, copied
   Pinned pinned;
   int slot = -1;
@@ -80,16 +97,55 @@ void on_replay(void* p) {
   std::lock_guard<std::mutex> lock(r.mu);
   if (r.closing) return;  // a replay after destroy: nothing runs it
   r.queue.push_back(c);
-  r.cv.notify_one();
+  r.cv.notify_all();
 }
 
-// One replay's host part, on the replays' communicator.
-chorusResult_t run_host_part(const CapturedStage& c, chorusComm_t comm) {
-  if (!c.p2p) return capi::run_op(c.ops[0].call, comm, c.ops[0].args);
+// The communicators a replay's host part runs on: the collectives', or each send's and
+// receive's pair communicator once made (bounded: making one ends by the timeout).
+chorusResult_t replays_comms(const CapturedStage& c, StagedReplays& r,
+                             std::vector<chorusComm_t>* out) {
+  std::unique_lock<std::mutex> lock(r.mu);
+  if (!c.p2p) {
+    out->push_back(r.comm);
+    return chorusSuccess;
+  }
+  const double limit = r.parent->timeout_seconds() + 10;
+  auto made = [&] {
+    return std::all_of(c.peers.begin(), c.peers.end(), [&](int q) {
+      auto it = r.pairs.find(q);
+      return it != r.pairs.end() && it->second.made;
+    });
+  };
+  if (!r.cv.wait_for(lock, std::chrono::duration<double>(limit),
+                     [&] { return r.closing || r.released || made(); }))
+    return capi::fail(Code::kTimeout,
+                      "the communicators of replays with its peers were not made within {} s",
+                      limit);
+  for (int q : c.peers) {
+    auto it = r.pairs.find(q);
+    if (it == r.pairs.end() || !it->second.made)
+      return capi::fail(Code::kAborted, "the communicator is failing or destroyed");
+    const PairReplays& x = it->second;
+    if (!x.error.empty())
+      return capi::fail(Code::kRemoteError,
+                        "making the communicator of replays with rank {} "
+                        "failed: {}",
+                        q, x.error);
+    out->push_back(x.comm);
+  }
+  return chorusSuccess;
+}
+
+// One replay's host part, on the replays' communicators (a group's sends and receives as a
+// group).
+chorusResult_t run_host_part(const CapturedStage& c, StagedReplays& r) {
+  std::vector<chorusComm_t> comms;
+  if (chorusResult_t rc = replays_comms(c, r, &comms); rc != chorusSuccess) return rc;
+  if (!c.p2p) return capi::run_op(c.ops[0].call, comms[0], c.ops[0].args);
   chorusGroupStart();
   chorusResult_t rc = chorusSuccess;
   for (size_t i = 0; i < c.ops.size() && rc == chorusSuccess; ++i)
-    rc = capi::run_op(c.ops[i].call, comm, c.ops[i].args);
+    rc = capi::run_op(c.ops[i].call, comms[i], c.ops[i].args);
   const chorusResult_t end = chorusGroupEnd();
   return rc != chorusSuccess ? rc : end;
 }
@@ -97,22 +153,22 @@ chorusResult_t run_host_part(const CapturedStage& c, chorusComm_t comm) {
 void run_replays(std::shared_ptr<StagedReplays> r) {
   for (;;) {
     CapturedStage* c = nullptr;
-    bool closing = false;
+    bool skip = false;
     {
       std::unique_lock<std::mutex> lock(r->mu);
       r->cv.wait(lock, [&] { return r->closing || !r->queue.empty(); });
       if (r->queue.empty()) return;
       c = r->queue.front();
       r->queue.pop_front();
-      closing = r->closing;
+      skip = r->closing || r->released;
     }
-    // A failure the communicator does not know of yet: it fails, saying why (one it knows of
-    // already aborted the replays' communicator: its own error says why).
-    if (!closing && run_host_part(*c, r->comm) != chorusSuccess && r->parent->error().is_ok()) {
+    // A failure the communicator does not know of yet: it fails, saying why (after one it knows
+    // of, the host parts are skipped: its own error says why).
+    if (!skip && run_host_part(*c, *r) != chorusSuccess && r->parent->error().is_ok()) {
       const Status why(Code::kRemoteError,
                        fmt::format("{} on rank {}: a replay of it, captured in a CUDA graph, "
                                    "failed: {}",
-                                   c->name, r->parent->rank(), chorusGetLastError(r->comm)));
+                                   c->name, r->parent->rank(), chorusGetLastError(nullptr)));
       log_error("{}", why.message());
       capi::abort_after_exception(*r->parent, why);
     }
@@ -185,7 +241,18 @@ void stage_graph_release(StageState& st) {
     std::lock_guard<std::mutex> lock(st.mu);
     r = st.replays;
   }
-  if (r) chorusCommAbort(r->comm);
+  if (r) {
+    std::vector<chorusComm_t> comms;
+    {
+      std::lock_guard<std::mutex> lock(r->mu);
+      r->released = true;
+      comms.push_back(r->comm);
+      for (auto& [q, x] : r->pairs) comms.push_back(x.comm);
+    }
+    r->cv.notify_all();
+    for (chorusComm_t h : comms)
+      if (h != nullptr) chorusCommAbort(h);  // the host part under way ends
+  }
   void* word = st.word.load();
   const int live = st.graph_live.load();
   if (word != nullptr && live > 0)
@@ -206,7 +273,19 @@ void stage_graph_close(StageState& st) {
   }
   r->cv.notify_all();
   r->thread.join();  // it ends its host part (bounded by the timeout), then skips the rest
-  chorusCommDestroy(r->comm);
+  // Pair communicators still being made: this rank stops, and so do the peers.
+  std::vector<int> unmade;
+  {
+    std::lock_guard<std::mutex> lock(r->mu);
+    for (auto& [q, x] : r->pairs)
+      if (!x.made) unmade.push_back(q);
+  }
+  for (int q : unmade)
+    r->parent->pair_failed(q, Status(Code::kInvalidUsage, "its communicator was destroyed"));
+  for (auto& [q, x] : r->pairs) x.maker.join();
+  for (auto& [q, x] : r->pairs)
+    if (x.comm != nullptr) chorusCommDestroy(x.comm);
+  if (r->comm != nullptr) chorusCommDestroy(r->comm);
   free_unpinned(*r);
 }
 
@@ -237,17 +316,28 @@ uint64_t mix(uint64_t h, uint64_t v) {
   return h * 0xff51afd7ed558ccdull;
 }
 
-std::shared_ptr<StagedReplays> current_replays(StageState& st) {
+// The replays' thread, started at the communicator's first staged capture.
+std::shared_ptr<StagedReplays> replays_of(CommImpl& comm) {
+  StageState& st = comm.device_ipc().stage;
   std::lock_guard<std::mutex> lock(st.mu);
+  if (!st.replays) {
+    auto r = std::make_shared<StagedReplays>();
+    r->parent = &comm;
+    r->device = st.device;
+    r->word = st.word.load();
+    r->thread = std::thread(run_replays, r);
+    st.replays = r;
+  }
   return st.replays;
 }
 
-// The replays' communicator and thread, split off at the first collective's capture (every rank
-// is there).
-chorusResult_t split_replays(chorusComm_t h, CommImpl& comm, const char* name,
-                             std::shared_ptr<StagedReplays>* out) {
-  StageState& st = comm.device_ipc().stage;
-  if ((*out = current_replays(st))) return chorusSuccess;
+// The collectives' replays communicator, split off at the first collective's capture (every
+// rank is there).
+chorusResult_t split_replays(chorusComm_t h, CommImpl& comm, const char* name, StagedReplays& r) {
+  {
+    std::lock_guard<std::mutex> lock(r.mu);
+    if (r.comm != nullptr) return chorusSuccess;
+  }
   chorusComm_t g = nullptr;
   if (chorusResult_t rc = chorusCommSplit(h, 0, comm.rank(), &g); rc != chorusSuccess) {
     abort_after_exception(
@@ -257,16 +347,30 @@ chorusResult_t split_replays(chorusComm_t h, CommImpl& comm, const char* name,
                                                      name, comm.rank(), chorusGetLastError(h))));
     return rc;
   }
-  auto replays = std::make_shared<StagedReplays>();
-  replays->comm = g;
-  replays->parent = &comm;
-  replays->device = st.device;
-  replays->word = st.word.load();
-  replays->thread = std::thread(run_replays, replays);
-  std::lock_guard<std::mutex> lock(st.mu);
-  st.replays = replays;
-  *out = replays;
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.comm = g;
   return chorusSuccess;
+}
+
+// A pair's replays communicator, made on a thread of its own.
+void make_pair(std::shared_ptr<StagedReplays> r, int peer) {
+  Result<std::shared_ptr<CommImpl>> made = r->parent->pair(peer);
+  chorusComm_t h = made.is_ok() ? capi::adopt(std::move(made.value())) : nullptr;
+  std::lock_guard<std::mutex> lock(r->mu);
+  PairReplays& x = r->pairs.at(peer);
+  x.comm = h;
+  if (h == nullptr) x.error = made.status().message();
+  x.made = true;
+  r->cv.notify_all();
+}
+
+// After this rank's capture of calls with `peers` succeeded: the making of each new pair's
+// replays communicator starts (where the peer's capture failed, the communicator fails, and
+// destroy stops the making).
+void start_pairs(const std::shared_ptr<StagedReplays>& r, const std::vector<int>& peers) {
+  std::lock_guard<std::mutex> lock(r->mu);
+  for (int q : peers)
+    if (r->pairs.count(q) == 0) r->pairs[q].maker = std::thread(make_pair, r, q);
 }
 
 // Where each op's host buffers lie in the call's page-locked memory (kNone: it has none), and
@@ -382,7 +486,8 @@ chorusResult_t staged_capture(chorusComm_t h, CommImpl& comm, const Call& call, 
                 no_free_slot(fmt::format("{} on rank {}", call.name, r), "staged device call",
                              "every rank"));
   auto c = std::make_unique<CapturedStage>();
-  if (chorusResult_t rc = split_replays(h, comm, call.name, &c->replays); rc != chorusSuccess)
+  c->replays = replays_of(comm);
+  if (chorusResult_t rc = split_replays(h, comm, call.name, *c->replays); rc != chorusSuccess)
     return rc;
   c->slots = st.graph_slots;
   c->name = call.name;
@@ -417,19 +522,7 @@ chorusResult_t staged_p2p_capture(chorusComm_t h, CommImpl& comm,
   const char* name = items.size() == 1 ? items[0].call.name : "chorusGroupEnd";
   StageState& st = comm.device_ipc().stage;
   auto c = std::make_unique<CapturedStage>();
-  c->replays = current_replays(st);
-  if (!c->replays) {  // the peers may be in the exchange below: they learn of it
-    const Status s(Code::kInvalidUsage,
-                   fmt::format("{} on rank {}: device sends and receives across hosts (staged "
-                               "through host memory) are captured into a CUDA graph only after "
-                               "a collective of the communicator was: its capture splits off "
-                               "the communicator that runs the replays, which a pair cannot "
-                               "(capture any collective first, chorusBarrier for one, in this "
-                               "graph or an earlier one)",
-                               name, r));
-    abort_after_exception(comm, s);
-    return report(s);
-  }
+  c->replays = replays_of(comm);
   // Each peer and this rank capture matching sends and receives (a peer that does not runs its
   // host transfer instead, and the two meet as a mismatch).
   std::vector<int> peers;
@@ -519,6 +612,8 @@ chorusResult_t staged_p2p_capture(chorusComm_t h, CommImpl& comm,
     const Args& a = items[i].args;
     const size_t n = a.count * dtype_size(a.datatype);
     c->ops.push_back({{name, items[i].call.kind, false}, a});
+    c->ops.back().args.peer = a.peer < r ? 0 : 1;  // the pair communicator's numbering
+    c->peers.push_back(a.peer);
     if (items[i].call.kind == OpKind::kSend) {
       places[i].send_at = at[i];
       in.push_back({a.sendbuff, at[i], n});
@@ -527,7 +622,11 @@ chorusResult_t staged_p2p_capture(chorusComm_t h, CommImpl& comm,
       out.push_back({a.recvbuff, at[i], n});
     }
   }
-  return capture_stage(comm, std::move(c), items[0].args.stream, total, places, in, out);
+  std::shared_ptr<StagedReplays> replays = c->replays;
+  const chorusResult_t captured =
+      capture_stage(comm, std::move(c), items[0].args.stream, total, places, in, out);
+  if (captured == chorusSuccess) start_pairs(replays, peers);
+  return captured;
 }
 
 }  // namespace chorus::capi

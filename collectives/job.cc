@@ -185,6 +185,16 @@ void Job::publish_creation_failure(uint64_t comm_uid, const Status& why) {
                                         static_cast<int>(why.code()), rank_, why.message()));
 }
 
+void Job::stop_creation(uint64_t comm_uid, const Status& why) {
+  const std::string text = fmt::format("{}|rank {} stopped making the communicator: {}",
+                                       static_cast<int>(why.code()), rank_, why.message());
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    early_errors_.emplace(comm_uid, std::make_pair(rank_, text));
+  }
+  if (watch_) broadcast_error(comm_uid, text);
+}
+
 std::string Job::store_gone_text() {
   transport::WatchClient* w = watch();
   if (!w || !w->store_gone()) return "";

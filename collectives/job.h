@@ -63,6 +63,9 @@ class Job : public std::enable_shared_from_this<Job> {
   Status creation_news(uint64_t comm_uid, const std::vector<int>& members);
   // Tells the others that creating communicator comm_uid failed here.
   void publish_creation_failure(uint64_t comm_uid, const Status& why);
+  // This rank will not make (or stops making) communicator comm_uid: its own creation, under
+  // way on another thread, and the other members' stop, naming this rank and `why`.
+  void stop_creation(uint64_t comm_uid, const Status& why);
 
  private:
   Job() = default;

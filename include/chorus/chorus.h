@@ -28,8 +28,8 @@
  *   mismatch or a timeout too -- fails the communicator: chorusCommGetAsyncError reports it, the
  *   next call names it, and the stream goes on with void results instead of waiting for ever.
  *   Device collectives may be captured into a CUDA graph by every rank (a communicator's first
- *   call too), and sends and receives by both ranks of each pair -- across hosts only once a
- *   collective of the communicator was captured (chorusCommCapturable says which).
+ *   call too), and sends and receives by both ranks of each pair (chorusCommCapturable says how
+ *   the replays run).
  * - In place: sendbuff == recvbuff is allowed wherever both appear (for gather, scatter and
  *   all-to-all see their comments).
  * - A destroyed or aborted communicator answers every later call with an error, never a crash.
@@ -186,13 +186,13 @@ chorusResult_t chorusCommRevoke(chorusComm_t comm);
 chorusResult_t chorusCommGetAsyncError(chorusComm_t comm, chorusResult_t* async_error);
 chorusResult_t chorusCommCount(const chorusComm_t comm, int* count);
 chorusResult_t chorusCommUserRank(const chorusComm_t comm, int* rank);
-/* *capturable = 1 when every device call of the communicator may be captured into a CUDA graph
- * at any time (its ranks are on one host, at most 32, with GPUs that map each other: they go over
- * CUDA IPC); 0 when its device calls are staged through host memory: its collectives are
- * captured still (each replay's host part runs when the graph's host node does), and its sends
- * and receives once a collective was (that capture splits off the communicator the replays run
- * on; before it they are refused, naming this). The same answer on every rank; local, no
- * communication. */
+/* *capturable = 1 when the communicator's device calls are captured into CUDA graphs whole (its
+ * ranks are on one host, at most 32, with GPUs that map each other: they go over CUDA IPC, and a
+ * replay is GPU work only); 0 when its device calls are staged through host memory: they are
+ * captured too, but each replay's host part runs on a thread of the communicator's when the
+ * graph's host node does (collectives on a communicator split off at the first collective's
+ * capture, sends and receives on a communicator of the pair's two ranks alone, made from the
+ * pair's first capture on). The same answer on every rank; local, no communication. */
 chorusResult_t chorusCommCapturable(const chorusComm_t comm, int* capturable);
 /* Collective over comm: ranks with the same color form a new communicator, ordered by key
  * (then by old rank). color CHORUS_SPLIT_NOCOLOR gives *newcomm = NULL. */

@@ -240,7 +240,11 @@ bool is_pinned(const void* p) {
   return static_cast<const char*>(p) < it->first + it->second;
 }
 
+std::atomic<bool> g_pinned_fails{false};
+
 int pinned_alloc(size_t bytes, void** out) {
+  *out = nullptr;
+  if (g_pinned_fails.load()) return 2;
   *out = std::calloc(1, bytes == 0 ? 1 : bytes);
   if (*out == nullptr) return 2;
   std::lock_guard<std::mutex> lock(g_pinned_mu);
@@ -621,6 +625,10 @@ void fake_marks_stuck(bool stuck) {
 
 int fake_frees_in_capture() {
   return g_frees_in_capture.load();
+}
+
+void fake_pinned_alloc_fails(bool on) {
+  g_pinned_fails.store(on);
 }
 
 int fake_pinned_live() {

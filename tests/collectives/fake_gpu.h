@@ -61,6 +61,8 @@ void fake_graph_free(void* graph);
 void fake_stream_delay(void* stream, int ms);
 // While set, no mark is ever reached (a stream whose earlier work never ends).
 void fake_marks_stuck(bool stuck);
+// While set, pinned_alloc fails (out of memory).
+void fake_pinned_alloc_fails(bool on);
 // pinned_alloc's blocks not yet freed, in this process.
 int fake_pinned_live();
 // pinned_free calls made while a capture (fake_capture_begin) was under way, in this process:

@@ -90,7 +90,7 @@ TEST_CASE(
       [](int r) {
         chorusComm_t comm = init(r);
         if (!comm) return 1;
-        int capturable = -1;  // staged sends and receives are captured only after a collective
+        int capturable = -1;  // staged: replays run host parts
         if (chorusCommCapturable(comm, &capturable) != chorusSuccess || capturable != 0)
           return fail_with(r, "chorusCommCapturable", fmt::format("{}, want 0", capturable));
         const chorus::kernels::cuda::IpcBackend& gpu = chorus::kernels::cuda::ipc();
@@ -340,8 +340,10 @@ TEST_CASE(
 // all-reduce in the same capture: a ring exchange in a group (send to the right, receive from the
 // left) and a send from rank 0 to rank 2 alone, replayed 8 times with rank 1's stream held back
 // before every third replay and an eager exchange between replays, all right.
-TEST_CASE("staged device sends and receives captured into a CUDA graph: every replay right",
-          "[device][graph]") {
+TEST_CASE(
+    "staged device sends and receives captured into a CUDA graph (before any collective): every "
+    "replay right",
+    "[device][graph]") {
   auto res = run_ranks(
       3,
       [](int r) {
@@ -358,11 +360,13 @@ TEST_CASE("staged device sends and receives captured into a CUDA graph: every re
           chorusRecv(into, n, chorusFloat32, left_of, comm, stream);
           return chorusGroupEnd();
         };
+        // The sends and receives first: each pair's replays communicator is made for them.
         chorus::test::fake_capture_begin(stream);
-        chorusResult_t rc = chorusAllReduce(in, sum, n, chorusFloat32, chorusSum, comm, stream);
-        if (rc == chorusSuccess) rc = ring(left);
+        chorusResult_t rc = ring(left);
         if (rc == chorusSuccess && r == 0) rc = chorusSend(in, n, chorusFloat32, 2, comm, stream);
         if (rc == chorusSuccess && r == 2) rc = chorusRecv(solo, n, chorusFloat32, 0, comm, stream);
+        if (rc == chorusSuccess)
+          rc = chorusAllReduce(in, sum, n, chorusFloat32, chorusSum, comm, stream);
         void* graph = chorus::test::fake_capture_end(stream);
         if (rc != chorusSuccess) return fail_with(r, "the capture", chorusGetLastError(comm));
         const chorus::kernels::cuda::IpcBackend& gpu = chorus::kernels::cuda::ipc();
@@ -406,11 +410,76 @@ TEST_CASE("staged device sends and receives captured into a CUDA graph: every re
       },
       opts());
   check_all(res);
-  for (int r = 0; r < 3; ++r)  // the all-reduce, the ring exchange, and rank 0's and 2's pair
+  for (int r = 0; r < 3; ++r)  // the ring exchange, rank 0's and 2's pair, and the all-reduce
     CHECK(contains(res[r].output,
                    fmt::format("chorusCommDestroy on rank {}: {} captured call(s) of this "
                                "communicator are still held by CUDA graphs not destroyed",
                                r, r == 1 ? 2 : 3)));
+}
+
+TEST_CASE(
+    "staged sends and receives matched across graphs: rank 0's group in its graph A meets rank "
+    "1's graph B and rank 2's graph A, so rank 0's capture ends only after rank 2's has; no "
+    "capture waits for a pair communicator's making; every replay right",
+    "[device][graph]") {
+  auto res = run_ranks(
+      3,
+      [](int r) {
+        chorusComm_t comm = init(r);
+        if (!comm) return 1;
+        constexpr int kReplays = 6;
+        constexpr size_t n = 77;
+        void* stream = chorus::test::fake_async_stream();
+        float *in = dev(n), *from0 = dev(n), *from1 = dev(n);
+        // A: rank 0 sends to 1 and 2 (a group), rank 1 sends to 2, rank 2 receives from 0.
+        // B: rank 1 receives from 0, rank 2 from 1. Rank 2 ends A's capture first, then waits in
+        // B's for rank 1, which waits in A's for rank 2's B, while rank 0 waits in A's for rank
+        // 1's B: a capture that waited for its pair communicator (rank 2's with rank 0) would
+        // never end.
+        chorusResult_t rc = chorusSuccess;
+        chorus::test::fake_capture_begin(stream);
+        if (r == 0) {
+          chorusGroupStart();
+          chorusSend(in, n, chorusFloat32, 1, comm, stream);
+          chorusSend(in, n, chorusFloat32, 2, comm, stream);
+          rc = chorusGroupEnd();
+        }
+        if (r == 1) rc = chorusSend(in, n, chorusFloat32, 2, comm, stream);
+        if (r == 2) rc = chorusRecv(from0, n, chorusFloat32, 0, comm, stream);
+        void* a = chorus::test::fake_capture_end(stream);
+        if (rc != chorusSuccess) return fail_with(r, "graph A's capture", chorusGetLastError(comm));
+        chorus::test::fake_capture_begin(stream);
+        if (r == 1) rc = chorusRecv(from0, n, chorusFloat32, 0, comm, stream);
+        if (r == 2) rc = chorusRecv(from1, n, chorusFloat32, 1, comm, stream);
+        void* b = chorus::test::fake_capture_end(stream);
+        if (rc != chorusSuccess) return fail_with(r, "graph B's capture", chorusGetLastError(comm));
+        const chorus::kernels::cuda::IpcBackend& gpu = chorus::kernels::cuda::ipc();
+        std::vector<std::vector<float>> got0(kReplays, std::vector<float>(n)), got1 = got0;
+        for (int k = 0; k < kReplays; ++k) {
+          if (!replay(a, stream, in, n, r, k) || chorus::test::fake_graph_launch(b, stream) != 0)
+            return fail_with(r, "a replay", "failed");
+          if (gpu.to_host_async(got0[k].data(), from0, n * 4, stream) != 0 ||
+              gpu.to_host_async(got1[k].data(), from1, n * 4, stream) != 0)
+            return fail_with(r, "reading back", "failed");
+        }
+        if (int e = chorus::test::fake_stream_sync(stream); e != 0)
+          return fail_with(r, "the stream", gpu.error_string(e));
+        for (int k = 0; k < kReplays && r != 0; ++k)
+          for (size_t j = 0; j < n; ++j)
+            if (got0[k][j] != value(0, j, k) || (r == 2 && got1[k][j] != value(1, j, k)))
+              return fail_with(
+                  r, fmt::format("replay {}", k),
+                  fmt::format("element {}: from rank 0 {} (want {}), from rank 1 {} "
+                              "(want {})",
+                              j, got0[k][j], value(0, j, k), got1[k][j], value(1, j, k)));
+        chorus::test::fake_graph_free(a);
+        chorus::test::fake_graph_free(b);
+        chorusCommDestroy(comm);
+        return 0;
+      },
+      opts("10"));
+  check_all(res);
+  for (int r = 0; r < 3; ++r) CHECK(res[r].seconds < 9);  // no capture waited for a timeout
 }
 
 namespace {
@@ -569,12 +638,6 @@ TEST_CASE("staged device calls: a peer killed; the stream's earlier work that ne
         [](int r) {
           std::optional<Rank> k = setup(r);
           if (!k) return 1;
-          // A collective captured first (in a graph of its own, freed): the replays' communicator.
-          chorus::test::fake_capture_begin(k->stream);
-          const chorusResult_t first = k->all_reduce();
-          chorus::test::fake_graph_free(chorus::test::fake_capture_end(k->stream));
-          if (first != chorusSuccess)
-            return fail_with(r, "the collective's capture", chorusGetLastError(k->comm));
           if (r == 1) return k->ends_named(std::chrono::steady_clock::now(), 30, {"disagree"});
           const auto start = std::chrono::steady_clock::now();
           chorus::test::fake_capture_begin(k->stream);
@@ -605,11 +668,8 @@ TEST_CASE("staged device calls: a peer killed; the stream's earlier work that ne
         [](int r) {
           std::optional<Rank> k = setup(r);
           if (!k) return 1;
-          chorus::test::fake_capture_begin(k->stream);  // the replays' communicator
-          const chorusResult_t first = k->all_reduce();
-          chorus::test::fake_graph_free(chorus::test::fake_capture_end(k->stream));
-          if (first != chorusSuccess)
-            return fail_with(r, "the collective's capture", chorusGetLastError(k->comm));
+          // Every rank's init done (rank 1 waits for the news only).
+          if (!k->in_step()) return fail_with(r, "the eager call", chorusGetLastError(k->comm));
           const auto start = std::chrono::steady_clock::now();
           if (r == 1) return k->ends_named(start, 30, {"send #1 to rank 2", "recv #1 from rank 0"});
           if (r == 0) chorus::test::fake_capture_begin(k->stream);
@@ -651,33 +711,35 @@ TEST_CASE("staged device calls: a peer killed; the stream's earlier work that ne
     check_all(res);
   }
   SECTION(
-      "a send across hosts captured before any collective was: refused (the replays' "
-      "communicator is split off at a collective's capture), and the communicator fails") {
+      "rank 2's capture of a receive fails after the pair agreed (page-locked memory refused): "
+      "named on every rank, and rank 0, whose pair communicator is still waiting for rank 2's "
+      "side, destroys at once") {
     auto res = run_ranks(
         3,
         [](int r) {
           std::optional<Rank> k = setup(r);
           if (!k) return 1;
-          // Every rank's init done (rank 0 leaves the barrier first: the others may learn of
-          // its failure before theirs completes, which is their test's ending too).
-          if (chorusBarrier(k->comm, nullptr) != chorusSuccess && r == 0)
-            return fail_with(r, "the barrier", chorusGetLastError(k->comm));
-          if (r == 0) chorus::test::fake_capturing(k->stream, true);
+          if (!k->in_step()) return fail_with(r, "the eager call", chorusGetLastError(k->comm));
           const auto start = std::chrono::steady_clock::now();
-          chorusResult_t rc = chorusSuccess;
-          if (r == 0) rc = chorusSend(k->buf, 64, chorusFloat32, 2, k->comm, k->stream);
-          if (r == 2) rc = chorusRecv(k->buf, 64, chorusFloat32, 0, k->comm, k->stream);
+          if (r == 1) return k->ends_named(start, 30, {"page-locked memory"});
+          if (r == 2) chorus::test::fake_pinned_alloc_fails(true);
+          chorus::test::fake_capture_begin(k->stream);
+          const chorusResult_t rc =
+              r == 0 ? chorusSend(k->buf, 64, chorusFloat32, 2, k->comm, k->stream)
+                     : chorusRecv(k->buf, 64, chorusFloat32, 0, k->comm, k->stream);
+          chorus::test::fake_graph_free(chorus::test::fake_capture_end(k->stream));
+          chorus::test::fake_pinned_alloc_fails(false);
           const std::string why = chorusGetLastError(k->comm);
-          if (r == 0 && (rc != chorusInvalidUsage ||
-                         !contains(why,
-                                   "are captured into a CUDA graph only after a collective "
-                                   "of the communicator was")))
-            return fail_with(r, "the send", why);
-          if (r == 0) chorus::test::fake_capturing(k->stream, false);
-          return k->ends_named(start, 30, {"rank 0"});
+          if (r == 2 &&
+              (rc != chorusSystemError || !contains(why, "allocating page-locked memory failed")))
+            return fail_with(r, "the capture", why);
+          if (r == 0 && rc != chorusSuccess) return fail_with(r, "the capture", why);
+          // Within 10 s: destroy stops the pair communicator's making (30 s timeout).
+          return k->ends_named(start, 10, {"rank 2", "page-locked memory"});
         },
         opts());
     check_all(res);
+    for (int r = 0; r < 3; ++r) CHECK(res[r].seconds < 20);
   }
   SECTION("rank 1's stream never gets to the call: named after the timeout, on every rank") {
     auto res = run_ranks(

@@ -500,13 +500,13 @@ void sleep_ms(void* ms) {
   std::this_thread::sleep_for(std::chrono::milliseconds(reinterpret_cast<intptr_t>(ms)));
 }
 
-// An all-reduce, a broadcast and a ring exchange (a group: send to the right, receive from the
-// left) captured into a CUDA graph (global capture mode, as PyTorch's default; after an eager
+// A ring exchange (a group: send to the right, receive from the left), an all-reduce and a
+// broadcast captured into a CUDA graph (global capture mode, as PyTorch's default; after an eager
 // warm-up call, as PyTorch and NCCL ask) and replayed 20 times with no host synchronisation: a
 // new input copied in before each replay, the results copied out after; rank 1's stream held
 // back 20 ms before every third replay, so the ranks are out of step.
-// Staged (a host per rank): the host parts run at each replay's host node (the ring exchange's
-// too: the all-reduce captured before it made the replays' communicator).
+// Staged (a host per rank): the host parts run at each replay's host node (the ring exchange,
+// captured first, on each pair's communicator of replays; the collectives on theirs).
 void graph_replays(chorusComm_t comm, cudaStream_t stream, bool staged) {
   constexpr size_t n = 1 << 16;
   constexpr int kReplays = 20, kOut = 3;
@@ -529,14 +529,12 @@ void graph_replays(chorusComm_t comm, cudaStream_t stream, bool staged) {
   CK(cudaStreamSynchronize(stream));
   cudaGraph_t graph;
   CK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-  chorusResult_t rc = chorusAllReduce(in, sum, n, chorusFloat32, chorusSum, comm, stream);
+  chorusGroupStart();
+  chorusSend(in, n, chorusFloat32, right, comm, stream);
+  chorusRecv(rx, n, chorusFloat32, left, comm, stream);
+  chorusResult_t rc = chorusGroupEnd();
+  if (rc == chorusSuccess) rc = chorusAllReduce(in, sum, n, chorusFloat32, chorusSum, comm, stream);
   if (rc == chorusSuccess) rc = chorusBroadcast(in, bc, n, chorusFloat32, 0, comm, stream);
-  if (rc == chorusSuccess) {
-    chorusGroupStart();
-    chorusSend(in, n, chorusFloat32, right, comm, stream);
-    chorusRecv(rx, n, chorusFloat32, left, comm, stream);
-    rc = chorusGroupEnd();
-  }
   const std::string why = rc == chorusSuccess ? "" : chorusGetLastError(comm);
   CK(cudaStreamEndCapture(stream, &graph));
   if (rc != chorusSuccess) return fail("graph: the capture: " + why);
