@@ -152,6 +152,10 @@ class StoreClient {
                               uint32_t timeout_ms, Deadline deadline);
   std::mutex mu_;
   Fd fd_;
+  // Threads of this process waiting for the connection now, and when one last had to: a waiting
+  // get then hands the connection over after short slices (store_client.cc).
+  std::atomic<int> wanting_{0};
+  std::atomic<double> contended_at_{-1e9};
   std::atomic<bool> connection_failed_{false};
   mutable std::mutex info_mu_;  // server_, info_, what_ (take_over changes them)
   SockAddr server_;
