@@ -17,7 +17,7 @@ namespace {
 constexpr double kInterruptSliceSeconds = 0.2;
 // A waiting get holds the connection for its slice, and the process's other threads wait for it
 // meanwhile (a pair of communicators made at once on two threads, each waiting for a key the
-// other's peer sets, took 0.6-1.6 s instead of milliseconds). So slices start short and grow to
+// other's peer sets, took 0.6-2.8 s instead of milliseconds). So slices start short and grow to
 // kInterruptSliceSeconds only while no other thread has wanted the connection for a while.
 constexpr double kShortSliceSeconds = 0.005;
 constexpr double kContendedSeconds = 1.0;
