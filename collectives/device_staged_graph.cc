@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -282,7 +283,8 @@ void stage_graph_close(StageState& st) {
   }
   for (int q : unmade)
     r->parent->pair_failed(q, Status(Code::kInvalidUsage, "its communicator was destroyed"));
-  for (auto& [q, x] : r->pairs) x.maker.join();
+  for (auto& [q, x] : r->pairs)
+    if (x.maker.joinable()) x.maker.join();
   for (auto& [q, x] : r->pairs)
     if (x.comm != nullptr) chorusCommDestroy(x.comm);
   if (r->comm != nullptr) chorusCommDestroy(r->comm);
@@ -354,12 +356,19 @@ chorusResult_t split_replays(chorusComm_t h, CommImpl& comm, const char* name, S
 
 // A pair's replays communicator, made on a thread of its own.
 void make_pair(std::shared_ptr<StagedReplays> r, int peer) {
-  Result<std::shared_ptr<CommImpl>> made = r->parent->pair(peer);
-  chorusComm_t h = made.is_ok() ? capi::adopt(std::move(made.value())) : nullptr;
+  chorusComm_t h = nullptr;
+  std::string error;
+  try {
+    Result<std::shared_ptr<CommImpl>> made = r->parent->pair(peer);
+    if (made.is_ok()) h = capi::adopt(std::move(made.value()));
+    if (!made.is_ok()) error = made.status().message();
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
   std::lock_guard<std::mutex> lock(r->mu);
   PairReplays& x = r->pairs.at(peer);
   x.comm = h;
-  if (h == nullptr) x.error = made.status().message();
+  x.error = h == nullptr && error.empty() ? "unknown failure" : error;
   x.made = true;
   r->cv.notify_all();
 }
@@ -369,8 +378,16 @@ void make_pair(std::shared_ptr<StagedReplays> r, int peer) {
 // destroy stops the making).
 void start_pairs(const std::shared_ptr<StagedReplays>& r, const std::vector<int>& peers) {
   std::lock_guard<std::mutex> lock(r->mu);
-  for (int q : peers)
-    if (r->pairs.count(q) == 0) r->pairs[q].maker = std::thread(make_pair, r, q);
+  for (int q : peers) {
+    if (r->pairs.count(q) != 0) continue;
+    PairReplays& x = r->pairs[q];
+    try {
+      x.maker = std::thread(make_pair, r, q);
+    } catch (const std::system_error& e) {  // its replays fail, naming this
+      x.error = fmt::format("starting the thread that makes it failed: {}", e.what());
+      x.made = true;
+    }
+  }
 }
 
 // Where each op's host buffers lie in the call's page-locked memory (kNone: it has none), and
