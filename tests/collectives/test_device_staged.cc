@@ -631,6 +631,36 @@ TEST_CASE("staged device calls: a peer killed; the stream's earlier work that ne
     check_ranks(res, {0, 1});
   }
   SECTION(
+      "rank 2 killed right after capturing a ring exchange (its pair communicators perhaps not "
+      "made yet): the survivors' replays end, named, and destroy does not wait for a making") {
+    auto res = run_ranks(
+        3,
+        [](int r) {
+          std::optional<Rank> k = setup(r);
+          if (!k) return 1;
+          if (!k->in_step()) return fail_with(r, "the eager call", chorusGetLastError(k->comm));
+          float* got = dev(64);
+          chorus::test::fake_capture_begin(k->stream);
+          chorusGroupStart();
+          chorusSend(k->buf, 64, chorusFloat32, (r + 1) % 3, k->comm, k->stream);
+          chorusRecv(got, 64, chorusFloat32, (r + 2) % 3, k->comm, k->stream);
+          const chorusResult_t rc = chorusGroupEnd();
+          void* graph = chorus::test::fake_capture_end(k->stream);
+          if (rc != chorusSuccess) return fail_with(r, "the capture", chorusGetLastError(k->comm));
+          if (r == 2) raise(SIGKILL);
+          const auto start = std::chrono::steady_clock::now();
+          for (int i = 0; i < 5; ++i)
+            if (chorus::test::fake_graph_launch(graph, k->stream) != 0)
+              return fail_with(r, "a replay", "failed");
+          const int e = k->ends_named(start, 15, {"rank 2"});
+          chorus::test::fake_graph_free(graph);
+          if (seconds_since(start) > 20) return fail_with(r, "destroy", "it waited");
+          return e;
+        },
+        opts());
+    check_ranks(res, {0, 1});
+  }
+  SECTION(
       "ranks 0 and 2 capture a send and a receive of different counts: named on both, and the "
       "communicator fails") {
     auto res = run_ranks(
