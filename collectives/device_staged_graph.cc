@@ -24,6 +24,7 @@
 #include "collectives/comm.h"
 #include "collectives/device_ops.h"
 #include "collectives/op.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "kernels/cuda/ipc.h"
 
@@ -358,6 +359,7 @@ chorusResult_t split_replays(chorusComm_t h, CommImpl& comm, const char* name, S
 void make_pair(std::shared_ptr<StagedReplays> r, int peer) {
   chorusComm_t h = nullptr;
   std::string error;
+  const double start = now_seconds();
   try {
     Result<std::shared_ptr<CommImpl>> made = r->parent->pair(peer);
     if (made.is_ok()) h = capi::adopt(std::move(made.value()));
@@ -365,6 +367,12 @@ void make_pair(std::shared_ptr<StagedReplays> r, int peer) {
   } catch (const std::exception& e) {
     error = e.what();
   }
+  if (h != nullptr)
+    log_info(
+        "rank {}: the communicator of replays with rank {} (sends and receives across hosts "
+        "captured into CUDA graphs; its ranks 0 and 1 are ranks {} and {}): made in {:.1f} ms",
+        r->parent->rank(), peer, std::min(r->parent->rank(), peer),
+        std::max(r->parent->rank(), peer), (now_seconds() - start) * 1e3);
   std::lock_guard<std::mutex> lock(r->mu);
   PairReplays& x = r->pairs.at(peer);
   x.comm = h;

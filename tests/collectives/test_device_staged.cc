@@ -479,7 +479,14 @@ TEST_CASE(
       },
       opts("10"));
   check_all(res);
-  for (int r = 0; r < 3; ++r) CHECK(res[r].seconds < 9);  // no capture waited for a timeout
+  for (int r = 0; r < 3; ++r) {
+    CHECK(res[r].seconds < 9);  // no capture waited for a timeout
+    // Each rank made two pair communicators, said at CHORUS_DEBUG=INFO.
+    CHECK(contains(res[r].output, fmt::format("rank {}: the communicator of replays with rank {}",
+                                              r, (r + 1) % 3)));
+    CHECK(contains(res[r].output, fmt::format("rank {}: the communicator of replays with rank {}",
+                                              r, (r + 2) % 3)));
+  }
 }
 
 namespace {
