@@ -336,7 +336,7 @@ TEST_CASE(
     CHECK(!contains(x.output, "still held by CUDA graphs"));
 }
 
-// Staged sends and receives captured into a CUDA graph (device_staged_graph.cc), after an
+// Staged sends and receives captured into a CUDA graph (device_staged_graph.cc), before an
 // all-reduce in the same capture: a ring exchange in a group (send to the right, receive from the
 // left) and a send from rank 0 to rank 2 alone, replayed 8 times with rank 1's stream held back
 // before every third replay and an eager exchange between replays, all right.
@@ -519,6 +519,35 @@ struct Rank {
     chorusCommDestroy(comm);
     return 0;
   }
+  // A graph of an all-reduce (with `with_all_reduce`) and a ring exchange in a group (buf to the
+  // right, from the left into 64 floats of its own); nullptr when the capture failed.
+  void* capture_ring(bool with_all_reduce) {
+    float* got = dev(64);
+    chorus::test::fake_capture_begin(stream);
+    chorusResult_t rc = with_all_reduce ? all_reduce() : chorusSuccess;
+    if (rc == chorusSuccess) {
+      chorusGroupStart();
+      chorusSend(buf, 64, chorusFloat32, (r + 1) % 3, comm, stream);
+      chorusRecv(got, 64, chorusFloat32, (r + 2) % 3, comm, stream);
+      rc = chorusGroupEnd();
+    }
+    void* graph = chorus::test::fake_capture_end(stream);
+    if (rc == chorusSuccess) return graph;
+    fail_with(r, "the capture", chorusGetLastError(comm));
+    return nullptr;
+  }
+  // `n` replays of `graph` from now on; they end named as a rank 2 that died (ends_named), within
+  // `limit` s, destroy included.
+  int replays_end_named(void* graph, int n, double limit) {
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < n; ++i)
+      if (chorus::test::fake_graph_launch(graph, stream) != 0)
+        return fail_with(r, "a replay", "failed");
+    const int e = ends_named(start, limit, {"rank 2"});
+    chorus::test::fake_graph_free(graph);
+    if (e == 0 && seconds_since(start) > limit) return fail_with(r, "destroy", "it waited");
+    return e;
+  }
 };
 
 std::optional<Rank> setup(int r) {
@@ -608,17 +637,8 @@ TEST_CASE("staged device calls: a peer killed; the stream's earlier work that ne
           std::optional<Rank> k = setup(r);
           if (!k) return 1;
           if (!k->in_step()) return fail_with(r, "the eager call", chorusGetLastError(k->comm));
-          float* got = dev(64);
-          chorus::test::fake_capture_begin(k->stream);
-          chorusResult_t rc = k->all_reduce();
-          if (rc == chorusSuccess) {
-            chorusGroupStart();
-            chorusSend(k->buf, 64, chorusFloat32, (r + 1) % 3, k->comm, k->stream);
-            chorusRecv(got, 64, chorusFloat32, (r + 2) % 3, k->comm, k->stream);
-            rc = chorusGroupEnd();
-          }
-          void* graph = chorus::test::fake_capture_end(k->stream);
-          if (rc != chorusSuccess) return fail_with(r, "the capture", chorusGetLastError(k->comm));
+          void* graph = k->capture_ring(true);
+          if (graph == nullptr) return 1;
           if (chorus::test::fake_graph_launch(graph, k->stream) != 0 ||
               chorus::test::fake_stream_sync(k->stream) != 0)
             return fail_with(r, "the first replay", "failed");
@@ -626,13 +646,7 @@ TEST_CASE("staged device calls: a peer killed; the stream's earlier work that ne
             usleep(300 * 1000);  // the survivors' replays are queued by then
             raise(SIGKILL);
           }
-          const auto start = std::chrono::steady_clock::now();
-          for (int i = 0; i < 10; ++i)
-            if (chorus::test::fake_graph_launch(graph, k->stream) != 0)
-              return fail_with(r, "a replay", "failed");
-          const int e = k->ends_named(start, 15, {"rank 2"});
-          chorus::test::fake_graph_free(graph);
-          return e;
+          return k->replays_end_named(graph, 10, 15);
         },
         opts());
     check_ranks(res, {0, 1});
@@ -646,23 +660,10 @@ TEST_CASE("staged device calls: a peer killed; the stream's earlier work that ne
           std::optional<Rank> k = setup(r);
           if (!k) return 1;
           if (!k->in_step()) return fail_with(r, "the eager call", chorusGetLastError(k->comm));
-          float* got = dev(64);
-          chorus::test::fake_capture_begin(k->stream);
-          chorusGroupStart();
-          chorusSend(k->buf, 64, chorusFloat32, (r + 1) % 3, k->comm, k->stream);
-          chorusRecv(got, 64, chorusFloat32, (r + 2) % 3, k->comm, k->stream);
-          const chorusResult_t rc = chorusGroupEnd();
-          void* graph = chorus::test::fake_capture_end(k->stream);
-          if (rc != chorusSuccess) return fail_with(r, "the capture", chorusGetLastError(k->comm));
+          void* graph = k->capture_ring(false);
+          if (graph == nullptr) return 1;
           if (r == 2) raise(SIGKILL);
-          const auto start = std::chrono::steady_clock::now();
-          for (int i = 0; i < 5; ++i)
-            if (chorus::test::fake_graph_launch(graph, k->stream) != 0)
-              return fail_with(r, "a replay", "failed");
-          const int e = k->ends_named(start, 15, {"rank 2"});
-          chorus::test::fake_graph_free(graph);
-          if (seconds_since(start) > 20) return fail_with(r, "destroy", "it waited");
-          return e;
+          return k->replays_end_named(graph, 5, 15);
         },
         opts());
     check_ranks(res, {0, 1});
