@@ -752,14 +752,16 @@ std::string CommImpl::child_prefix(const std::string& suffix) const {
   return fmt::format("h{:016x}{}", uid_, suffix);
 }
 
+Result<std::shared_ptr<Job>> CommImpl::job_unless_stopping(const char* what) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stopping_)
+    return make_error(Code::kInvalidUsage, "{}{}the communicator is being destroyed", what,
+                      *what ? ": " : "");
+  return job_;
+}
+
 Result<std::shared_ptr<CommImpl>> CommImpl::split(int color, int key) {
-  std::shared_ptr<Job> job;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (stopping_)
-      return make_error(Code::kInvalidUsage, "split: the communicator is being destroyed");
-    job = job_;
-  }
+  CHORUS_ASSIGN_OR_RETURN(std::shared_ptr<Job> job, job_unless_stopping("split"));
   uint64_t n = ++split_count_;
   auto deadline = Deadline::after_seconds(timeout_s_);
   auto& store = job->store();
@@ -797,13 +799,7 @@ std::pair<std::string, uint64_t> CommImpl::pair_name(int peer) const {
 }
 
 Result<std::shared_ptr<CommImpl>> CommImpl::pair(int peer) {
-  std::shared_ptr<Job> job;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (stopping_)
-      return make_error(Code::kInvalidUsage, "pair: the communicator is being destroyed");
-    job = job_;
-  }
+  CHORUS_ASSIGN_OR_RETURN(std::shared_ptr<Job> job, job_unless_stopping("pair"));
   auto [prefix, uid] = pair_name(peer);
   const int lo = std::min(rank_, peer), hi = std::max(rank_, peer);
   return CommImpl::create(job, prefix, uid, rank_ == lo ? 0 : 1, {job_ranks_[lo], job_ranks_[hi]},

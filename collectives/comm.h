@@ -173,6 +173,8 @@ class CommImpl : public std::enable_shared_from_this<CommImpl> {
   uint64_t next_collective_seq() { return ++coll_seq_; }
   uint64_t next_p2p_seq(int peer, bool send);
 
+  // The job, unless destroy has begun ("{what}: the communicator is being destroyed").
+  Result<std::shared_ptr<Job>> job_unless_stopping(const char* what);
   Result<std::shared_ptr<CommImpl>> split(int color, int key);
   // A communicator of this rank and `peer` alone (the lower one its rank 0), for calls only the
   // two make (staged sends and receives captured into CUDA graphs). Both ranks make it, under

@@ -99,12 +99,7 @@ Status check_grow_id(const GrowId& id) {
 }
 
 Status CommImpl::grow_id(GrowId* out) {
-  std::shared_ptr<Job> job;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (stopping_) return make_error(Code::kInvalidUsage, "the communicator is being destroyed");
-    job = job_;
-  }
+  CHORUS_ASSIGN_OR_RETURN(std::shared_ptr<Job> job, job_unless_stopping(""));
   // After a failover the id names the new store (failover.cc).
   if (Status up = job->await_store(Deadline::after_seconds(timeout_s_)); !up.is_ok())
     return make_error(up.code(), "{}: newcomers have nowhere to meet", up.message());
@@ -135,12 +130,7 @@ Status CommImpl::grow_id(GrowId* out) {
 
 Result<std::shared_ptr<CommImpl>> CommImpl::grow(int nranks, const GrowId* id, double timeout_s,
                                                  int deterministic) {
-  std::shared_ptr<Job> job;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (stopping_) return make_error(Code::kInvalidUsage, "the communicator is being destroyed");
-    job = job_;
-  }
+  CHORUS_ASSIGN_OR_RETURN(std::shared_ptr<Job> job, job_unless_stopping(""));
   CHORUS_TRY(check_size(nranks, size()));
   if (id) {
     CHORUS_TRY(check_grow_id(*id));

@@ -167,13 +167,7 @@ Result<std::set<int>> CommImpl::agree_on_failed(const std::set<int>& mine, const
 
 Result<std::shared_ptr<CommImpl>> CommImpl::shrink(const std::vector<int>& exclude, bool agree,
                                                    double timeout_s, int deterministic) {
-  std::shared_ptr<Job> job;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (stopping_)
-      return make_error(Code::kInvalidUsage, "shrink: the communicator is being destroyed");
-    job = job_;
-  }
+  CHORUS_ASSIGN_OR_RETURN(std::shared_ptr<Job> job, job_unless_stopping("shrink"));
   std::set<int> excluded;
   for (int r : exclude) {
     if (r < 0 || r >= size())
