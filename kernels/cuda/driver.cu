@@ -10,6 +10,7 @@
 #include <mutex>
 
 #include "kernels/cuda/capture_mode.h"
+#include "kernels/cuda/device_scope.h"
 #include "kernels/cuda/driver_entry.h"
 #include "kernels/cuda/gpu_identity.h"
 #include "kernels/cuda/memory.h"
@@ -80,6 +81,9 @@ PointerInfo driver_classify_pointer(const void* p) {
 int driver_current_gpu(GpuIdentity* out) {
   const Driver& d = driver();
   if (d.devices == 0) return 0;
+  // Also at a communicator's making inside a capture (the staged path splits one off at its first
+  // captured collective): none of these touches a stream (capture_mode.h).
+  const RelaxedCapture relaxed;
   CUcontext ctx = nullptr;
   if (d.ctx_get_current(&ctx) != CUDA_SUCCESS || ctx == nullptr) return 0;  // CUDA not used
   CUdevice dev = 0;
@@ -118,17 +122,28 @@ int driver_current_gpu(GpuIdentity* out) {
   return 1;
 }
 
-// Runs fn with `device` current, then makes the caller's device current again.
+DeviceScope::DeviceScope(int device) : device_(device), previous_(device) {
+  const Driver& d = driver();
+  if (d.devices == 0) {
+    rc_ = int(cudaErrorNoDevice);
+    return;
+  }
+  // A thread with no context yet stays on `device` (device_scope.h).
+  CUcontext ctx = nullptr;
+  if (d.ctx_get_current(&ctx) == CUDA_SUCCESS && ctx != nullptr)
+    rc_ = int(cudaGetDevice(&previous_));
+  if (rc_ == 0 && previous_ != device) rc_ = int(cudaSetDevice(device));
+}
+
+DeviceScope::~DeviceScope() {
+  if (rc_ == 0 && previous_ != device_) (void)cudaSetDevice(previous_);
+}
+
+// Runs fn with `device` current, then makes the caller's device current again (DeviceScope).
 template <class F>
 int on_device(int device, F&& fn) {
-  if (driver().devices == 0) return int(cudaErrorNoDevice);
-  int previous = 0;
-  int rc = int(cudaGetDevice(&previous));
-  if (rc == 0) rc = int(cudaSetDevice(device));
-  if (rc != 0) return rc;
-  rc = fn();
-  cudaSetDevice(previous);
-  return rc;
+  const DeviceScope scope(device);
+  return scope.rc() != 0 ? scope.rc() : fn();
 }
 
 int device_alloc(int device, size_t bytes, void** out) {
@@ -185,19 +200,36 @@ int timed_event_record(int device, void* stream, void** event) {
 
 int event_elapsed_ms(void* from, void* to, float* ms) {
   *ms = 0;
+  const RelaxedCapture relaxed;  // as event_query
   for (void* e : {from, to})
     if (cudaError_t rc = cudaEventQuery(static_cast<cudaEvent_t>(e)); rc) return int(rc);
   return int(
       cudaEventElapsedTime(ms, static_cast<cudaEvent_t>(from), static_cast<cudaEvent_t>(to)));
 }
 
+// The queries and the release run with this thread's capture mode relaxed (capture_mode.h):
+// they run on chorus's threads and on the caller's while another thread may capture in global
+// mode, where CUDA would refuse them and invalidate that capture (PyTorch's NCCL watchdog hit
+// this: pytorch#104487). No event chorus queries was recorded inside a capture.
 int event_query(void* event) {
   static_assert(kEventPending == int(cudaErrorNotReady));
-  return int(cudaEventQuery(static_cast<cudaEvent_t>(event)));
+  const RelaxedCapture relaxed;
+  const cudaError_t rc = cudaEventQuery(static_cast<cudaEvent_t>(event));
+  // A failure is the caller's to report: cleared, so that the thread's next launch check
+  // (cudaGetLastError) does not take it as its own. "Not ready" is an answer, never kept.
+  if (rc != cudaSuccess && rc != cudaErrorNotReady) (void)cudaGetLastError();
+  return int(rc);
+}
+
+int event_query_on(int device, void* event) {
+  return on_device(device, [&] { return event_query(event); });
 }
 
 void event_free(void* event) {
-  if (event != nullptr) (void)cudaEventDestroy(static_cast<cudaEvent_t>(event));
+  if (event == nullptr) return;
+  const RelaxedCapture relaxed;
+  // Ignored: cleared, so that the next launch check (cudaGetLastError) does not take it as its own.
+  if (cudaEventDestroy(static_cast<cudaEvent_t>(event)) != cudaSuccess) (void)cudaGetLastError();
 }
 
 int stream_wait_event(int device, void* stream, void* event) {

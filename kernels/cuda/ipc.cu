@@ -8,6 +8,7 @@
 #include <string>
 
 #include "kernels/cuda/capture_mode.h"
+#include "kernels/cuda/device_scope.h"
 #include "kernels/cuda/driver_entry.h"
 #include "kernels/cuda/ipc.h"
 #include "kernels/cuda/memory.h"
@@ -154,8 +155,10 @@ int flags_release(int device, void* flags, const uint32_t* values, size_t count)
   if (!o.ok) return kNoCuda;
   cudaStream_t s = nullptr;
   if (int rc = release_stream(device, false, &s); rc) return rc;
-  // The calling thread (the watch thread, usually) may have used no device yet, or another one.
-  if (cudaError_t e = cudaSetDevice(device); e) return int(e);
+  // The calling thread (the watch thread, usually) may have used no device yet, or another one:
+  // `device` for the writes, the caller's own again after them.
+  const DeviceScope scope(device);
+  if (scope.rc() != 0) return scope.rc();
   // Each word's value is the call's argument: nothing of `values` is read after this returns,
   // and no host memory is staged (a pageable copy could wait for staging buffers that a blocked
   // cudaMemcpy holds).
@@ -224,7 +227,12 @@ int pinned_alloc(size_t bytes, void** out) {
 }
 
 void pinned_free(void* p) {
-  if (p != nullptr) (void)cudaFreeHost(p);
+  if (p == nullptr) return;
+  // On the caller's thread while another may capture in global mode (capture_mode.h). Ignored
+  // when it fails (the block stays allocated), and cleared: the thread's next launch check
+  // (cudaGetLastError) must not take it as its own.
+  const RelaxedCapture relaxed;
+  if (cudaFreeHost(p) != cudaSuccess) (void)cudaGetLastError();
 }
 
 int copy_to_host_async(void* dst, const void* src, size_t bytes, void* stream) {

@@ -151,8 +151,10 @@ struct IpcBackend {
   int (*graph_destructor)(void* stream, void (*fn)(void*), void* arg);
   int (*host_func)(void* stream, void (*fn)(void*), void* arg);
   // Whether the work before a mark's latest record is done: 0, kStampNotReady (not yet), or an
-  // error; it does not wait. mark_free releases a mark (nullptr: nothing).
-  int (*mark_done)(void* mark);
+  // error; it does not wait. `device`: the mark's (current for the query: a thread of chorus's
+  // may have used none yet). Any thread, also while another captures a stream. mark_free
+  // releases a mark (nullptr: nothing).
+  int (*mark_done)(int device, void* mark);
   void (*mark_free)(void* mark);
   int (*current_device)();
   std::string (*error_string)(int rc);

@@ -52,6 +52,10 @@ void event_free(void* event);
 // 0: the work before the event's record is done; kEventPending: not yet; else a CUDA error.
 constexpr int kEventPending = 600;  // cudaErrorNotReady
 int event_query(void* event);
+// The same with `device` current for the query (DeviceScope, kernels/cuda/device_scope.h): for
+// threads of chorus's, which may have used no device yet -- a query there would otherwise make
+// device 0's primary context.
+int event_query_on(int device, void* event);
 
 // Tests: replace the classification (nullptr: back to the driver's).
 using PointerClassifier = PointerInfo (*)(const void* p);

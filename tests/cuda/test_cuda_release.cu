@@ -4,8 +4,14 @@
 // flag word the dead rank never wrote; the watch thread names the death and releases the flags.
 // On an H100 (2026-11-27, test_elastic_device) the release created its stream at that moment,
 // and stream creation waited for a driver lock the blocked cudaMemcpy held: both hung for good.
-// Here one thread blocks in cudaMemcpy behind a stream wait, and another releases the flag: both
-// must return within 10 s. Skips (exit 77) with the reason where no device is visible.
+// Here one thread blocks in cudaMemcpy behind a stream wait, and another asks whether an event
+// recorded before the wait is reached (as the staged path's progress thread does) and releases
+// the flag: all must return within 10 s. Then the calls chorus makes on its own threads while
+// the caller may capture a stream in global mode (PyTorch's default): an event query and a free
+// of page-locked memory on another thread must neither fail nor invalidate that capture
+// (kernels/cuda/capture_mode.h). tests/gpu/run.sh also runs it with CUDA_DEVICE_MAX_CONNECTIONS=1
+// (one hardware queue for every stream). Skips (exit 77) with the reason where no device is
+// visible.
 #include <cuda_runtime.h>
 #include <unistd.h>
 
@@ -15,9 +21,11 @@
 #include <cstdio>
 #include <future>
 #include <thread>
+#include <utility>
 
 #include "check_cuda.h"
 #include "kernels/cuda/ipc.h"
+#include "kernels/cuda/memory.h"
 
 namespace kc = chorus::kernels::cuda;
 
@@ -38,6 +46,47 @@ bool within(std::chrono::seconds limit, Pred done) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   return true;
+}
+
+// A global-mode capture on this thread while another thread queries an event (recorded before
+// the capture) and frees page-locked memory, as chorus's threads do: both calls succeed and the
+// capture ends with a graph. 0, or 1 with the failure said.
+int capture_beside() {
+  cudaStream_t c = nullptr;
+  CHECK_CUDA(cudaStreamCreateWithFlags(&c, cudaStreamNonBlocking));
+  cudaEvent_t e = nullptr;
+  CHECK_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  CHECK_CUDA(cudaEventRecord(e, c));
+  CHECK_CUDA(cudaStreamSynchronize(c));
+  void* pinned = nullptr;
+  if (int rc = kc::pinned_alloc(4096, &pinned); rc) {
+    std::printf("FAIL: pinned_alloc: %s\n", kc::ipc_error_string(rc).c_str());
+    return 1;
+  }
+  int* word = nullptr;
+  CHECK_CUDA(cudaMalloc(&word, sizeof(int)));
+  CHECK_CUDA(cudaStreamBeginCapture(c, cudaStreamCaptureModeGlobal));
+  CHECK_CUDA(cudaMemsetAsync(word, 0, sizeof(int), c));
+  auto other = std::async(std::launch::async, [&] {
+    const int rc = kc::event_query_on(0, e);
+    kc::pinned_free(pinned);
+    return std::make_pair(rc, int(cudaGetLastError()));
+  });
+  const auto [query_rc, left] = other.get();
+  cudaGraph_t graph = nullptr;
+  const cudaError_t end = cudaStreamEndCapture(c, &graph);
+  if (query_rc != 0 || left != 0 || end != cudaSuccess || graph == nullptr) {
+    std::printf(
+        "FAIL: beside a global-mode capture, another thread's event query gave %d (%s), a free "
+        "of page-locked memory left error %d; the capture ended with %s\n",
+        query_rc, kc::ipc_error_string(query_rc).c_str(), left, cudaGetErrorString(end));
+    return 1;
+  }
+  CHECK_CUDA(cudaGraphDestroy(graph));
+  std::printf(
+      "ok: an event query and a page-locked free on another thread beside a global-mode "
+      "capture: both succeeded, the capture ended with its graph\n");
+  return 0;
 }
 
 }  // namespace
@@ -64,6 +113,10 @@ int main() {
   // waits for that stream; a blocking copy on it to the host.
   cudaStream_t s = nullptr;
   CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaEvent_t before_wait = nullptr;  // recorded before the wait: reached at once
+  CHECK_CUDA(cudaEventCreateWithFlags(&before_wait, cudaEventDisableTiming));
+  CHECK_CUDA(cudaEventRecord(before_wait, s));
+  CHECK_CUDA(cudaStreamSynchronize(s));  // (the wait comes after: nothing holds it yet)
   if (int rc = kc::stream_wait_u32_geq(s, static_cast<uint32_t*>(flags) + 3, 1); rc) {
     std::printf("FAIL: stream_wait_u32_geq: %s\n", kc::ipc_error_string(rc).c_str());
     return 1;
@@ -86,8 +139,10 @@ int main() {
     return 1;
   }
 
-  // The watch thread's side: release every word (word 3 to 1 among them).
+  // The watch thread's side (the progress thread's query first): release every word (word 3 to
+  // 1 among them).
   auto released = std::async(std::launch::async, [&] {
+    if (int rc = kc::event_query_on(0, before_wait); rc) return rc;
     uint32_t values[kWords];
     for (uint32_t& v : values) v = 1;
     return kc::flags_release(0, flags, values, kWords);
@@ -113,5 +168,5 @@ int main() {
     return 1;
   }
   std::printf("ok: flags_release ended a wait that a blocked cudaMemcpy sat behind\n");
-  return 0;
+  return capture_beside();
 }

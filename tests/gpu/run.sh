@@ -98,6 +98,8 @@ device_kill() {
 device_staged() {
   step device_staged 120 env CHORUS_PROBE_STAGED=1 CHORUS_CUDA_TEST_QUICK=1 \
     "$bin/device_allreduce_probe" "$bin/chorus-run" 3
+  step device_staged_1conn 120 env CHORUS_PROBE_STAGED=1 CHORUS_CUDA_TEST_QUICK=1 \
+    CUDA_DEVICE_MAX_CONNECTIONS=1 "$bin/device_allreduce_probe" "$bin/chorus-run" 3
   grep -h "cases in\|FAIL" "$logs/device_staged.log" 2>/dev/null | head -5
   device_kill staged
 }
@@ -106,6 +108,9 @@ step platform 150 "$bin/gpu-platform"
 grep -h "^RESULT\|us per round trip\|MiB:" "$logs/platform.log" 2>/dev/null
 step cuda_reduce 120 "$bin/test_cuda_reduce"
 step cuda_release 30 "$bin/test_cuda_release"  # the release while a cudaMemcpy waits behind it
+# The same with one hardware queue for every stream (Megatron's setting): the release's stream
+# must not sit behind the wait it ends (device_staged below runs the staged path so too).
+step cuda_release_1conn 30 env CUDA_DEVICE_MAX_CONNECTIONS=1 "$bin/test_cuda_release"
 step shared_gpu 60 "$bin/shared_gpu_probe" "$bin/chorus-run"
 step device_allreduce 180 "$bin/device_allreduce_probe" "$bin/chorus-run" 2 3
 grep -h "cases in\|^\[0\] *[0-9].* [0-9.]*$\|copy engine" "$logs/device_allreduce.log" 2>/dev/null
@@ -249,6 +254,7 @@ fi
 # short comparison with PyTorch.
 if [ "$part" = quick ]; then
   step cuda_release 30 "$bin/test_cuda_release"
+  step cuda_release_1conn 30 env CUDA_DEVICE_MAX_CONNECTIONS=1 "$bin/test_cuda_release"
   step cuda_ops 120 "$bin/test_cuda_ops"
   step op_times 90 "$bin/op-times" --device cuda:0
   grep -h "^op-times" "$logs/op_times.log" 2>/dev/null
