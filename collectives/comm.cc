@@ -82,6 +82,8 @@ Result<std::shared_ptr<CommImpl>> CommImpl::create(std::shared_ptr<Job> job, std
     CHORUS_ASSIGN_OR_RETURN(int64_t device_die,
                             env_int_in("CHORUS_TEST_DEVICE_DIE", -1, -1, CHORUS_MAX_RANKS - 1));
     c->device_die_ = static_cast<int>(device_die);
+    CHORUS_ASSIGN_OR_RETURN(int64_t lag, env_int_in("CHORUS_TEST_REPLAY_LAG_MS", 0, 0, 10000));
+    c->replay_lag_ms_ = static_cast<int>(lag);
     CHORUS_ASSIGN_OR_RETURN(int64_t timing, env_int_in("CHORUS_DEVICE_TIMING", 0, 0, 10000));
     c->device_timing_ = static_cast<int>(timing);
     CHORUS_ASSIGN_OR_RETURN(int64_t staged_max, env_int_in("CHORUS_STAGED_MAX_BYTES",
@@ -321,6 +323,18 @@ int CommImpl::job_rank_of(int pid, const std::string& host) const {
   for (size_t r = 0; r < peers.size(); ++r)
     if (peers[r].pid == pid && peers[r].host == host) return job_ranks_[r];
   return -1;
+}
+
+std::string CommImpl::ranks_sharing_a_process() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (channels_.empty()) return {};
+  const auto& peers = channels_[0]->links.peers;
+  for (size_t a = 0; a < peers.size(); ++a)
+    for (size_t b = a + 1; b < peers.size(); ++b)
+      if (peers[a].pid == peers[b].pid && peers[a].host == peers[b].host)
+        return fmt::format("ranks {} and {} are threads of one process (pid {})", a, b,
+                           peers[a].pid);
+  return {};
 }
 
 // Progress and channel threads run next to their rank: when the launcher (or taskset, numactl)

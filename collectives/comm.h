@@ -159,6 +159,9 @@ class CommImpl : public std::enable_shared_from_this<CommImpl> {
   int nchannels() const { return nchannels_; }
   // The job rank of the member whose process is `pid` on host `host`, or -1.
   int job_rank_of(int pid, const std::string& host) const;
+  // "ranks A and B are threads of one process (pid P)" when two of this communicator's ranks
+  // are (chorusCommInitRank on several threads, chorusCommInitAll), else "".
+  std::string ranks_sharing_a_process() const;
   // Runs fn(k) for k in [0, n): k = 0 on this thread, the others on their channels' threads;
   // waits for all and returns the first error (which also fails the communicator, so the
   // other parts stop at once).
@@ -214,6 +217,10 @@ class CommImpl : public std::enable_shared_from_this<CommImpl> {
   // running job); on the staged path (device_staged.cc), 200 ms into its second call's host part
   // on the progress thread, while its peers' wait for it; -1: none.
   int device_die_for_test() const { return device_die_; }
+  // CHORUS_TEST_REPLAY_LAG_MS: the thread that runs the host parts of replays of staged calls
+  // captured into CUDA graphs (device_staged_graph.cc) sleeps this long after taking each one
+  // from its queue, before using it; 0: never.
+  int replay_lag_ms_for_test() const { return replay_lag_ms_; }
   // CHORUS_DEVICE_TIMING: how many of this communicator's first device calls (CUDA IPC path) have
   // their GPU stages timed and printed at destroy (device_timing.h); 0: none.
   int device_timing_calls() const { return device_timing_; }
@@ -276,6 +283,7 @@ class CommImpl : public std::enable_shared_from_this<CommImpl> {
   std::string gpus_unreachable_;
   DeviceIpc device_ipc_;
   int device_die_ = -1;
+  int replay_lag_ms_ = 0;  // CHORUS_TEST_REPLAY_LAG_MS
   int device_timing_ = 0;
   std::atomic<bool> shared_buffers_{true};
   bool shared_map_fail_ = false;

@@ -20,6 +20,15 @@ std::string where(const void* p) {
 
 }  // namespace
 
+std::string not_device_memory(const char* name, const void* p, int dev) {
+  const kc::PointerInfo i = kc::classify_pointer(p);
+  if (i.space == kc::MemSpace::kDevice && i.device == dev) return {};
+  return fmt::format("{} {} is {}, {}: the buffers must be memory of the current device", name, p,
+                     where(p),
+                     dev < 0 ? std::string("and this process uses no CUDA device")
+                             : fmt::format("the current device is {}", dev));
+}
+
 void set_why(Record& r, const std::string& why) {
   r.ok = 0;
   std::snprintf(r.why, sizeof r.why, "%s", why.c_str());
@@ -56,13 +65,8 @@ void describe_self(DeviceIpc& st, CallBuffers& bufs, Record& me, int rank) {
   me.pid = int32_t(getpid());
   for (const LocalBuffer* b : {&bufs.send, &bufs.recv}) {
     if (!b->used) continue;
-    kc::PointerInfo i = kc::classify_pointer(b->user);
-    if (i.space != kc::MemSpace::kDevice || i.device != dev)
-      return set_why(me, fmt::format("{} {} is {}, {}: the buffers must be memory of the current "
-                                     "device",
-                                     b->name, b->user, where(b->user),
-                                     dev < 0 ? std::string("and this process uses no CUDA device")
-                                             : fmt::format("the current device is {}", dev)));
+    if (std::string why = not_device_memory(b->name, b->user, dev); !why.empty())
+      return set_why(me, why);
   }
   if (st.flags == nullptr) {
     // With the slots of captured calls behind them (device_graph.h): nothing is allocated while a
@@ -137,11 +141,14 @@ chorusResult_t finish(CommImpl& comm, const char* call) {
 void size_state(DeviceIpc& st, int p) {
   if (!st.peer_flags.empty()) return;
   st.peer_flags.assign(p, nullptr);
+  st.graph.live_ranks.store(p);
 }
 
 std::string staged_why(CommImpl& comm) {
   const int hosts = comm.hosts().nhosts();
   if (hosts != 1) return fmt::format("{} hosts; CUDA IPC maps memory of one host", hosts);
+  if (std::string s = comm.ranks_sharing_a_process(); !s.empty())
+    return s + "; CUDA IPC maps the memory of other processes only";
   if (comm.size() > kMaxDeviceRanks)
     return fmt::format("{} ranks; CUDA IPC here takes at most {}", comm.size(), kMaxDeviceRanks);
   return comm.gpus_unreachable();

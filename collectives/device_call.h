@@ -49,6 +49,9 @@ struct Record {
 
 // Marks `r` as not taking part, saying why.
 void set_why(Record& r, const std::string& why);
+// Why `p` (the call's buffer `name`) cannot be a device call's buffer: "" when it is device memory
+// of `dev`, the current device.
+std::string not_device_memory(const char* name, const void* p, int dev);
 // The IPC backend's words for its error code rc.
 std::string ipc_error(int rc);
 

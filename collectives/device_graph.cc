@@ -97,14 +97,18 @@ std::string no_free_slot(const std::string& head, const char* what, const char* 
       head, what, where, kGraphSlots);
 }
 
-// The used words of the collectives' slots, and of each peer's first `pair_slots` of both kinds.
+// The used words of the collectives' slots (each block's first `ranks`), and of each peer's
+// first `pair_slots` of both kinds: one write a word every 20 ms.
 void graph_release(GraphWords& g) {
   void* flags = g.live.load();
   const int calls = g.live_calls.load();
   const int pair_slots = g.live_pair_slots.load();
+  const int ranks = std::min(g.live_ranks.load(), kGraphBlockWords);
   if (flags == nullptr || (calls == 0 && pair_slots == 0)) return;
-  std::vector<KeptWords> regions{{flags, size_t(calls) * kGraphSlotWords}};
-  for (int q = 0; q < kGraphBlockWords && pair_slots > 0; ++q)
+  std::vector<KeptWords> regions;
+  for (int slot = 0; slot < calls; ++slot)
+    for (int block : {0, 1}) regions.push_back({graph_word(flags, slot, block, 0), size_t(ranks)});
+  for (int q = 0; q < ranks && pair_slots > 0; ++q)
     for (PairWord w : {kPairData, kPairCopied})
       regions.push_back({pair_word(flags, q, w, 0), size_t(pair_slots)});
   start_keeper(g.keeper, g.live_device.load(), std::move(regions));
@@ -112,6 +116,15 @@ void graph_release(GraphWords& g) {
 
 void graph_close(GraphWords& g) {
   stop_keeper(g.keeper);
+}
+
+uint64_t settled_free(const std::atomic<uint64_t>& mask) {
+  uint64_t free = mask.load();
+  for (int i = 0; free == 0 && i < 40; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    free = mask.load();
+  }
+  return free;
 }
 
 int graph_warn_held(int rank, std::initializer_list<const GraphSlots*> masks) {

@@ -83,7 +83,8 @@ struct GraphWords {
   std::atomic<int> live_device{-1};
   std::atomic<int> live_calls{0};       // 1 + the highest slot a captured collective took
   std::atomic<int> live_pair_slots{0};  // 1 + the highest slot a captured send or receive took
-  std::shared_ptr<GraphKeeper> keeper;  // started by graph_release
+  std::atomic<int> live_ranks{kGraphBlockWords};  // the communicator's: the words in use
+  std::shared_ptr<GraphKeeper> keeper;            // started by graph_release
   GraphWords() = default;
   GraphWords(const GraphWords&) = delete;
   GraphWords& operator=(const GraphWords&) = delete;
@@ -109,6 +110,11 @@ int graph_hold(GraphWords& g, void* stream,
                const std::vector<std::pair<std::atomic<uint64_t>*, uint64_t>>& taken);
 // The k-th lowest bit set in `mask` (k from 0), or -1.
 int nth_free(uint64_t mask, int k);
+// A capture's view of this rank's free slots in `mask`: when none is free, up to 200 ms more for
+// one -- CUDA runs a destroyed graph's user-object destructors (graph_hold's) on a thread of its
+// own, a moment after the graph goes, so a capture right after a destroy would be refused for
+// nothing.
+uint64_t settled_free(const std::atomic<uint64_t>& mask);
 // Why a capture found no slot free on every rank concerned: "{head}: no slot for a captured
 // {what} is free on {where} at once (64 each; ...)".
 std::string no_free_slot(const std::string& head, const char* what, const char* where);

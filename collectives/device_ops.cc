@@ -209,7 +209,7 @@ static_assert(kGraphBlockWords == kMaxDeviceRanks, "a slot's block holds a word 
 void describe_capture(DeviceIpc& st, void* stream, devcall::Record& me) {
   me.graph = -1;
   if (!devcall::capturing(st, stream, me)) return;
-  me.graph_free = st.graph.slots->calls.load();
+  me.graph_free = settled_free(st.graph.slots->calls);
   if (me.graph_free == 0)
     return devcall::set_why(
         me, fmt::format("{} captured device collectives of this communicator are held by CUDA "

@@ -43,7 +43,7 @@ std::atomic<uint64_t>& pair_mask(DeviceIpc& st, const DeviceP2p& it) {
 // and direction; the slot is chosen after the exchange.
 void describe_pair_capture(DeviceIpc& st, const DeviceP2p& it, devcall::Record& me) {
   if (!me.ok || !devcall::capturing(st, it.args.stream, me)) return;
-  me.graph_free = pair_mask(st, it).load();
+  me.graph_free = settled_free(pair_mask(st, it));
   if (me.graph_free == 0)
     return devcall::set_why(
         me,

@@ -34,7 +34,7 @@
 // CUDA IPC path's (device_graph.h). The first staged call may be a captured one: the words are
 // allocated then, with the thread's capture mode relaxed (kernels/cuda/capture_mode.h); a capture
 // takes the page-locked memory of destroyed graphs' calls before it allocates any, and none is
-// freed until the next eager call or destroy.
+// freed until destroy.
 #pragma once
 
 #include <atomic>
@@ -75,7 +75,8 @@ struct StageState {
   uint32_t written = 0;
   std::vector<StageBuffer> buffers;  // the calling thread's
   // CHORUS_STAGED_MAX_BYTES: the page-locked memory its calls may hold before a call waits for an
-  // earlier one's stream to finish with its buffer.
+  // earlier one's stream to finish with its buffer. Below it nothing is freed before destroy
+  // (cudaFreeHost may wait for the whole device); past it, buffers no stream uses are.
   size_t max_bytes = size_t(1) << 30;
 };
 
@@ -85,9 +86,6 @@ void stage_signal(StageState& st, uint32_t n);
 // destroy's) for every buffer's `done` mark, then frees the buffers and marks; a buffer whose
 // stream never got there is left allocated, with a warning.
 void stage_close(StageState& st, double timeout_s);
-// At an eager staged call (no capture under way): frees the page-locked memory of destroyed
-// graphs' calls that no capture took again.
-void stage_graph_collect(StageState& st);
 // A failure of the communicator (any thread): the replays' communicator is aborted, and a keeper
 // writes 1 into the captured calls' words until stage_graph_close, so that no replay waits.
 void stage_graph_release(StageState& st);

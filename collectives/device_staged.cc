@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "collectives/c_api_internal.h"
@@ -41,10 +42,10 @@ void stage_close(StageState& st, double timeout_s) {
   const kc::IpcBackend& ipc = kc::ipc();
   const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
   for (StageBuffer& b : st.buffers) {
-    int rc = b.done != nullptr ? ipc.mark_done(b.done) : 0;
+    int rc = b.done != nullptr ? ipc.mark_done(st.device, b.done) : 0;
     while (rc == kc::kStampNotReady && std::chrono::steady_clock::now() < end) {
       usleep(1000);
-      rc = ipc.mark_done(b.done);
+      rc = ipc.mark_done(st.device, b.done);
     }
     if (rc != 0) {  // the GPU may still copy from it: left allocated
       log_warn(
@@ -77,7 +78,7 @@ Result<size_t> refresh(StageState& st, const char* call, int rank) {
   size_t held = 0;
   for (StageBuffer& b : st.buffers) {
     if (b.used && b.done != nullptr) {  // (no done mark: its call failed half way; kept)
-      const int rc = ipc.mark_done(b.done);
+      const int rc = ipc.mark_done(st.device, b.done);
       if (rc != 0 && rc != kc::kStampNotReady)
         return copy_failed(call, rank, "asking whether a staging buffer is free", rc);
       b.used = rc != 0;
@@ -96,7 +97,6 @@ Result<StageBuffer*> take_buffer(CommImpl& comm, StageState& st, size_t bytes, c
   const kc::IpcBackend& ipc = kc::ipc();
   const int rank = comm.rank();
   const auto start = std::chrono::steady_clock::now();
-  stage_graph_collect(st);  // an eager call: no capture under way on this thread
   for (int i = 0;; ++i) {
     Result<size_t> held = refresh(st, call, rank);
     if (!held.is_ok()) return held.status();
@@ -124,13 +124,14 @@ Result<StageBuffer*> take_buffer(CommImpl& comm, StageState& st, size_t bytes, c
                         comm.timeout_origin());
     usleep(i < 100 ? 50 : 1000);
   }
-  StageBuffer* spare = nullptr;  // a free entry, to be given new memory
+  // New memory, in an entry whose memory went above (past the limit) or a new one: never freed
+  // here within the limit -- cudaFreeHost may wait for the whole device, whose streams may wait
+  // for this communicator's host parts (and, on another thread, a capture in global mode would
+  // refuse it). Up to the limit, smaller buffers stay for later calls.
+  StageBuffer* spare = nullptr;
   for (StageBuffer& b : st.buffers)
-    if (!b.used) spare = &b;
+    if (!b.used && b.host == nullptr) spare = &b;
   if (spare == nullptr) spare = &st.buffers.emplace_back();
-  ipc.pinned_free(spare->host);
-  spare->host = nullptr;
-  spare->bytes = 0;
   if (bytes > 0) {
     if (int rc = ipc.pinned_alloc(bytes, &spare->host); rc != 0)
       return copy_failed(call, rank,
@@ -159,10 +160,11 @@ Status prepare(StageState& st, const char* call, int rank) {
 // communicator's timeout, and over at once when the communicator fails.
 Status wait_ready(CommImpl& comm, void* ready, const char* call) {
   const kc::IpcBackend& ipc = kc::ipc();
+  const int device = comm.device_ipc().stage.device;  // (this thread may have used none yet)
   const double limit = comm.timeout_seconds();
   const auto start = std::chrono::steady_clock::now();
   for (int i = 0;; ++i) {
-    const int rc = ipc.mark_done(ready);
+    const int rc = ipc.mark_done(device, ready);
     if (rc == 0) return Status::ok();
     if (rc != kc::kStampNotReady)
       return copy_failed(call, comm.rank(), "waiting for the stream's work before the call", rc);
@@ -236,6 +238,20 @@ chorusResult_t broken(CommImpl& comm, const Status& s) {
   return report(s);
 }
 
+// A buffer that is not device memory of the current device (a host buffer beside a device one,
+// another device's): refused before anything is enqueued, naming it -- the copies through host
+// memory name their direction, and the other kind of memory there is undefined behaviour in
+// CUDA. The peers' host parts would wait for this rank's: every rank learns it at once.
+// A buffer the call moves bytes from or into (`name`: "sendbuff" or "recvbuff"), checked.
+std::optional<chorusResult_t> wrong_memory(CommImpl& comm, const char* call, const char* name,
+                                           const void* p) {
+  std::string why = devcall::not_device_memory(name, p, kc::ipc().current_device());
+  if (why.empty()) return std::nullopt;
+  return broken(comm, Status(Code::kInvalidArgument,
+                             fmt::format("{} on rank {}: {} (staged through host memory)", call,
+                                         comm.rank(), why)));
+}
+
 constexpr size_t kAlign = 64;
 size_t aligned(size_t n) {
   return (n + kAlign - 1) / kAlign * kAlign;
@@ -259,6 +275,10 @@ chorusResult_t staged_collective(chorusComm_t h, CommImpl& comm, const Call& cal
   const size_t out_bytes = !uses_recv ? 0
                            : v        ? device_extent(a.recvcounts, a.rdispls, p) * elem_size
                                       : device_recv_count(call.kind, a.count, p) * elem_size;
+  if (in_bytes > 0)
+    if (auto rc = wrong_memory(comm, call.name, "sendbuff", a.sendbuff)) return *rc;
+  if (out_bytes > 0)
+    if (auto rc = wrong_memory(comm, call.name, "recvbuff", a.recvbuff)) return *rc;
   int capturing = 0;
   if (int rc = ipc.capturing(a.stream, &capturing); rc != 0)
     return report(copy_failed(call.name, r, "asking whether the stream is being captured", rc));
@@ -319,8 +339,14 @@ chorusResult_t staged_p2p(chorusComm_t h, CommImpl& comm, const std::vector<Devi
   std::vector<size_t> at(items.size());
   size_t total = 0;
   for (size_t i = 0; i < items.size(); ++i) {
+    const Args& a = items[i].args;
     at[i] = total;
-    total += aligned(items[i].args.count * dtype_size(items[i].args.datatype));
+    total += aligned(a.count * dtype_size(a.datatype));
+    const bool send = items[i].call.kind == OpKind::kSend;
+    if (a.count > 0)
+      if (auto rc = wrong_memory(comm, name, send ? "sendbuff" : "recvbuff",
+                                 send ? a.sendbuff : a.recvbuff))
+        return *rc;
   }
   int capturing = 0;
   if (int rc = ipc.capturing(stream, &capturing); rc != 0)

@@ -11,6 +11,7 @@
 // sends and receives as a group), in the order the host nodes ran, then writes the word -- also
 // when the host part failed (the communicator is aborted then, and its error says why).
 #include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <map>
@@ -60,18 +61,22 @@ struct StagedReplays {
   // Under mu:
   chorusComm_t comm = nullptr;       // collectives': split off at the first one's capture
   std::map<int, PairReplays> pairs;  // sends' and receives', by peer
-  std::deque<CapturedStage*> queue;  // host nodes that ran, in order
+  std::deque<std::shared_ptr<CapturedStage>> queue;  // host nodes that ran, in order
   bool closing = false;
   bool released = false;  // the communicator failed: no host part runs any more
-  // Page-locked memory of destroyed graphs' calls: taken again by later captures, freed at the
-  // next eager staged call or at destroy -- never during a capture (a free synchronises, which
-  // CUDA refuses there, and a capture is where graphs are made and destroyed in a loop).
+  // Page-locked memory of destroyed graphs' calls: taken again by later captures, freed at
+  // destroy -- never during a capture or a call (a free may wait for the whole device, whose
+  // streams may wait for this communicator's host parts; CUDA refuses it during a global-mode
+  // capture; and a capture is where graphs are made and destroyed in a loop).
   std::vector<Pinned> unpinned;
   std::thread thread;
 };
 
 // One captured staged call -- a collective, or a send, a receive or a group of them: what each
-// replay's host part runs.
+// replay's host part runs. Held by the graph (a user object: release_captured) and by each queued
+// replay: after a failure the keeper ends the stream's wait, so the graph may finish and be
+// destroyed while the replays' thread still holds a replay of it. Its page-locked memory goes
+// back to the pool with the last holder.
 struct CapturedStage {
   std::shared_ptr<StagedReplays> replays;
   std::shared_ptr<GraphSlots> slots;
@@ -82,7 +87,12 @@ struct CapturedStage {
   std::vector<size_t> arrays;  // all-to-all-v's counts and displacements, copied
   Pinned pinned;
   int slot = -1;
+  CapturedStage() = default;
+  CapturedStage(const CapturedStage&) = delete;
+  CapturedStage& operator=(const CapturedStage&) = delete;
+  ~CapturedStage();
 };
+using HeldStage = std::shared_ptr<CapturedStage>;  // the graph's hold: its user object's payload
 
 namespace {
 
@@ -92,9 +102,10 @@ void signal_word(const StagedReplays& r, int slot) {
     log_warn("signalling a captured staged call's end failed: {}", kc::ipc().error_string(rc));
 }
 
-// The host node (a thread of CUDA's, no CUDA calls here): the replay's host part is due.
+// The host node (a thread of CUDA's, no CUDA calls here): the replay's host part is due. `p`:
+// the graph's HeldStage, alive while the graph is.
 void on_replay(void* p) {
-  auto* c = static_cast<CapturedStage*>(p);
+  const HeldStage& c = *static_cast<HeldStage*>(p);
   StagedReplays& r = *c->replays;
   std::lock_guard<std::mutex> lock(r.mu);
   if (r.closing) return;  // a replay after destroy: nothing runs it
@@ -154,7 +165,7 @@ chorusResult_t run_host_part(const CapturedStage& c, StagedReplays& r) {
 
 void run_replays(std::shared_ptr<StagedReplays> r) {
   for (;;) {
-    CapturedStage* c = nullptr;
+    HeldStage c;  // let go outside the lock: the last holder takes it (~CapturedStage)
     bool skip = false;
     {
       std::unique_lock<std::mutex> lock(r->mu);
@@ -164,6 +175,8 @@ void run_replays(std::shared_ptr<StagedReplays> r) {
       r->queue.pop_front();
       skip = r->closing || r->released;
     }
+    if (int lag = r->parent->replay_lag_ms_for_test(); lag > 0)  // CHORUS_TEST_REPLAY_LAG_MS
+      std::this_thread::sleep_for(std::chrono::milliseconds(lag));
     // A failure the communicator does not know of yet: it fails, saying why (after one it knows
     // of, the host parts are skipped: its own error says why).
     if (!skip && run_host_part(*c, *r) != chorusSuccess && r->parent->error().is_ok()) {
@@ -178,16 +191,12 @@ void run_replays(std::shared_ptr<StagedReplays> r) {
   }
 }
 
-// CUDA's destructor of the graph's user object (no CUDA calls here): the slot comes back, the
-// page-locked memory is freed later, on a thread of ours.
+// CUDA's destructor of the graph's user object (no CUDA calls here): the slot comes back; the
+// call goes with its last holder.
 void release_captured(void* p) {
-  auto* c = static_cast<CapturedStage*>(p);
-  c->slots->calls.fetch_or(uint64_t(1) << c->slot);
-  if (c->pinned.p != nullptr) {
-    std::lock_guard<std::mutex> lock(c->replays->mu);
-    c->replays->unpinned.push_back(c->pinned);
-  }
-  delete c;
+  auto* held = static_cast<HeldStage*>(p);
+  (*held)->slots->calls.fetch_or(uint64_t(1) << (*held)->slot);
+  delete held;
 }
 
 void free_unpinned(StagedReplays& r) {
@@ -219,22 +228,14 @@ int take_pinned(StagedReplays& r, size_t bytes, Pinned* out) {
   return kc::ipc().pinned_alloc(bytes, &out->p);
 }
 
-// A block back to the pool (a capture that failed after taking it).
-void give_pinned(StagedReplays& r, const Pinned& m) {
-  if (m.p == nullptr) return;
-  std::lock_guard<std::mutex> lock(r.mu);
-  r.unpinned.push_back(m);
-}
-
 }  // namespace
 
-void stage_graph_collect(StageState& st) {
-  std::shared_ptr<StagedReplays> r;
-  {
-    std::lock_guard<std::mutex> lock(st.mu);
-    r = st.replays;
-  }
-  if (r) free_unpinned(*r);
+// Its page-locked memory back to the pool, for a later capture or destroy (no CUDA here: the
+// last holder may be a thread of CUDA's).
+CapturedStage::~CapturedStage() {
+  if (pinned.p == nullptr || !replays) return;
+  std::lock_guard<std::mutex> lock(replays->mu);
+  replays->unpinned.push_back(pinned);
 }
 
 void stage_graph_release(StageState& st) {
@@ -435,14 +436,14 @@ chorusResult_t capture_stage(CommImpl& comm, std::unique_ptr<CapturedStage> c, v
     host.sendbuff = places[i].send_at == kNone ? nullptr : base + places[i].send_at;
     host.recvbuff = places[i].recv_at == kNone ? nullptr : base + places[i].recv_at;
   }
-  // The graph holds it: its slot and memory come back when CUDA destroys the graph.
-  CapturedStage* held = c.get();
+  // The graph holds it: its slot comes back when CUDA destroys the graph, its memory with the
+  // last replay that holds it.
   const int slot = c->slot;
+  auto* held = new HeldStage(std::move(c));
   if (int rc = ipc.graph_destructor(stream, release_captured, held); rc != 0) {
-    give_pinned(*c->replays, c->pinned);
+    delete held;  // its memory back to the pool
     return broken("attaching the call to the CUDA graph", rc);
   }
-  c.release();  // the graph's now
   st.graph_slots->calls.fetch_and(~(uint64_t(1) << slot));
   st.graph_live.store(std::max(st.graph_live.load(), slot + 1));
   uint32_t* word = stage_graph_word(st.word.load(), slot);
@@ -472,8 +473,12 @@ chorusResult_t staged_capture(chorusComm_t h, CommImpl& comm, const Call& call, 
   const bool v = call.kind == OpKind::kAllToAllv;
   // Every rank captures this call (a rank that does not runs its host collective instead, and
   // the two meet as a mismatch), and the slot: the lowest free on every rank.
-  CaptureHello me{int32_t(call.kind),          a.datatype, a.op, a.root, v ? 0 : uint64_t(a.count),
-                  st.graph_slots->calls.load()};
+  CaptureHello me{int32_t(call.kind),
+                  a.datatype,
+                  a.op,
+                  a.root,
+                  v ? 0 : uint64_t(a.count),
+                  settled_free(st.graph_slots->calls)};
   std::vector<CaptureHello> all(p);
   if (chorusResult_t rc = run_op(
           {call.name, OpKind::kAllGather, false}, h,
@@ -552,7 +557,7 @@ chorusResult_t staged_p2p_capture(chorusComm_t h, CommImpl& comm,
   // host transfer instead, and the two meet as a mismatch).
   std::vector<int> peers;
   std::vector<PairHello> mine, theirs;
-  const int slot = nth_free(st.graph_slots->calls.load(), 0);
+  const int slot = nth_free(settled_free(st.graph_slots->calls), 0);
   for (const DeviceP2p& it : items) {
     const Args& a = it.args;
     size_t k = std::find(peers.begin(), peers.end(), a.peer) - peers.begin();

@@ -29,7 +29,14 @@
  *   next call names it, and the stream goes on with void results instead of waiting for ever.
  *   Device collectives may be captured into a CUDA graph by every rank (a communicator's first
  *   call too), and sends and receives by both ranks of each pair (chorusCommCapturable says how
- *   the replays run).
+ *   the replays run). Replays keep the rule of the same order on every rank: graphs launched on
+ *   streams that nothing orders between them may run their host parts in any order; and one
+ *   capture instantiated twice gives two graphs that must not run at once (their calls share
+ *   their flag words).
+ * - On one host the peers map device buffers (CUDA IPC) at their first use and keep them mapped
+ *   for the life of the process, as NCCL keeps registered buffers: reuse buffers (a caching
+ *   allocator, as PyTorch's) rather than allocate and free them around every call, whose
+ *   mappings would pile up in every peer.
  * - In place: sendbuff == recvbuff is allowed wherever both appear (for gather, scatter and
  *   all-to-all see their comments).
  * - A destroyed or aborted communicator answers every later call with an error, never a crash.

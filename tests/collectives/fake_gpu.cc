@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -131,6 +132,9 @@ int export_buffer(const void* p, kc::IpcHandle* out) {
 int open(const kc::IpcHandle& h, void** out) {
   transport::SharedRef ref;
   std::memcpy(&ref, h.bytes, sizeof ref);
+  // CUDA refuses a process's own handles ("invalid device context"): ranks that are threads of
+  // one process must not come here.
+  if (ref.pid == getpid()) return 201;
   Result<char*> base = transport::map_shared(ref, 1);
   if (!base.is_ok()) return 1;
   *out = *base + h.offset;
@@ -253,9 +257,11 @@ int pinned_alloc(size_t bytes, void** out) {
 }
 
 std::atomic<int> g_frees_in_capture{0};
+std::atomic<int> g_pinned_frees{0};
 
 void pinned_free(void* p) {
   if (p == nullptr) return;
+  ++g_pinned_frees;
   {
     std::lock_guard<std::mutex> lock(g_capture_mu);
     if (!g_captures->empty()) ++g_frees_in_capture;
@@ -351,8 +357,9 @@ int mark_wait(void* stream, void* mark) {
   return 0;
 }
 
-int mark_done(void* mark) {
+int mark_done(int device, void* mark) {
   if (mark == nullptr) return 400;
+  if (device != 0) return 101;  // cudaErrorInvalidDevice: the emulated GPU is device 0
   if (g_marks_stuck.load()) return kc::kStampNotReady;
   AsyncMark* m = async_mark(mark);
   if (m == nullptr) return mark == &g_mark ? 0 : 400;
@@ -603,6 +610,13 @@ void fake_graph_free(void* graph) {
   delete static_cast<Graph*>(graph);
 }
 
+void fake_graph_free_later(void* graph, int ms) {
+  std::thread([graph, ms] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    delete static_cast<Graph*>(graph);
+  }).detach();
+}
+
 void fake_stream_delay(void* stream, int ms) {
   (void)on_stream(stream, [ms] {
     std::this_thread::sleep_for(std::chrono::milliseconds(ms));
@@ -634,6 +648,10 @@ void fake_pinned_alloc_fails(bool on) {
 int fake_pinned_live() {
   std::lock_guard<std::mutex> lock(g_pinned_mu);
   return static_cast<int>(g_pinned->size());
+}
+
+int fake_pinned_frees() {
+  return g_pinned_frees.load();
 }
 
 }  // namespace chorus::test

@@ -57,14 +57,18 @@ void* fake_capture_end(void* stream);
 int fake_graph_launch(void* graph, void* stream);
 int fake_graph_ops(void* graph);
 void fake_graph_free(void* graph);
+// As CUDA may: the graph and its user objects' destructors go `ms` later, on a thread of their
+// own (after cudaGraphDestroy CUDA runs them on a thread of its, a moment later).
+void fake_graph_free_later(void* graph, int ms);
 // An operation that sleeps `ms` on the stream: its rank falls behind its peers there.
 void fake_stream_delay(void* stream, int ms);
 // While set, no mark is ever reached (a stream whose earlier work never ends).
 void fake_marks_stuck(bool stuck);
 // While set, pinned_alloc fails (out of memory).
 void fake_pinned_alloc_fails(bool on);
-// pinned_alloc's blocks not yet freed, in this process.
+// pinned_alloc's blocks not yet freed, in this process; pinned_free's calls so far.
 int fake_pinned_live();
+int fake_pinned_frees();
 // pinned_free calls made while a capture (fake_capture_begin) was under way, in this process:
 // CUDA refuses them there (a free synchronises), and they invalidate the capture.
 int fake_frees_in_capture();

@@ -297,6 +297,18 @@ TEST_CASE("slots of captured calls come back when their graph is destroyed", "[d
         if (!replay_right(again, 100, false) || !replay_right(held[6], 101, false) ||
             !replay_right(again, 102, false))
           return fail_with(r, "replays of a reused slot beside the held ones", "wrong");
+        // Every slot taken again; then a graph destroyed whose destructor CUDA runs a moment later:
+        // the capture right after it waits for the slot instead of being refused.
+        held[7] = capture(false);
+        if (held[7] == nullptr)
+          return fail_with(r, "a capture in slot 7", chorusGetLastError(comm));
+        chorus::test::fake_graph_free_later(again, 50);
+        again = capture(false);
+        if (again == nullptr)
+          return fail_with(r, "a capture 50 ms before a destroyed graph's destructor ran",
+                           chorusGetLastError(comm));
+        if (!replay_right(again, 103, false))
+          return fail_with(r, "a replay in the slot given back late", "wrong");
         chorus::test::fake_graph_free(again);
         for (size_t i = 0; i < held.size(); ++i)
           if (held[i] && i != 6) chorus::test::fake_graph_free(held[i]);

@@ -1206,3 +1206,44 @@ TEST_CASE("the values that release a failed rank's stream waits end every wait, 
   }
   CHECK_FALSE(ends(0xffffffffu, 1u));  // the value that left an H200's survivors waiting
 }
+
+TEST_CASE(
+    "device calls of ranks that are threads of one process go through host memory (CUDA IPC "
+    "refuses a process's own handles), right, saying why",
+    "[device]") {
+  RunOptions o;
+  o.env = {{"CHORUS_DEBUG", "INFO"}, {"CHORUS_ALLOW_SHARED_GPU", "1"}, {"CHORUS_TIMEOUT", "30"}};
+  auto res = run_ranks(
+      1,
+      [](int) {
+        chorus::test::install_fake_gpu();
+        chorusComm_t comms[2] = {nullptr, nullptr};
+        if (chorusCommInitAll(comms, 2, nullptr) != chorusSuccess)
+          return fail_with(0, "chorusCommInitAll", chorusGetLastError(nullptr));
+        constexpr size_t n = 64;
+        int failed = 0;
+        auto rank = [&](int r) {
+          auto* buf = static_cast<float*>(chorus::test::fake_device_alloc(n * 4));
+          void* stream = chorus::test::fake_async_stream();
+          for (size_t j = 0; j < n; ++j) buf[j] = float(r * 100 + j);
+          for (int k = 0; k < 3; ++k)  // in place: each call sums the last one's results
+            if (chorusAllReduce(buf, buf, n, chorusFloat32, chorusSum, comms[r], stream) !=
+                chorusSuccess)
+              return fail_with(r, "the all-reduce", chorusGetLastError(comms[r]));
+          if (chorus::test::fake_stream_sync(stream) != 0)
+            return fail_with(r, "the stream", "failed");
+          for (size_t j = 0; j < n; ++j)  // (100 + 2j) after one call, doubled by the next two
+            if (buf[j] != 4 * float(100 + 2 * j))
+              return fail_with(r, "the result", fmt::format("[{}] = {}", j, buf[j]));
+          return 0;
+        };
+        std::thread other([&] { failed += rank(1); });
+        const int mine = rank(0);
+        other.join();
+        for (chorusComm_t c : comms) chorusCommDestroy(c);
+        return mine + failed;
+      },
+      o);
+  chorus::test::check_all(res);
+  CHECK(contains(res[0].output, "ranks 0 and 1 are threads of one process"));
+}

@@ -182,6 +182,21 @@ TEST_CASE(
           return fail_with(
               r, "host buffers",
               fmt::format("{} allocated after the first calls, {} after 20 more", before, live));
+        // Calls larger than every buffer, within CHORUS_STAGED_MAX_BYTES: new buffers, none
+        // freed before destroy (cudaFreeHost may wait for the whole device).
+        const int frees = chorus::test::fake_pinned_frees();
+        auto* big = static_cast<float*>(dev(8 * n * 4));
+        for (size_t m : {2 * n, 4 * n, 8 * n}) {
+          if (chorusAllReduce(big, big, m, chorusFloat32, chorusMax, comm, stream) != chorusSuccess)
+            return fail_with(r, fmt::format("a call of {} floats", m), chorusGetLastError(comm));
+          if (chorus::test::fake_stream_sync(stream) != 0) return fail_with(r, "sync", "failed");
+        }
+        if (chorus::test::fake_pinned_frees() != frees ||
+            chorus::test::fake_pinned_live() != live + 3)
+          return fail_with(r, "host buffers of larger calls",
+                           fmt::format("{} freed, {} allocated (want 0 freed, {})",
+                                       chorus::test::fake_pinned_frees() - frees,
+                                       chorus::test::fake_pinned_live(), live + 3));
         chorusCommDestroy(comm);
         if (chorus::test::fake_pinned_live() != 0)
           return fail_with(r, "host buffers", "still allocated after destroy");
@@ -537,14 +552,21 @@ struct Rank {
     return nullptr;
   }
   // `n` replays of `graph` from now on; they end named as a rank 2 that died (ends_named), within
-  // `limit` s, destroy included.
-  int replays_end_named(void* graph, int n, double limit) {
+  // `limit` s, destroy included. The graph is destroyed after the communicator, or, with
+  // `free_early`, as soon as its stream ends.
+  int replays_end_named(void* graph, int n, double limit, bool free_early = false) {
     const auto start = std::chrono::steady_clock::now();
     for (int i = 0; i < n; ++i)
       if (chorus::test::fake_graph_launch(graph, stream) != 0)
         return fail_with(r, "a replay", "failed");
+    if (free_early) {
+      if (int e = chorus::test::fake_stream_sync(stream); e != 0)
+        return fail_with(r, "the stream", fmt::format("error {}", e));
+      chorus::test::fake_graph_free(graph);
+      graph = nullptr;
+    }
     const int e = ends_named(start, limit, {"rank 2"});
-    chorus::test::fake_graph_free(graph);
+    if (graph != nullptr) chorus::test::fake_graph_free(graph);
     if (e == 0 && seconds_since(start) > limit) return fail_with(r, "destroy", "it waited");
     return e;
   }
@@ -583,6 +605,29 @@ TEST_CASE("staged device calls: a peer killed; the stream's earlier work that ne
         },
         opts());
     check_ranks(res, {0, 1});
+  }
+  SECTION(
+      "rank 1's recvbuff is host memory beside a device sendbuff: refused before anything is "
+      "enqueued, naming the buffer, and every rank learns it at once") {
+    auto res = run_ranks(
+        3,
+        [](int r) {
+          std::optional<Rank> k = setup(r);
+          if (!k) return 1;
+          if (!k->in_step()) return fail_with(r, "the first call", chorusGetLastError(k->comm));
+          const auto start = std::chrono::steady_clock::now();
+          std::vector<float> host(64);
+          const chorusResult_t rc = chorusAllReduce(k->buf, r == 1 ? host.data() : k->buf, 64,
+                                                    chorusFloat32, chorusSum, k->comm, k->stream);
+          const std::string why = chorusGetLastError(k->comm);
+          if (r == 1 && (rc != chorusInvalidArgument || !contains(why, "recvbuff") ||
+                         !contains(why, "is host memory") ||
+                         !contains(why, "must be memory of the current device")))
+            return fail_with(r, "the call", why);
+          return k->ends_named(start, 10, {"recvbuff", "host memory"});
+        },
+        opts());
+    check_all(res);
   }
   SECTION(
       "CHORUS_TEST_DEVICE_DIE=1 (tests/gpu/run.sh's device_kill_staged): rank 1 dies in its "
@@ -666,6 +711,26 @@ TEST_CASE("staged device calls: a peer killed; the stream's earlier work that ne
           return k->replays_end_named(graph, 5, 15);
         },
         opts());
+    check_ranks(res, {0, 1});
+  }
+  SECTION(
+      "rank 2 killed with the survivors' replays queued, each graph destroyed as soon as its "
+      "stream ends, while the replays' thread (CHORUS_TEST_REPLAY_LAG_MS) still holds replays of "
+      "it: nothing it holds is freed under it (ASan)") {
+    RunOptions o = opts();
+    o.env["CHORUS_TEST_REPLAY_LAG_MS"] = "100";
+    auto res = run_ranks(
+        3,
+        [](int r) {
+          std::optional<Rank> k = setup(r);
+          if (!k) return 1;
+          if (!k->in_step()) return fail_with(r, "the eager call", chorusGetLastError(k->comm));
+          void* graph = k->capture_ring(true);
+          if (graph == nullptr) return 1;
+          if (r == 2) raise(SIGKILL);
+          return k->replays_end_named(graph, 10, 15, true);
+        },
+        o);
     check_ranks(res, {0, 1});
   }
   SECTION(
