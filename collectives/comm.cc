@@ -89,6 +89,11 @@ Result<std::shared_ptr<CommImpl>> CommImpl::create(std::shared_ptr<Job> job, std
     CHORUS_ASSIGN_OR_RETURN(int64_t staged_max, env_int_in("CHORUS_STAGED_MAX_BYTES",
                                                            int64_t(1) << 30, 0, int64_t(1) << 50));
     c->device_ipc_.stage.max_bytes = static_cast<size_t>(staged_max);
+    const std::string words = env_str("CHORUS_STAGE_WORDS", "host");
+    if (words != "host" && words != "device")
+      return make_error(Code::kInvalidArgument,
+                        "CHORUS_STAGE_WORDS must be host or device, got '{}'", words);
+    c->device_ipc_.stage.want_host_words = words == "host";
     c->send_seq_.assign(c->size(), 0);
     c->recv_seq_.assign(c->size(), 0);
     CHORUS_ASSIGN_OR_RETURN(auto transports, transport::Transports::from_env());

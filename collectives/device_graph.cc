@@ -26,12 +26,11 @@ void keep(std::shared_ptr<GraphKeeper> k, int device, std::vector<KeptWords> reg
   size_t most = 0;
   for (const KeptWords& r : regions) most = std::max(most, r.count);
   const std::vector<uint32_t> ones(most, 1u);
-  const kernels::cuda::IpcBackend& ipc = kernels::cuda::ipc();
   bool warned = false;
   while (!k->stop.load()) {
     int rc = 0;
     for (const KeptWords& r : regions)
-      if (rc == 0 && r.count > 0) rc = ipc.flags_release(device, r.start, ones.data(), r.count);
+      if (rc == 0 && r.count > 0) rc = write_words(r.host, device, r.start, ones.data(), r.count);
     if (rc != 0 && !warned) {
       warned = true;
       log_warn("releasing the waits of captured device calls failed: {}",
@@ -112,6 +111,14 @@ void graph_release(GraphWords& g) {
     for (PairWord w : {kPairData, kPairCopied})
       regions.push_back({pair_word(flags, q, w, 0), size_t(pair_slots)});
   start_keeper(g.keeper, g.live_device.load(), std::move(regions));
+}
+
+int write_words(bool host, int device, void* words, const uint32_t* values, size_t count) {
+  if (!host) return kernels::cuda::ipc().flags_release(device, words, values, count);
+  for (size_t i = 0; i < count; ++i)
+    std::atomic_ref<uint32_t>(static_cast<uint32_t*>(words)[i])
+        .store(values[i], std::memory_order_release);
+  return 0;
 }
 
 void graph_close(GraphWords& g) {

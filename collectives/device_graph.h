@@ -124,7 +124,12 @@ std::string no_free_slot(const std::string& head, const char* what, const char* 
 struct KeptWords {
   void* start;
   size_t count;
+  bool host = false;  // in mapped host memory (host_words_alloc): stored into, no stream
 };
+// values[0..count) into `words`: flag words in device memory through flags_release (a stream
+// write on `device`), or, `host`, words in mapped host memory by a store (a stream waiting on them
+// sees it; no CUDA call). 0, or flags_release's error. Any thread.
+int write_words(bool host, int device, void* words, const uint32_t* values, size_t count);
 void start_keeper(std::shared_ptr<GraphKeeper>& keeper, int device, std::vector<KeptWords> regions);
 void stop_keeper(std::shared_ptr<GraphKeeper>& keeper);
 

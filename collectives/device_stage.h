@@ -8,9 +8,16 @@
 //      record mark `done`.
 //   progress thread, in call order with every other operation of the communicator: wait until
 //      `ready` is reached (bounded by the communicator's timeout), run the host collective,
-//      then write n into the stage word (on the release stream, kernels/cuda/ipc.h) -- also when
-//      the collective failed or never ran, after the communicator has recorded why, so that no
-//      stream waits for ever (its results are void, and every later call says so).
+//      then write n into the stage word -- also when the collective failed or never ran, after
+//      the communicator has recorded why, so that no stream waits for ever (its results are
+//      void, and every later call says so).
+// The stage word lies in page-locked host memory mapped for the GPU (host_words_alloc,
+// kernels/cuda/ipc.h): the write is a store of the progress thread's, no CUDA call. A stream
+// write there (flags_release's release stream) would be GPU work behind S's wait, which CUDA
+// does not know it must run first: where streams share a hardware queue (as all of a process's do
+// with CUDA_DEVICE_MAX_CONNECTIONS=1, and any two may beyond 8 streams) it could sit behind the
+// very wait it ends. Device memory and the release stream remain where host memory is refused,
+// or with CHORUS_STAGE_WORDS=device.
 // A call's host buffer is reused once its `done` mark is reached. A failure of the communicator
 // does not write the word itself (as release_device_waits does the CUDA IPC path's words): the
 // running host part ends within moments of it (every wait of a failed communicator does), the
@@ -60,7 +67,12 @@ struct StageBuffer {
 };
 
 struct StageState {
-  std::atomic<void*> word{nullptr};  // device memory (flags_alloc), made at the first call
+  // Made at the first call: in mapped host memory (host_words_alloc; host_word), which the host
+  // part ends a call by storing into, or device memory (flags_alloc), written through a release
+  // stream -- where host memory is refused, or CHORUS_STAGE_WORDS=device (want_host_words).
+  std::atomic<void*> word{nullptr};
+  bool host_word = false;  // set with `word`
+  bool want_host_words = true;
   // Captured calls' words, kGraphSlots after `word`; their free slots (GraphSlots::calls), the
   // highest used + 1 (for the keeper after a failure), the keeper; the replays' thread.
   std::shared_ptr<GraphSlots> graph_slots = std::make_shared<GraphSlots>();

@@ -34,7 +34,7 @@ void stage_signal(StageState& st, uint32_t n) {
   std::lock_guard<std::mutex> lock(st.mu);
   if (static_cast<int32_t>(n - st.written) <= 0) return;  // cyclic, as the stream's wait
   st.written = n;
-  if (int rc = kc::ipc().flags_release(st.device, word, &n, 1); rc)
+  if (int rc = write_words(st.host_word, st.device, word, &n, 1); rc)
     log_warn("signalling a staged device call's end failed: {}", kc::ipc().error_string(rc));
 }
 
@@ -149,9 +149,25 @@ Status prepare(StageState& st, const char* call, int rank) {
   st.device = ipc.current_device();
   void* word = nullptr;
   // With the captured calls' words behind it (device_stage.h), so that later captures allocate
-  // none. When this call is itself captured, flags_alloc relaxes the thread's capture mode.
-  if (int rc = ipc.flags_alloc((1 + kGraphSlots) * sizeof(uint32_t), &word); rc != 0)
-    return copy_failed(call, rank, "allocating its flag word", rc);
+  // none. When this call is itself captured, the allocations relax the thread's capture mode.
+  const size_t bytes = (1 + kGraphSlots) * sizeof(uint32_t);
+  int rc = st.want_host_words ? ipc.host_words_alloc(bytes, &word) : -1;
+  st.host_word = rc == 0;
+  if (rc != 0) {
+    const std::string why = rc == -1 ? std::string("CHORUS_STAGE_WORDS=device")
+                                     : "mapped host memory refused: " + ipc.error_string(rc);
+    if (rc = ipc.flags_alloc(bytes, &word); rc != 0)
+      return copy_failed(call, rank, "allocating its flag word", rc);
+    log_info(
+        "rank {}: staged device calls end on a flag word in device memory, written on a "
+        "stream of its own ({})",
+        rank, why);
+  } else {
+    log_info(
+        "rank {}: staged device calls end on a flag word in mapped host memory, which the "
+        "host part stores into (no stream behind the wait it ends)",
+        rank);
+  }
   st.word.store(word);
   return Status::ok();
 }

@@ -55,7 +55,8 @@ struct PairReplays {
 struct StagedReplays {
   CommImpl* parent = nullptr;  // alive until stage_graph_close, which joins the threads
   int device = -1;
-  void* word = nullptr;  // StageState::word: the captured calls' words follow it
+  void* word = nullptr;    // StageState::word: the captured calls' words follow it
+  bool host_word = false;  // StageState::host_word
   std::mutex mu;
   std::condition_variable cv;
   // Under mu:
@@ -98,7 +99,7 @@ namespace {
 
 void signal_word(const StagedReplays& r, int slot) {
   const uint32_t one = 1;
-  if (int rc = kc::ipc().flags_release(r.device, stage_graph_word(r.word, slot), &one, 1); rc)
+  if (int rc = write_words(r.host_word, r.device, stage_graph_word(r.word, slot), &one, 1); rc)
     log_warn("signalling a captured staged call's end failed: {}", kc::ipc().error_string(rc));
 }
 
@@ -259,7 +260,7 @@ void stage_graph_release(StageState& st) {
   void* word = st.word.load();
   const int live = st.graph_live.load();
   if (word != nullptr && live > 0)
-    start_keeper(st.keeper, st.device, {{stage_graph_word(word, 0), size_t(live)}});
+    start_keeper(st.keeper, st.device, {{stage_graph_word(word, 0), size_t(live), st.host_word}});
 }
 
 void stage_graph_close(StageState& st) {
@@ -329,6 +330,7 @@ std::shared_ptr<StagedReplays> replays_of(CommImpl& comm) {
     r->parent = &comm;
     r->device = st.device;
     r->word = st.word.load();
+    r->host_word = st.host_word;
     r->thread = std::thread(run_replays, r);
     st.replays = r;
   }

@@ -17,6 +17,7 @@ std::atomic<PointerClassifier> g_test_classifier{nullptr};
 const IpcBackend kDriverIpc{.export_buffer = ipc_export,
                             .open = ipc_open,
                             .flags_alloc = flags_alloc,
+                            .host_words_alloc = host_words_alloc,
                             .flags_release = flags_release,
                             .write_u32 = stream_write_u32,
                             .wait_u32_geq = stream_wait_u32_geq,

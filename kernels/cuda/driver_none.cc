@@ -86,6 +86,10 @@ int flags_alloc(size_t, void** out) {
   *out = nullptr;
   return kNoCuda;
 }
+int host_words_alloc(size_t, void** out) {
+  *out = nullptr;
+  return kNoCuda;
+}
 int flags_release(int, void*, const uint32_t*, size_t) {
   return kNoCuda;
 }

@@ -150,6 +150,24 @@ int flags_alloc(size_t bytes, void** out) {
   return int(cudaStreamSynchronize(s));
 }
 
+int host_words_alloc(size_t bytes, void** out) {
+  *out = nullptr;
+  if (!ops().ok) return kNoCuda;
+  const RelaxedCapture relaxed;  // capture_mode.h: the first staged call may be a captured one
+  void* host = nullptr;
+  if (cudaError_t e = cudaHostAlloc(&host, bytes, cudaHostAllocMapped | cudaHostAllocPortable); e)
+    return int(e);
+  void* dev = nullptr;
+  if (cudaError_t e = cudaHostGetDevicePointer(&dev, host, 0); e || dev != host) {
+    (void)cudaFreeHost(host);
+    (void)cudaGetLastError();
+    return e ? int(e) : kNotLegacyIpc;
+  }
+  std::memset(host, 0, bytes);
+  *out = host;
+  return 0;
+}
+
 int flags_release(int device, void* flags, const uint32_t* values, size_t count) {
   const Ops& o = ops();
   if (!o.ok) return kNoCuda;

@@ -71,6 +71,13 @@ int vmm_unmap(void* p, uint64_t size);
 // peers write into, and the staging buffers of memory that cannot be shared.
 int flags_alloc(size_t bytes, void** out);
 
+// `bytes` of zeroed page-locked host memory mapped into every device's address space at the same
+// address (cudaHostAllocMapped | Portable, unified addressing): 32-bit words a stream waits on
+// (stream_wait_u32_geq) and a host thread ends the wait by storing into them -- no stream, no CUDA
+// call, nothing a hardware queue shared with the waiting stream could hold behind the wait.
+// kNotLegacyIpc when the device address differs from the host's. Never freed.
+int host_words_alloc(size_t bytes, void** out);
+
 // Writes values[0..count) into the 32-bit flag words at `flags` (flags_alloc's, on `device`), on
 // a stream of its own, which waits for no other: values that end the stream waits on them. For
 // a communicator that failed (a peer died mid-call): its streams must not wait for ever. Any
@@ -132,6 +139,7 @@ struct IpcBackend {
   int (*export_buffer)(const void* p, IpcHandle* out);
   int (*open)(const IpcHandle& h, void** out);
   int (*flags_alloc)(size_t bytes, void** out);
+  int (*host_words_alloc)(size_t bytes, void** out);
   int (*flags_release)(int device, void* flags, const uint32_t* values, size_t count);
   int (*write_u32)(void* stream, void* word, uint32_t v);
   int (*wait_u32_geq)(void* stream, const void* word, uint32_t v);

@@ -146,7 +146,16 @@ int flags_alloc(size_t bytes, void** out) {
   return *out ? 0 : 2;  // cudaErrorMemoryAllocation
 }
 
+// Host words: this process's memory (a stream of this process waits on them).
+int host_words_alloc(size_t bytes, void** out) {
+  *out = std::calloc(1, bytes);
+  return *out ? 0 : 2;  // cudaErrorMemoryAllocation
+}
+
+std::atomic<int> g_flags_releases{0};
+
 int flags_release(int, void* flags, const uint32_t* values, size_t count) {
+  ++g_flags_releases;
   for (size_t i = 0; i < count; ++i)
     __atomic_store_n(static_cast<uint32_t*>(flags) + i, values[i], __ATOMIC_RELEASE);
   return 0;
@@ -467,6 +476,7 @@ std::string error_string(int rc) {
 const kc::IpcBackend kFake{.export_buffer = export_buffer,
                            .open = open,
                            .flags_alloc = flags_alloc,
+                           .host_words_alloc = host_words_alloc,
                            .flags_release = flags_release,
                            .write_u32 = write_u32,
                            .wait_u32_geq = wait_u32_geq,
@@ -652,6 +662,10 @@ int fake_pinned_live() {
 
 int fake_pinned_frees() {
   return g_pinned_frees.load();
+}
+
+int fake_flags_releases() {
+  return g_flags_releases.load();
 }
 
 }  // namespace chorus::test

@@ -69,6 +69,8 @@ void fake_pinned_alloc_fails(bool on);
 // pinned_alloc's blocks not yet freed, in this process; pinned_free's calls so far.
 int fake_pinned_live();
 int fake_pinned_frees();
+// flags_release's calls so far, in this process (each a stream write on a GPU).
+int fake_flags_releases();
 // pinned_free calls made while a capture (fake_capture_begin) was under way, in this process:
 // CUDA refuses them there (a free synchronises), and they invalidate the capture.
 int fake_frees_in_capture();

@@ -83,13 +83,18 @@ chorusResult_t async_error(chorusComm_t comm) {
 
 TEST_CASE(
     "staged device calls only enqueue: ordered after the stream's earlier work, before its "
-    "later work, and among host calls",
+    "later work, and among host calls; their flag word in host memory (stored into: no stream "
+    "write) or, with CHORUS_STAGE_WORDS=device, device memory",
     "[device]") {
+  const bool host_words = GENERATE(true, false);
+  RunOptions o = opts();
+  o.env["CHORUS_STAGE_WORDS"] = host_words ? "host" : "device";
   auto res = run_ranks(
       3,
-      [](int r) {
+      [host_words](int r) {
         chorusComm_t comm = init(r);
         if (!comm) return 1;
+        const int releases = chorus::test::fake_flags_releases();
         int capturable = -1;  // staged: replays run host parts
         if (chorusCommCapturable(comm, &capturable) != chorusSuccess || capturable != 0)
           return fail_with(r, "chorusCommCapturable", fmt::format("{}, want 0", capturable));
@@ -197,14 +202,24 @@ TEST_CASE(
                            fmt::format("{} freed, {} allocated (want 0 freed, {})",
                                        chorus::test::fake_pinned_frees() - frees,
                                        chorus::test::fake_pinned_live(), live + 3));
+        // Host words: every call ended by a store of the progress thread's, none by a stream
+        // write (which a hardware queue shared with the waiting stream could hold back).
+        const int written = chorus::test::fake_flags_releases() - releases;
+        if (host_words ? written != 0 : written < 20)
+          return fail_with(r, "the calls' ends", fmt::format("{} stream writes", written));
         chorusCommDestroy(comm);
         if (chorus::test::fake_pinned_live() != 0)
           return fail_with(r, "host buffers", "still allocated after destroy");
         return 0;
       },
-      opts());
+      o);
   check_all(res);
-  for (const auto& rr : res) CHECK(contains(rr.output, "staged through host memory (2 hosts"));
+  for (const auto& rr : res) {
+    CHECK(contains(rr.output, "staged through host memory (2 hosts"));
+    CHECK(contains(rr.output, host_words ? "flag word in mapped host memory"
+                                         : "flag word in device memory, written on a stream of "
+                                           "its own (CHORUS_STAGE_WORDS=device)"));
+  }
 }
 
 TEST_CASE(
@@ -579,6 +594,25 @@ std::optional<Rank> setup(int r) {
               static_cast<float*>(chorus::test::fake_device_alloc(64 * 4))};
 }
 
+// Rank 2 killed right after capturing a ring exchange (after an all-reduce, with
+// `with_all_reduce`): each survivor replays it `n` times, and the replays end named
+// (Rank::replays_end_named, the graph destroyed as soon as its stream ends with `free_early`).
+std::vector<chorus::test::RankResult> killed_after_capture(bool with_all_reduce, int n,
+                                                           bool free_early, const RunOptions& o) {
+  return run_ranks(
+      3,
+      [=](int r) {
+        std::optional<Rank> k = setup(r);
+        if (!k) return 1;
+        if (!k->in_step()) return fail_with(r, "the eager call", chorusGetLastError(k->comm));
+        void* graph = k->capture_ring(with_all_reduce);
+        if (graph == nullptr) return 1;
+        if (r == 2) raise(SIGKILL);
+        return k->replays_end_named(graph, n, 15, free_early);
+      },
+      o);
+}
+
 }  // namespace
 
 TEST_CASE("staged device calls: a peer killed; the stream's earlier work that never ends",
@@ -699,19 +733,7 @@ TEST_CASE("staged device calls: a peer killed; the stream's earlier work that ne
   SECTION(
       "rank 2 killed right after capturing a ring exchange (its pair communicators perhaps not "
       "made yet): the survivors' replays end, named, and destroy does not wait for a making") {
-    auto res = run_ranks(
-        3,
-        [](int r) {
-          std::optional<Rank> k = setup(r);
-          if (!k) return 1;
-          if (!k->in_step()) return fail_with(r, "the eager call", chorusGetLastError(k->comm));
-          void* graph = k->capture_ring(false);
-          if (graph == nullptr) return 1;
-          if (r == 2) raise(SIGKILL);
-          return k->replays_end_named(graph, 5, 15);
-        },
-        opts());
-    check_ranks(res, {0, 1});
+    check_ranks(killed_after_capture(false, 5, false, opts()), {0, 1});
   }
   SECTION(
       "rank 2 killed with the survivors' replays queued, each graph destroyed as soon as its "
@@ -719,19 +741,7 @@ TEST_CASE("staged device calls: a peer killed; the stream's earlier work that ne
       "it: nothing it holds is freed under it (ASan)") {
     RunOptions o = opts();
     o.env["CHORUS_TEST_REPLAY_LAG_MS"] = "100";
-    auto res = run_ranks(
-        3,
-        [](int r) {
-          std::optional<Rank> k = setup(r);
-          if (!k) return 1;
-          if (!k->in_step()) return fail_with(r, "the eager call", chorusGetLastError(k->comm));
-          void* graph = k->capture_ring(true);
-          if (graph == nullptr) return 1;
-          if (r == 2) raise(SIGKILL);
-          return k->replays_end_named(graph, 10, 15, true);
-        },
-        o);
-    check_ranks(res, {0, 1});
+    check_ranks(killed_after_capture(true, 10, true, o), {0, 1});
   }
   SECTION(
       "ranks 0 and 2 capture a send and a receive of different counts: named on both, and the "

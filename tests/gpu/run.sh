@@ -100,6 +100,13 @@ device_staged() {
     "$bin/device_allreduce_probe" "$bin/chorus-run" 3
   step device_staged_1conn 120 env CHORUS_PROBE_STAGED=1 CHORUS_CUDA_TEST_QUICK=1 \
     CUDA_DEVICE_MAX_CONNECTIONS=1 "$bin/device_allreduce_probe" "$bin/chorus-run" 3
+  # The stage words in device memory, written on the release stream (the design before the
+  # seventeenth session), for comparison: with one hardware queue it may hang (then it fails).
+  if [ "$part" != quick ]; then
+    step device_staged_devwords_1conn 90 env CHORUS_PROBE_STAGED=1 CHORUS_CUDA_TEST_QUICK=1 \
+      CHORUS_STAGE_WORDS=device CUDA_DEVICE_MAX_CONNECTIONS=1 "$bin/device_allreduce_probe" \
+      "$bin/chorus-run" 3
+  fi
   grep -h "cases in\|FAIL" "$logs/device_staged.log" 2>/dev/null | head -5
   device_kill staged
 }
