@@ -85,9 +85,13 @@ timing() {  # collective [size, default 1M]
 # name it within 5 s ("ok" from each of the two; chorus-run --elastic keeps them running when
 # rank 1 dies).
 # device_kill staged: the same on the staged path (each rank on a host of its own).
+# device_kill 1conn: CUDA IPC with one hardware queue for every stream: the survivors' waits on
+# their own flag words (device memory) are released by a write on the release stream, GPU work
+# that a shared queue may hold behind those very waits.
 device_kill() {
   local name=device_kill env=
   if [ "${1:-}" = staged ]; then name=device_kill_staged env=CHORUS_PROBE_STAGED=1; fi
+  if [ "${1:-}" = 1conn ]; then name=device_kill_1conn env=CUDA_DEVICE_MAX_CONNECTIONS=1; fi
   step $name 60 bash -c "env CHORUS_ALLOW_SHARED_GPU=1 CHORUS_TEST_DEVICE_DIE=1 $env \
     '$bin/chorus-run' -n 3 --elastic '$bin/device_allreduce_probe' --die-worker; \
     ! grep -q FAIL '$logs/$name.log' && [ \$(grep -c '] ok\$' '$logs/$name.log') = 2 ]"
@@ -122,6 +126,7 @@ step shared_gpu 60 "$bin/shared_gpu_probe" "$bin/chorus-run"
 step device_allreduce 180 "$bin/device_allreduce_probe" "$bin/chorus-run" 2 3
 grep -h "cases in\|^\[0\] *[0-9].* [0-9.]*$\|copy engine" "$logs/device_allreduce.log" 2>/dev/null
 device_kill
+device_kill 1conn
 device_staged
 perf allreduce_p2 2 all_reduce
 perf allreduce_p3 3 all_reduce
