@@ -153,12 +153,20 @@ int host_words_alloc(size_t bytes, void** out) {
 }
 
 std::atomic<int> g_flags_releases{0};
+std::atomic<void*> g_one_queue{nullptr};  // fake_one_queue's stream
+int on_stream(void* stream, std::function<int()> op);
 
+// A stream write: at once, or, with one hardware queue (fake_one_queue), behind that queue's work.
 int flags_release(int, void* flags, const uint32_t* values, size_t count) {
   ++g_flags_releases;
-  for (size_t i = 0; i < count; ++i)
-    __atomic_store_n(static_cast<uint32_t*>(flags) + i, values[i], __ATOMIC_RELEASE);
-  return 0;
+  std::vector<uint32_t> v(values, values + count);
+  auto write = [flags, v] {
+    for (size_t i = 0; i < v.size(); ++i)
+      __atomic_store_n(static_cast<uint32_t*>(flags) + i, v[i], __ATOMIC_RELEASE);
+    return 0;
+  };
+  if (void* queue = g_one_queue.load()) return on_stream(queue, write);
+  return write();
 }
 
 std::atomic<void*> g_last_stream{nullptr};
@@ -666,6 +674,10 @@ int fake_pinned_frees() {
 
 int fake_flags_releases() {
   return g_flags_releases.load();
+}
+
+void fake_one_queue(void* stream) {
+  g_one_queue.store(stream);
 }
 
 }  // namespace chorus::test

@@ -71,6 +71,10 @@ int fake_pinned_live();
 int fake_pinned_frees();
 // flags_release's calls so far, in this process (each a stream write on a GPU).
 int fake_flags_releases();
+// While set (an async stream; nullptr: off), the process's streams share one hardware queue, as
+// with CUDA_DEVICE_MAX_CONNECTIONS=1: flags_release's writes go behind the work already on
+// `stream`, waits included.
+void fake_one_queue(void* stream);
 // pinned_free calls made while a capture (fake_capture_begin) was under way, in this process:
 // CUDA refuses them there (a free synchronises), and they invalidate the capture.
 int fake_frees_in_capture();
