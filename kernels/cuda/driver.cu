@@ -122,21 +122,24 @@ int driver_current_gpu(GpuIdentity* out) {
   return 1;
 }
 
-DeviceScope::DeviceScope(int device) : device_(device), previous_(device) {
+DeviceScope::DeviceScope(int device) {
   const Driver& d = driver();
   if (d.devices == 0) {
     rc_ = int(cudaErrorNoDevice);
     return;
   }
-  // A thread with no context yet stays on `device` (device_scope.h).
+  // A thread with no context yet is made current on `device` (the driver calls after this need
+  // a context: the release's stream writes) and stays there (device_scope.h).
   CUcontext ctx = nullptr;
-  if (d.ctx_get_current(&ctx) == CUDA_SUCCESS && ctx != nullptr)
-    rc_ = int(cudaGetDevice(&previous_));
-  if (rc_ == 0 && previous_ != device) rc_ = int(cudaSetDevice(device));
+  const bool had = d.ctx_get_current(&ctx) == CUDA_SUCCESS && ctx != nullptr;
+  int previous = device;
+  if (had) rc_ = int(cudaGetDevice(&previous));
+  if (rc_ == 0 && (!had || previous != device)) rc_ = int(cudaSetDevice(device));
+  if (rc_ == 0 && had && previous != device) restore_ = previous;
 }
 
 DeviceScope::~DeviceScope() {
-  if (rc_ == 0 && previous_ != device_) (void)cudaSetDevice(previous_);
+  if (restore_ >= 0) (void)cudaSetDevice(restore_);
 }
 
 // Runs fn with `device` current, then makes the caller's device current again (DeviceScope).
