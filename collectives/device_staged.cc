@@ -254,11 +254,11 @@ chorusResult_t broken(CommImpl& comm, const Status& s) {
   return report(s);
 }
 
-// A buffer that is not device memory of the current device (a host buffer beside a device one,
-// another device's): refused before anything is enqueued, naming it -- the copies through host
-// memory name their direction, and the other kind of memory there is undefined behaviour in
-// CUDA. The peers' host parts would wait for this rank's: every rank learns it at once.
-// A buffer the call moves bytes from or into (`name`: "sendbuff" or "recvbuff"), checked.
+// A buffer the call moves bytes from or into (`name`: "sendbuff" or "recvbuff") that is not
+// device memory of the current device (a host buffer beside a device one, another device's):
+// refused before anything is enqueued, naming it -- the copies through host memory name their
+// direction, and the other kind of memory there is undefined behaviour in CUDA. The peers' host
+// parts would wait for this rank's: every rank learns it at once. nullopt: the buffer is fine.
 std::optional<chorusResult_t> wrong_memory(CommImpl& comm, const char* call, const char* name,
                                            const void* p) {
   std::string why = devcall::not_device_memory(name, p, kc::ipc().current_device());

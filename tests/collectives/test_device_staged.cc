@@ -223,39 +223,6 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "staged device calls with one hardware queue for the process's streams (as "
-    "CUDA_DEVICE_MAX_CONNECTIONS=1): the host part's store ends each wait (a stream write would "
-    "queue behind it)",
-    "[device]") {
-  auto res = run_ranks(
-      3,
-      [](int r) {
-        chorusComm_t comm = init(r);
-        if (!comm) return 1;
-        void* stream = chorus::test::fake_async_stream();
-        chorus::test::fake_one_queue(stream);
-        auto* buf = static_cast<float*>(chorus::test::fake_device_alloc(64 * 4));
-        for (size_t j = 0; j < 64; ++j) buf[j] = value(r, j, 0);
-        for (int i = 0; i < 3; ++i)
-          if (chorusAllReduce(buf, buf, 64, chorusFloat32, chorusSum, comm, stream) !=
-              chorusSuccess)
-            return fail_with(r, "call " + std::to_string(i), chorusGetLastError(comm));
-        if (int e = chorus::test::fake_stream_sync(stream); e != 0)
-          return fail_with(r, "the stream", chorus::kernels::cuda::ipc().error_string(e));
-        for (size_t j = 0; j < 64; ++j) {
-          const float want = 9 * (value(0, j, 0) + value(1, j, 0) + value(2, j, 0));
-          if (buf[j] != want)
-            return fail_with(r, "results", fmt::format("[{}] = {}, want {}", j, buf[j], want));
-        }
-        chorus::test::fake_one_queue(nullptr);
-        chorusCommDestroy(comm);
-        return 0;
-      },
-      opts());
-  check_all(res);
-}
-
-TEST_CASE(
     "staged device calls hold at most CHORUS_STAGED_MAX_BYTES of host memory: a call past it "
     "waits for an earlier one's stream",
     "[device]") {
@@ -647,6 +614,36 @@ std::vector<chorus::test::RankResult> killed_after_capture(bool with_all_reduce,
 }
 
 }  // namespace
+
+TEST_CASE(
+    "staged device calls with one hardware queue for the process's streams (as "
+    "CUDA_DEVICE_MAX_CONNECTIONS=1): the host part's store ends each wait (a stream write would "
+    "queue behind it)",
+    "[device]") {
+  auto res = run_ranks(
+      3,
+      [](int r) {
+        std::optional<Rank> k = setup(r);
+        if (!k) return 1;
+        chorus::test::fake_one_queue(k->stream);
+        for (size_t j = 0; j < 64; ++j) k->buf[j] = value(r, j, 0);
+        for (int i = 0; i < 3; ++i)  // in place: each call sums the last one's results
+          if (k->all_reduce() != chorusSuccess)
+            return fail_with(r, "call " + std::to_string(i), chorusGetLastError(k->comm));
+        if (int e = chorus::test::fake_stream_sync(k->stream); e != 0)
+          return fail_with(r, "the stream", chorus::kernels::cuda::ipc().error_string(e));
+        for (size_t j = 0; j < 64; ++j) {
+          const float want = 9 * (value(0, j, 0) + value(1, j, 0) + value(2, j, 0));
+          if (k->buf[j] != want)
+            return fail_with(r, "results", fmt::format("[{}] = {}, want {}", j, k->buf[j], want));
+        }
+        chorus::test::fake_one_queue(nullptr);
+        chorusCommDestroy(k->comm);
+        return 0;
+      },
+      opts());
+  check_all(res);
+}
 
 TEST_CASE("staged device calls: a peer killed; the stream's earlier work that never ends",
           "[device]") {
