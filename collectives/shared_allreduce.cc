@@ -42,9 +42,24 @@ struct Record {
   int32_t op;
 };
 
+// The peers' buffers mapped for one call, held until it ends (transport::release_shared): a
+// peer's buffer that is freed later is unmapped at a later call's new mapping.
 struct Mapped {
   std::vector<const char*> send;
   std::vector<char*> recv;
+  std::vector<transport::SharedRef> held;
+  explicit Mapped(int p) : send(p), recv(p) {}
+  Mapped(const Mapped&) = delete;
+  Mapped& operator=(const Mapped&) = delete;
+  ~Mapped() {
+    for (const transport::SharedRef& ref : held) transport::release_shared(ref);
+  }
+  // Rank q's range `ref` of `bytes`, mapped and held.
+  Result<char*> map(const transport::SharedRef& ref, size_t bytes, bool fail_for_test) {
+    Result<char*> at = transport::map_shared(ref, bytes, fail_for_test);
+    if (at.is_ok()) held.push_back(ref);
+    return at;
+  }
 };
 
 constexpr size_t kChunkBytes = 64 << 10;  // folded then copied out while still in cache
@@ -107,7 +122,7 @@ bool shared_all_reduce(chorusComm_t h, CommImpl& comm, const Call& call, const A
     }
 
   // 2. Map the peers' buffers; every rank learns whether all could.
-  Mapped m{std::vector<const char*>(p), std::vector<char*>(p)};
+  Mapped m(p);
   std::string why;
   for (int q = 0; q < p && why.empty(); ++q) {
     if (q == r) {
@@ -115,11 +130,9 @@ bool shared_all_reduce(chorusComm_t h, CommImpl& comm, const Call& call, const A
       m.recv[q] = static_cast<char*>(a.recvbuff);
       continue;
     }
-    Result<char*> s =
-        transport::map_shared(all[q].send, k.block_bytes, comm.shared_map_fail_for_test());
-    Result<char*> d = s.is_ok() ? transport::map_shared(all[q].recv, k.block_bytes,
-                                                        comm.shared_map_fail_for_test())
-                                : s;
+    Result<char*> s = m.map(all[q].send, k.block_bytes, comm.shared_map_fail_for_test());
+    Result<char*> d =
+        s.is_ok() ? m.map(all[q].recv, k.block_bytes, comm.shared_map_fail_for_test()) : s;
     if (!d.is_ok()) {
       why = fmt::format("rank {}'s buffers: {}", q, d.status().message());
       break;

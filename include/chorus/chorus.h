@@ -155,7 +155,8 @@ chorusResult_t chorusGetVersion(int* version);
  * buffers directly, moving each byte once. Every rank of such a call must pass chorusMemAlloc
  * buffers, or none (a mix fails on every rank as a mismatch). Any other use is ordinary memory. */
 chorusResult_t chorusMemAlloc(void** ptr, size_t size);
-/* Frees what chorusMemAlloc returned (NULL: nothing); anything else is refused by name. */
+/* Frees what chorusMemAlloc returned (NULL: nothing); anything else is refused by name. The peers
+ * that mapped the buffer unmap it at their next new mapping, so its memory is returned. */
 chorusResult_t chorusMemFree(void* ptr);
 
 chorusResult_t chorusGetUniqueId(chorusUniqueId* unique_id);

@@ -135,6 +135,8 @@ int open(const kc::IpcHandle& h, void** out) {
   // CUDA refuses a process's own handles ("invalid device context"): ranks that are threads of
   // one process must not come here.
   if (ref.pid == getpid()) return 201;
+  // Held for the life of the process, as CUDA IPC's mappings are (kernels/cuda/ipc.h): never
+  // released, so never unmapped when the owner frees the memory.
   Result<char*> base = transport::map_shared(ref, 1);
   if (!base.is_ok()) return 1;
   *out = *base + h.offset;

@@ -1,13 +1,15 @@
 // The all-reduce of chorusMemAlloc buffers (collectives/shared_allreduce.cc): bit for bit the
 // rank-order fold of every rank's input (kernels::reduce_fold, the deterministic mode's result)
 // for every type x op, in and out of place, at an offset, on 2-4 ranks; buffers freed and
-// allocated again (a stale mapping would give the old numbers); a rank that cannot map its
-// peers' buffers (test hook) turns the path off on every rank and the results stay right; a rank
-// that passes ordinary buffers while the others pass chorusMemAlloc ones fails every rank at once;
-// chorusMemAlloc/chorusMemFree refuse bad arguments by name.
+// allocated again (a stale mapping would give the old numbers, and the peers' freed buffers must
+// not stay mapped); a mapping held while its owner frees it stays until released; a rank that
+// cannot map its peers' buffers (test hook) turns the path off on every rank and the results stay
+// right; a rank that passes ordinary buffers while the others pass chorusMemAlloc ones fails every
+// rank at once; chorusMemAlloc/chorusMemFree refuse bad arguments by name.
 #include <catch2/catch.hpp>
 
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -15,6 +17,7 @@
 #include "collectives/op.h"
 #include "harness.h"
 #include "kernels/cpu/reduce.h"
+#include "transport/shm/shared_mem.h"
 #include "typed_values.h"
 
 using chorus::test::contains;
@@ -76,6 +79,15 @@ RunOptions opts() {
   o.env["CHORUS_TRANSPORT"] = "shm";
   o.limit_seconds = 120;
   return o;
+}
+
+// How many chorusMemAlloc allocations this process has mapped, its own and its peers' (memfd
+// "chorus-buffer"), from the kernel's list of its mappings.
+int buffers_mapped() {
+  std::ifstream maps("/proc/self/maps");
+  int n = 0;
+  for (std::string line; std::getline(maps, line);) n += contains(line, "memfd:chorus-buffer");
+  return n;
 }
 
 void require_all_ok(const std::vector<chorus::test::RankResult>& res) {
@@ -150,7 +162,7 @@ TEST_CASE("chorusMemAlloc buffers freed and allocated again: no stale mapping", 
         if (chorusCommInitFromEnv(&comm) != chorusSuccess)
           return fail_with(chorusGetLastError(nullptr));
         const size_t count = 40000;  // f64: 320 000 bytes
-        for (int round = 0; round < 6; ++round) {
+        for (int round = 0; round < 12; ++round) {
           void* buf = nullptr;
           if (chorusMemAlloc(&buf, count * 8) != chorusSuccess)
             return fail_with(chorusGetLastError(nullptr));
@@ -164,12 +176,55 @@ TEST_CASE("chorusMemAlloc buffers freed and allocated again: no stale mapping", 
               return fail_with("round " + std::to_string(round) + ": element " + std::to_string(i) +
                                " is " + std::to_string(d[i]));
           chorusMemFree(buf);
+          // Its own buffer is freed and each peer's is freed or about to be: the peers' buffers
+          // of the rounds before this one are unmapped (at this round's new mappings).
+          const int mapped = buffers_mapped();
+          if (round > 0 && mapped > 2)
+            return fail_with("round " + std::to_string(round) + ": " + std::to_string(mapped) +
+                             " chorusMemAlloc buffers still mapped, at most 2 (this round's "
+                             "peers') expected");
         }
         chorusCommDestroy(comm);
         return 0;
       },
       opts());
   require_all_ok(res);
+}
+
+TEST_CASE("a peer's buffer held while its owner frees it stays mapped until released", "[shared]") {
+  namespace tr = chorus::transport;
+  // This process stands for both sides: the owner (shared_alloc/free) and the peer mapping it
+  // through /proc (map_shared).
+  const int before = tr::shared_peer_mappings();
+  chorus::Result<void*> a = tr::shared_alloc(1 << 16);
+  REQUIRE(a.is_ok());
+  const tr::SharedRef ra = *tr::find_shared(*a, 1 << 16);
+  chorus::Result<char*> ma = tr::map_shared(ra, 1 << 16);
+  REQUIRE(ma.is_ok());
+  ma.value()[5] = 42;
+  CHECK(static_cast<char*>(*a)[5] == 42);  // the same memory
+  REQUIRE(tr::shared_free(*a).is_ok());
+  chorus::Result<void*> b = tr::shared_alloc(1 << 16);
+  REQUIRE(b.is_ok());
+  const tr::SharedRef rb = *tr::find_shared(*b, 1 << 16);
+  REQUIRE(tr::map_shared(rb, 1 << 16).is_ok());
+  CHECK(tr::shared_peer_mappings() == before + 2);  // a's is held: still mapped
+  CHECK(ma.value()[5] == 42);
+  tr::release_shared(ra);
+  chorus::Result<void*> c = tr::shared_alloc(1 << 16);
+  REQUIRE(c.is_ok());
+  const tr::SharedRef rc = *tr::find_shared(*c, 1 << 16);
+  REQUIRE(tr::map_shared(rc, 1 << 16).is_ok());
+  CHECK(tr::shared_peer_mappings() == before + 2);  // a's went; b's (held, alive) and c's stay
+  tr::release_shared(rb);
+  tr::release_shared(rc);
+  chorus::Result<void*> d = tr::shared_alloc(1 << 16);
+  REQUIRE(d.is_ok());
+  const tr::SharedRef rd = *tr::find_shared(*d, 1 << 16);
+  REQUIRE(tr::map_shared(rd, 1 << 16).is_ok());
+  CHECK(tr::shared_peer_mappings() == before + 3);  // b and c are still their owner's
+  tr::release_shared(rd);
+  for (void* p : {*b, *c, *d}) REQUIRE(tr::shared_free(p).is_ok());
 }
 
 TEST_CASE("a rank that cannot map its peers' buffers turns the path off everywhere; results right",

@@ -1,5 +1,5 @@
 // chorusMemAlloc's buffers (shared_mem.h): one memfd per allocation, and the peers' allocations
-// mapped here, each once.
+// mapped here, each once, until its owner frees it.
 #include "transport/shm/shared_mem.h"
 
 #include <fcntl.h>
@@ -13,6 +13,7 @@
 #include <map>
 #include <mutex>
 #include <random>
+#include <string>
 #include <utility>
 
 namespace chorus::transport {
@@ -24,10 +25,21 @@ struct Own {
   uint64_t id;
 };
 
+// A peer's allocation mapped here: the file it is (to tell whether its owner still holds it) and
+// the holds on it (map_shared's, not yet released).
+struct Peer {
+  char* base;
+  uint64_t size;
+  int32_t fd;  // the owner's descriptor
+  dev_t dev;
+  ino_t ino;
+  int holds;
+};
+
 struct Registry {
   std::mutex mu;
-  std::map<uintptr_t, Own> own;                          // by address
-  std::map<std::pair<int32_t, uint64_t>, char*> mapped;  // peers' allocations, by (pid, id)
+  std::map<uintptr_t, Own> own;                         // by address
+  std::map<std::pair<int32_t, uint64_t>, Peer> mapped;  // peers' allocations, by (pid, id)
   uint64_t next_id = 0;
 };
 
@@ -39,6 +51,28 @@ Registry& registry() {
     return reg;
   }();
   return *r;
+}
+
+// Whether pid's descriptor fd is still the file (dev, ino): false once the owner freed the
+// allocation (the descriptor closed, or reused for another) or ended.
+bool still_held(int32_t pid, int32_t fd, dev_t dev, ino_t ino) {
+  const std::string path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd);
+  struct stat st {};
+  return stat(path.c_str(), &st) == 0 && st.st_dev == dev && st.st_ino == ino;
+}
+
+// Unmaps the peers' allocations that nothing here holds and whose owners freed them: the mapping
+// alone would keep their memory for the life of this process. Under r.mu.
+void unmap_freed(Registry& r) {
+  for (auto it = r.mapped.begin(); it != r.mapped.end();) {
+    const Peer& m = it->second;
+    if (m.holds > 0 || still_held(it->first.first, m.fd, m.dev, m.ino)) {
+      ++it;
+      continue;
+    }
+    munmap(m.base, m.size);
+    it = r.mapped.erase(it);
+  }
 }
 
 }  // namespace
@@ -118,6 +152,7 @@ Result<char*> map_shared(const SharedRef& ref, size_t bytes, bool fail_for_test)
     const std::string path = "/proc/" + std::to_string(ref.pid) + "/fd/" + std::to_string(ref.fd);
     if (fail_for_test)
       return make_error(Code::kSystemError, "opening {} failed: refused by the test hook", path);
+    unmap_freed(r);  // a new allocation: perhaps in place of freed ones
     int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
     if (fd < 0)
       return make_error(Code::kSystemError, "opening {} (a buffer of pid {}) failed: {}", path,
@@ -133,9 +168,25 @@ Result<char*> map_shared(const SharedRef& ref, size_t bytes, bool fail_for_test)
     if (p == MAP_FAILED)
       return make_error(Code::kSystemError, "mapping {} bytes of pid {} failed: {}", ref.size,
                         ref.pid, std::strerror(errno));
-    it = r.mapped.emplace(key, static_cast<char*>(p)).first;
+    it = r.mapped
+             .emplace(key, Peer{static_cast<char*>(p), ref.size, ref.fd, st.st_dev, st.st_ino, 0})
+             .first;
   }
-  return it->second + ref.offset;
+  ++it->second.holds;
+  return it->second.base + ref.offset;
+}
+
+void release_shared(const SharedRef& ref) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  auto it = r.mapped.find(std::make_pair(ref.pid, ref.id));
+  if (it != r.mapped.end() && it->second.holds > 0) --it->second.holds;
+}
+
+int shared_peer_mappings() {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  return static_cast<int>(r.mapped.size());
 }
 
 }  // namespace chorus::transport

@@ -31,10 +31,17 @@ Status shared_free(void* p);
 // The allocation holding [p, p + bytes), if it is one of this process's shared allocations.
 std::optional<SharedRef> find_shared(const void* p, size_t bytes);
 
-// Maps a peer's range of `bytes` (which must lie inside its allocation): the allocation is mapped
-// once per (pid, id) and kept for the life of the process; returns the range's address here. Fails
-// naming the pid and the path when the kernel refuses (another user, a hardened /proc), or when
-// `fail_for_test` (CHORUS_TEST_SHARED_MAP_FAIL) and the allocation is not mapped yet.
+// Maps a peer's range of `bytes` (which must lie inside its allocation) and holds it until
+// release_shared(ref): the allocation is mapped once per (pid, id); returns the range's address
+// here. A mapping that nothing holds stays for later calls while its owner keeps the allocation,
+// and is unmapped at the next new mapping once the owner has freed it (or ended): else it would
+// keep the freed memory for the life of this process. Fails naming the pid and the path when the
+// kernel refuses (another user, a hardened /proc), or when `fail_for_test`
+// (CHORUS_TEST_SHARED_MAP_FAIL) and the allocation is not mapped yet.
 Result<char*> map_shared(const SharedRef& ref, size_t bytes, bool fail_for_test = false);
+// Ends one hold of map_shared's on ref's allocation (none left: nothing).
+void release_shared(const SharedRef& ref);
+// How many peers' allocations are mapped here (tests).
+int shared_peer_mappings();
 
 }  // namespace chorus::transport
