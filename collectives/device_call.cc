@@ -4,6 +4,10 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <random>
+#include <vector>
 
 #include "common/log.h"
 #include "kernels/cuda/device.h"
@@ -18,7 +22,48 @@ std::string where(const void* p) {
   return fmt::format("{} memory of CUDA device {}", kc::mem_space_name(i.space), i.device);
 }
 
+// The peers' allocations this process has opened by CUDA IPC for user buffers (offsets left
+// out). CUDA keeps an open allocation -- and, after its owner frees it, its memory -- until it is
+// closed, so a peer that frees and allocates buffers around its calls would pile them up here.
+// Two live allocations of one process never overlap: a new one of an owner where an open one
+// lay means the owner freed that one, after its calls that used it were done (its frees wait
+// for them; and every peer's reads came before the signal that the owner's stream waited for).
+struct PeerBuffers {
+  std::mutex mu;
+  std::vector<kc::IpcHandle> open;
+};
+
+PeerBuffers& peer_buffers() {
+  static PeerBuffers* b = new PeerBuffers;  // never destroyed, as the backend's mappings
+  return *b;
+}
+
+// Closes the open allocations of h's owner that h's allocation overlaps, and notes h's: nothing
+// when h's is open already.
+void close_freed(const kc::IpcHandle& h) {
+  PeerBuffers& b = peer_buffers();
+  std::lock_guard<std::mutex> lock(b.mu);
+  for (const kc::IpcHandle& o : b.open)
+    if (std::memcmp(o.bytes, h.bytes, sizeof h.bytes) == 0) return;
+  std::erase_if(b.open, [&](const kc::IpcHandle& o) {
+    if (o.owner != h.owner || o.base >= h.base + h.size || h.base >= o.base + o.size) return false;
+    kc::ipc().close(o);
+    return true;
+  });
+  kc::IpcHandle mine = h;
+  mine.offset = 0;
+  b.open.push_back(mine);
+}
+
 }  // namespace
+
+uint64_t process_token() {
+  static const uint64_t token = [] {
+    std::random_device r;
+    return (uint64_t{r()} << 32 | r()) | 1;  // never 0, "unknown"
+  }();
+  return token;
+}
 
 std::string not_device_memory(const char* name, const void* p, int dev) {
   const kc::PointerInfo i = kc::classify_pointer(p);
@@ -93,6 +138,7 @@ void describe_self(DeviceIpc& st, CallBuffers& bufs, Record& me, int rank) {
     b->at = const_cast<void*>(b->user);
     if (!b->used || !b->shared) continue;
     const int rc = ipc.export_buffer(b->user, h);
+    h->owner = process_token();
     if (rc == kc::kNotLegacyIpc && !vmm_describe(st, *b, h, rank)) {
       b->staged = true;
       b->handle = h;
@@ -107,6 +153,7 @@ void describe_self(DeviceIpc& st, CallBuffers& bufs, Record& me, int rank) {
 // descriptor (device_vmm.h).
 Result<void*> open_peer(DeviceIpc& st, int q, const kc::IpcHandle& h) {
   if (is_vmm_handle(h)) return vmm_open(st, q, h);
+  close_freed(h);
   void* p = nullptr;
   if (int rc = kc::ipc().open(h, &p); rc != 0)
     return make_error(Code::kSystemError, "{}", ipc_error(rc));

@@ -34,9 +34,11 @@
  *   capture instantiated twice gives two graphs that must not run at once (their calls share
  *   their flag words).
  * - On one host the peers map device buffers (CUDA IPC) at their first use and keep them mapped
- *   for the life of the process, as NCCL keeps registered buffers: reuse buffers (a caching
- *   allocator, as PyTorch's) rather than allocate and free them around every call, whose
- *   mappings would pile up in every peer.
+ *   while the owner keeps the allocation, as NCCL keeps registered buffers. A peer closes its
+ *   mapping of a freed allocation when the owner's next buffer shows it freed: one that lies
+ *   where the freed one lay, as cudaMalloc often places it. Freed allocations whose place no
+ *   later buffer takes stay mapped, and hold their memory, until the peer ends: reuse buffers (a
+ *   caching allocator, as PyTorch's) rather than allocate and free them around every call.
  * - In place: sendbuff == recvbuff is allowed wherever both appear (for gather, scatter and
  *   all-to-all see their comments).
  * - A destroyed or aborted communicator answers every later call with an error, never a crash.

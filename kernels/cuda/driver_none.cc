@@ -64,6 +64,7 @@ int ipc_open(const IpcHandle&, void** out) {
   *out = nullptr;
   return kNoCuda;
 }
+void ipc_close(const IpcHandle&) {}
 void ipc_close_all() {}
 int vmm_identify(const void*, size_t, VmmAllocation*) {
   return kNoCuda;

@@ -105,6 +105,9 @@ int ipc_export(const void* p, IpcHandle* out) {
   static_assert(sizeof h == sizeof out->bytes);
   std::memcpy(out->bytes, &h, sizeof h);
   out->offset = uint64_t(reinterpret_cast<CUdeviceptr>(p) - base);
+  out->base = uint64_t(base);
+  out->size = uint64_t(size);
+  out->owner = 0;
   return 0;
 }
 
@@ -125,6 +128,17 @@ int ipc_open(const IpcHandle& h, void** out) {
   }
   *out = static_cast<char*>(it->second) + h.offset;
   return 0;
+}
+
+void ipc_close(const IpcHandle& h) {
+  const RelaxedCapture relaxed;  // capture_mode.h
+  const std::string key(reinterpret_cast<const char*>(h.bytes), sizeof h.bytes);
+  Opened& o = opened();
+  std::lock_guard<std::mutex> lock(o.mu);
+  auto it = o.bases.find(key);
+  if (it == o.bases.end()) return;
+  if (cudaIpcCloseMemHandle(it->second) != cudaSuccess) (void)cudaGetLastError();
+  o.bases.erase(it);
 }
 
 void ipc_close_all() {

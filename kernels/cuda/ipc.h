@@ -31,19 +31,27 @@ inline constexpr int kNotFdExportable = 803;
 inline constexpr int kReleaseUnprepared = 804;
 
 // What a peer needs to map a buffer: the legacy IPC handle of the allocation holding it and the
-// buffer's offset inside that allocation. Exchanged as raw bytes.
+// buffer's offset inside that allocation; where the allocation lies in its owner's address space
+// (a later allocation there means this one was freed); the owner process (a token of the
+// collectives', collectives/device_call.h). Exchanged as raw bytes.
 struct IpcHandle {
   unsigned char bytes[64];  // cudaIpcMemHandle_t
   uint64_t offset;
+  uint64_t base;  // the allocation's start and size in its owner's process
+  uint64_t size;
+  uint64_t owner;
 };
 
-// The handle of p's allocation (cudaMalloc memory) and p's offset in it; kNotLegacyIpc for VMM and
-// stream-ordered memory, which export no legacy handle.
+// The handle of p's allocation (cudaMalloc memory), p's offset in it and the allocation's range
+// (owner left 0); kNotLegacyIpc for VMM and stream-ordered memory, which export no legacy handle.
 int ipc_export(const void* p, IpcHandle* out);
 // Maps a peer's buffer into this process: base + offset. Each allocation opens once per process
 // (cached by handle bytes, as the driver allows one open per context); never in the process
 // that exported it (use the raw pointer there).
 int ipc_open(const IpcHandle& h, void** out);
+// Closes what ipc_open mapped for h's allocation (nothing if it is not open): its owner freed it,
+// and no work of this process uses it any more.
+void ipc_close(const IpcHandle& h);
 // Closes every allocation ipc_open mapped (tests; a process that ends needs nothing).
 void ipc_close_all();
 
@@ -138,6 +146,7 @@ std::string ipc_error_string(int rc);
 struct IpcBackend {
   int (*export_buffer)(const void* p, IpcHandle* out);
   int (*open)(const IpcHandle& h, void** out);
+  void (*close)(const IpcHandle& h);
   int (*flags_alloc)(size_t bytes, void** out);
   int (*host_words_alloc)(size_t bytes, void** out);
   int (*flags_release)(int device, void* flags, const uint32_t* values, size_t count);

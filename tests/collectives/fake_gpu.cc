@@ -124,10 +124,18 @@ int export_buffer(const void* p, kc::IpcHandle* out) {
   if (is_unmapped(p)) return kc::kNotLegacyIpc;
   *out = {};
   out->offset = ref->offset;
+  out->base = uint64_t(reinterpret_cast<uintptr_t>(p)) - ref->offset;
+  out->size = ref->size;
   ref->offset = 0;
   std::memcpy(out->bytes, &*ref, sizeof *ref);
   return 0;
 }
+
+// The allocations open here (each held once by map_shared, as CUDA IPC opens each once), by
+// (pid, id); and how many close released.
+std::mutex g_open_mu;
+std::set<std::pair<int32_t, uint64_t>>* g_open = new std::set<std::pair<int32_t, uint64_t>>;
+std::atomic<int> g_closes{0};
 
 int open(const kc::IpcHandle& h, void** out) {
   transport::SharedRef ref;
@@ -135,12 +143,27 @@ int open(const kc::IpcHandle& h, void** out) {
   // CUDA refuses a process's own handles ("invalid device context"): ranks that are threads of
   // one process must not come here.
   if (ref.pid == getpid()) return 201;
-  // Held for the life of the process, as CUDA IPC's mappings are (kernels/cuda/ipc.h): never
-  // released, so never unmapped when the owner frees the memory.
+  // Held until close (as CUDA IPC's mappings are, kernels/cuda/ipc.h); after it, unmapped once
+  // the owner has freed the memory (at a later new mapping, transport/shm/shared_mem.h).
+  std::lock_guard<std::mutex> lock(g_open_mu);
+  const bool first = g_open->insert({ref.pid, ref.id}).second;
   Result<char*> base = transport::map_shared(ref, 1);
-  if (!base.is_ok()) return 1;
+  if (!base.is_ok()) {
+    if (first) g_open->erase({ref.pid, ref.id});
+    return 1;
+  }
+  if (!first) transport::release_shared(ref);  // one hold an allocation
   *out = *base + h.offset;
   return 0;
+}
+
+void close_handle(const kc::IpcHandle& h) {
+  transport::SharedRef ref;
+  std::memcpy(&ref, h.bytes, sizeof ref);
+  std::lock_guard<std::mutex> lock(g_open_mu);
+  if (g_open->erase({ref.pid, ref.id}) == 0) return;
+  transport::release_shared(ref);
+  ++g_closes;
 }
 
 int flags_alloc(size_t bytes, void** out) {
@@ -485,6 +508,7 @@ std::string error_string(int rc) {
 
 const kc::IpcBackend kFake{.export_buffer = export_buffer,
                            .open = open,
+                           .close = close_handle,
                            .flags_alloc = flags_alloc,
                            .host_words_alloc = host_words_alloc,
                            .flags_release = flags_release,
@@ -521,7 +545,11 @@ void install_fake_gpu() {
 }
 
 void* fake_device_alloc(size_t bytes) {
-  Result<void*> p = transport::shared_alloc(bytes == 0 ? 1 : bytes);
+  return fake_device_alloc_at(nullptr, bytes);
+}
+
+void* fake_device_alloc_at(void* at, size_t bytes) {
+  Result<void*> p = transport::shared_alloc(bytes == 0 ? 1 : bytes, at);
   if (!p.is_ok()) {
     std::fprintf(stderr, "fake_device_alloc: %s\n", p.status().message().c_str());
     return nullptr;
@@ -672,6 +700,10 @@ int fake_pinned_live() {
 
 int fake_pinned_frees() {
   return g_pinned_frees.load();
+}
+
+int fake_ipc_closes() {
+  return g_closes.load();
 }
 
 int fake_flags_releases() {

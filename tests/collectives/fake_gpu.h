@@ -21,8 +21,10 @@ namespace chorus::test {
 
 // Makes this process use the emulation (the ipc backend and the pointer classifier).
 void install_fake_gpu();
-// Emulated device memory (zero-filled), and its release.
+// Emulated device memory (zero-filled), and its release. fake_device_alloc_at: at `at` if that
+// range is free (an address used again, as cudaMalloc often does after a free).
 void* fake_device_alloc(size_t bytes);
+void* fake_device_alloc_at(void* at, size_t bytes);
 void fake_device_free(void* p);
 // Emulated device memory that CUDA IPC cannot map (as VMM memory): the same, but ipc_export
 // refuses it with kNotLegacyIpc. Freed with fake_device_free.
@@ -69,6 +71,8 @@ void fake_pinned_alloc_fails(bool on);
 // pinned_alloc's blocks not yet freed, in this process; pinned_free's calls so far.
 int fake_pinned_live();
 int fake_pinned_frees();
+// The allocations of peers that ipc close released so far, in this process.
+int fake_ipc_closes();
 // flags_release's calls so far, in this process (each a stream write on a GPU).
 int fake_flags_releases();
 // While set (an async stream; nullptr: off), the process's streams share one hardware queue, as

@@ -23,6 +23,7 @@
 #include "fake_gpu.h"
 #include "harness.h"
 #include "kernels/cpu/reduce.h"
+#include "transport/shm/shared_mem.h"
 
 using chorus::test::check_all;
 using chorus::test::contains;
@@ -925,6 +926,50 @@ TEST_CASE("VMM memory by descriptor: a reused address is a new allocation; a ful
     CHECK(occurrences(res[r].output, "map it through its file descriptor") == 1);
     CHECK(occurrences(res[r].output, "the rest go through the bounce buffer") == 1);
   }
+}
+
+TEST_CASE("CUDA IPC buffers freed and allocated again where they were: the peers close the old",
+          "[device]") {
+  auto res = run_ranks(
+      3,
+      [](int r) {
+        chorusComm_t comm = init(r);
+        if (!comm) return 1;
+        const size_t n = 5000;
+        const int rounds = 8;
+        auto* x = static_cast<float*>(chorus::test::fake_device_alloc(n * 4));
+        const int before = chorus::transport::shared_peer_mappings();
+        for (int round = 0; round < rounds; ++round) {
+          // A stale mapping would give the first round's numbers.
+          for (size_t j = 0; j < n; ++j) x[j] = float(r + round * 10 + j % 9);
+          if (chorusAllReduce(x, x, n, chorusFloat32, chorusSum, comm, kStream) != chorusSuccess)
+            return fail_with(r, "all-reduce", chorusGetLastError(comm));
+          for (size_t j = 0; j < n; ++j)
+            if (x[j] != float(3 * (round * 10 + j % 9) + 3))
+              return fail_with(r, fmt::format("round {}", round),
+                               fmt::format("element {}: {}", j, x[j]));
+          void* old = x;
+          chorus::test::fake_device_free(x);
+          x = static_cast<float*>(chorus::test::fake_device_alloc_at(old, n * 4));
+          if (x != old)
+            return fail_with(r, "allocation", "the freed range was taken: the test needs it");
+        }
+        // Each round after the first: each peer's allocation where its last one lay, which this
+        // process closes (and then unmaps, its owner having freed it).
+        const int closes = chorus::test::fake_ipc_closes();
+        const int mapped = chorus::transport::shared_peer_mappings() - before;
+        chorus::test::fake_device_free(x);
+        chorusCommDestroy(comm);
+        if (closes != 2 * (rounds - 1))
+          return fail_with(r, "closes", fmt::format("{}, want {}", closes, 2 * (rounds - 1)));
+        if (mapped > 4)  // the 2 peers' flag words and their last buffers
+          return fail_with(
+              r, "mappings",
+              fmt::format("{} peers' allocations still mapped, want at most 4", mapped));
+        return 0;
+      },
+      opts(false));
+  check_all(res);
 }
 
 TEST_CASE("device send met by a send: named on both ranks, the communicator goes on", "[device]") {

@@ -16,6 +16,7 @@
 //                                                   bounce buffer; calls alternating between
 //                                                   streams too);
 //                                                   stream order without host synchronisation;
+//                                                   buffers freed and allocated again;
 //                                                   calls captured into a CUDA graph, replayed;
 //                                                   errors named on every rank; bandwidth.
 // Exits 77 with the reason where no GPU is visible.
@@ -704,6 +705,39 @@ void stream_order(chorusComm_t comm, cudaStream_t stream) {
   CK(cudaFree(buf));
 }
 
+// Buffers freed and allocated again around each call (cudaMalloc often gives the freed address
+// back): each round's numbers right, so no peer reads through a mapping of the freed allocation;
+// the peers close those (collectives/device_call.cc, close_freed). Says how often the address
+// came back, which is when the close runs.
+void freed_and_allocated_again(chorusComm_t comm, cudaStream_t stream) {
+  const size_t count = size_t(1) << 20;
+  std::vector<float> host(count);
+  void* last = nullptr;
+  int again = 0;
+  for (int round = 0; round < 6 && !g_failed; ++round) {
+    float* buf;
+    CK(cudaMalloc(&buf, count * 4));
+    again += buf == last;
+    for (size_t i = 0; i < count; ++i) host[i] = float(g_rank + round * 10 + int(i % 9));
+    CK(cudaMemcpy(buf, host.data(), count * 4, cudaMemcpyHostToDevice));
+    if (chorusAllReduce(buf, buf, count, chorusFloat32, chorusSum, comm, stream) != chorusSuccess)
+      fail(std::string("freed and allocated again: ") + chorusGetLastError(comm));
+    CK(cudaStreamSynchronize(stream));
+    CK(cudaMemcpy(host.data(), buf, count * 4, cudaMemcpyDeviceToHost));
+    size_t wrong = 0;
+    for (size_t i = 0; i < count; ++i)
+      wrong += host[i] != float(g_size * (round * 10 + int(i % 9)) + g_size * (g_size - 1) / 2);
+    if (wrong)
+      fail("freed and allocated again, round " + std::to_string(round) + ": " +
+           std::to_string(wrong) + " wrong");
+    last = buf;
+    CK(cudaFree(buf));
+  }
+  if (g_rank == 0)
+    std::printf("%d ranks: freed and allocated again: 6 rounds, the address came back %d times\n",
+                g_size, again);
+}
+
 // Errors: named on every rank, and the communicator still works afterwards.
 void errors(chorusComm_t comm, cudaStream_t stream) {
   float* dev;
@@ -899,6 +933,7 @@ int worker() {
                   mem_name(m));
   }
   if (!g_failed) stream_order(comm, stream);
+  if (!g_failed) freed_and_allocated_again(comm, stream);
   // Staged, a mismatch is found by the host part after the call returned (the communicator's
   // error): the checks of errors() are for the CUDA IPC path's exchange.
   if (!g_failed && !staged) errors(comm, stream);

@@ -77,7 +77,7 @@ void unmap_freed(Registry& r) {
 
 }  // namespace
 
-Result<void*> shared_alloc(size_t bytes) {
+Result<void*> shared_alloc(size_t bytes, void* hint) {
   if (bytes == 0) return make_error(Code::kInvalidArgument, "chorusMemAlloc: size is 0");
   const long page = sysconf(_SC_PAGESIZE);
   if (bytes > (SIZE_MAX >> 1))
@@ -93,7 +93,7 @@ Result<void*> shared_alloc(size_t bytes) {
     return make_error(Code::kSystemError, "chorusMemAlloc: {} bytes: ftruncate failed: {}", size,
                       std::strerror(e));
   }
-  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  void* p = mmap(hint, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) {
     const int e = errno;
     close(fd);

@@ -24,8 +24,9 @@ struct SharedRef {
   uint64_t offset = 0;  // of the range
 };
 
-// An allocation of `bytes` (> 0), page-aligned, zero-filled.
-Result<void*> shared_alloc(size_t bytes);
+// An allocation of `bytes` (> 0), page-aligned, zero-filled; at `hint` if that range is free
+// (mmap's hint: tests that need an address used again).
+Result<void*> shared_alloc(size_t bytes, void* hint = nullptr);
 // Frees what shared_alloc returned; anything else is refused by name.
 Status shared_free(void* p);
 // The allocation holding [p, p + bytes), if it is one of this process's shared allocations.
