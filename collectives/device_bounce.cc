@@ -59,7 +59,7 @@ Status place_staged(DeviceIpc& st, std::span<LocalBuffer* const> bufs, int rank,
   for (size_t i = 0; i < staged.size(); ++i) {
     LocalBuffer& b = *staged[i];
     b.at = static_cast<char*>(st.bounce) + offset[piece_of[i]];
-    if (int rc = ipc.export_buffer(b.at, b.handle); rc != 0)
+    if (int rc = export_for_peers(b.at, b.handle); rc != 0)
       return make_error(Code::kSystemError, "{} on rank {}: exporting the bounce buffer failed: {}",
                         call, rank, ipc.error_string(rc));
   }

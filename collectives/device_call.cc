@@ -41,6 +41,7 @@ PeerBuffers& peer_buffers() {
 // Closes the open allocations of h's owner that h's allocation overlaps, and notes h's: nothing
 // when h's is open already.
 void close_freed(const kc::IpcHandle& h) {
+  if (h.owner == 0) return;  // not export_for_peers's: its owner is unknown
   PeerBuffers& b = peer_buffers();
   std::lock_guard<std::mutex> lock(b.mu);
   for (const kc::IpcHandle& o : b.open)
@@ -56,14 +57,6 @@ void close_freed(const kc::IpcHandle& h) {
 }
 
 }  // namespace
-
-uint64_t process_token() {
-  static const uint64_t token = [] {
-    std::random_device r;
-    return (uint64_t{r()} << 32 | r()) | 1;  // never 0, "unknown"
-  }();
-  return token;
-}
 
 std::string not_device_memory(const char* name, const void* p, int dev) {
   const kc::PointerInfo i = kc::classify_pointer(p);
@@ -137,8 +130,7 @@ void describe_self(DeviceIpc& st, CallBuffers& bufs, Record& me, int rank) {
   for (auto [b, h] : {std::pair{&bufs.send, &me.send}, {&bufs.recv, &me.recv}}) {
     b->at = const_cast<void*>(b->user);
     if (!b->used || !b->shared) continue;
-    const int rc = ipc.export_buffer(b->user, h);
-    h->owner = process_token();
+    const int rc = export_for_peers(b->user, h);
     if (rc == kc::kNotLegacyIpc && !vmm_describe(st, *b, h, rank)) {
       b->staged = true;
       b->handle = h;
@@ -214,3 +206,17 @@ bool staged(CommImpl& comm, const char* call) {
 }
 
 }  // namespace chorus::capi::devcall
+
+namespace chorus {
+
+int export_for_peers(const void* p, kernels::cuda::IpcHandle* out) {
+  static const uint64_t token = [] {
+    std::random_device r;
+    return (uint64_t{r()} << 32 | r()) | 1;  // never 0
+  }();
+  const int rc = kernels::cuda::ipc().export_buffer(p, out);
+  if (rc == 0) out->owner = token;
+  return rc;
+}
+
+}  // namespace chorus

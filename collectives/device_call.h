@@ -65,10 +65,6 @@ void describe_self(DeviceIpc& st, CallBuffers& bufs, Record& me, int rank);
 // calls exported into me.graph_flags. When asking or exporting fails: false, and `me` says why.
 bool capturing(DeviceIpc& st, void* stream, Record& me);
 
-// This process's token in the handles it exports (IpcHandle::owner): random, never 0. Not the
-// pid, which processes in two pid namespaces of one host may share.
-uint64_t process_token();
-
 // Where rank q's buffer of handle h is mapped here: by CUDA IPC, or its VMM allocation mapped by
 // descriptor (device_vmm.h). A CUDA IPC allocation of q's process that h's overlaps was freed: it
 // is closed first.

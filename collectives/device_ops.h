@@ -13,6 +13,7 @@
 #include "collectives/c_api_check.h"
 #include "collectives/device_graph.h"
 #include "collectives/device_stage.h"
+#include "kernels/cuda/ipc.h"
 
 namespace chorus {
 
@@ -65,6 +66,11 @@ void release_device_waits(DeviceIpc& st);
 // What it writes, word by word (the blocks of device_ops.cc's "Flag words", kMaxDeviceRanks words
 // each): each word's awaited count plus 2^30, since a stream wait's "word >= awaited" is cyclic.
 std::array<uint32_t, 5 * kMaxDeviceRanks> device_release_values(const DeviceIpc& st);
+
+// The backend's export_buffer of p into *out, with this process's token as the owner
+// (IpcHandle::owner: random, never 0; not the pid, which processes in two pid namespaces of one
+// host may share). Every buffer that peers open through devcall::open_peer is exported so.
+int export_for_peers(const void* p, kernels::cuda::IpcHandle* out);
 
 // Whether a call's buffers are (at least partly) device memory and take the device path.
 bool device_buffers(const void* sendbuff, const void* recvbuff);

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -132,10 +133,20 @@ int export_buffer(const void* p, kc::IpcHandle* out) {
 }
 
 // The allocations open here (each held once by map_shared, as CUDA IPC opens each once), by
-// (pid, id); and how many close released.
+// (pid, id), with the file each is (st_dev, st_ino of the owner's descriptor); and how many
+// close released.
 std::mutex g_open_mu;
-std::set<std::pair<int32_t, uint64_t>>* g_open = new std::set<std::pair<int32_t, uint64_t>>;
+std::map<std::pair<int32_t, uint64_t>, std::pair<dev_t, ino_t>>* g_open =
+    new std::map<std::pair<int32_t, uint64_t>, std::pair<dev_t, ino_t>>;
 std::atomic<int> g_closes{0};
+
+// The file behind the owner's descriptor of `ref` ({0, 0}: none, the owner freed it or ended).
+std::pair<dev_t, ino_t> owner_file(const transport::SharedRef& ref) {
+  struct stat st {};
+  const std::string path = "/proc/" + std::to_string(ref.pid) + "/fd/" + std::to_string(ref.fd);
+  if (stat(path.c_str(), &st) != 0) return {0, 0};
+  return {st.st_dev, st.st_ino};
+}
 
 int open(const kc::IpcHandle& h, void** out) {
   transport::SharedRef ref;
@@ -146,22 +157,35 @@ int open(const kc::IpcHandle& h, void** out) {
   // Held until close (as CUDA IPC's mappings are, kernels/cuda/ipc.h); after it, unmapped once
   // the owner has freed the memory (at a later new mapping, transport/shm/shared_mem.h).
   std::lock_guard<std::mutex> lock(g_open_mu);
-  const bool first = g_open->insert({ref.pid, ref.id}).second;
+  const bool first = !g_open->count({ref.pid, ref.id});
   Result<char*> base = transport::map_shared(ref, 1);
-  if (!base.is_ok()) {
-    if (first) g_open->erase({ref.pid, ref.id});
-    return 1;
-  }
-  if (!first) transport::release_shared(ref);  // one hold an allocation
+  if (!base.is_ok()) return 1;
+  if (first)
+    g_open->emplace(std::make_pair(ref.pid, ref.id), owner_file(ref));
+  else
+    transport::release_shared(ref);  // one hold an allocation
   *out = *base + h.offset;
   return 0;
 }
 
+// Closes h's allocation. On a GPU that unmaps it here at once, while the emulation's mapping
+// would stay as long as its owner holds it: closing one the owner still holds -- which chorus
+// does only by mistake, queued work of this process may still use the mapping -- ends the process
+// here, naming it.
 void close_handle(const kc::IpcHandle& h) {
   transport::SharedRef ref;
   std::memcpy(&ref, h.bytes, sizeof ref);
   std::lock_guard<std::mutex> lock(g_open_mu);
-  if (g_open->erase({ref.pid, ref.id}) == 0) return;
+  auto it = g_open->find({ref.pid, ref.id});
+  if (it == g_open->end()) return;
+  if (owner_file(ref) == it->second) {
+    std::fprintf(stderr,
+                 "fake_gpu: an allocation of pid %d that its owner still holds was closed; on a "
+                 "GPU the work that uses the mapping would fault\n",
+                 int(ref.pid));
+    std::abort();
+  }
+  g_open->erase(it);
   transport::release_shared(ref);
   ++g_closes;
 }
