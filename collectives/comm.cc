@@ -756,7 +756,9 @@ Status CommImpl::destroy() {
   stage_close(device_ipc_.stage, deadline.remaining());  // destroy stays bounded by the timeout
   if (job) job->remove(this);
   channels.clear();
-  job.reset();
+  // The job's last communicator: its goodbye is said before this returns (Job::drop), within
+  // 10 s (the store's host shuts its store down there too).
+  Job::drop(job, Deadline::after_seconds(std::min(10.0, deadline.remaining())));
   std::lock_guard<std::mutex> lock(mu_);
   destroyed_ = true;
   cv_.notify_all();

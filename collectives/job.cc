@@ -2,10 +2,14 @@
 #include "collectives/job.h"
 
 #include <sys/socket.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
 
 #include "collectives/comm.h"
+#include "common/env.h"
 #include "common/log.h"
 #include "common/thread.h"
 
@@ -19,6 +23,8 @@ Result<std::shared_ptr<Job>> Job::create(transport::Rendezvous rdzv, Deadline de
   job->method_ = rdzv.method;
   job->store_host_rank_ = rdzv.store_host_rank;
   job->server_ = std::move(rdzv.server);
+  CHORUS_ASSIGN_OR_RETURN(job->watch_hold_ms_,
+                          env_int_in("CHORUS_TEST_WATCH_HOLD_MS", 0, 0, 10000));
   set_log_rank(rdzv.rank);
   log_info("bootstrap: rank {} of {} ({}), store at {}", rdzv.rank, rdzv.size, rdzv.method,
            rdzv.store.to_string());
@@ -57,8 +63,14 @@ Result<std::unique_ptr<transport::WatchClient>> Job::connect_watch(const SockAdd
   std::weak_ptr<Job> weak = weak_from_this();
   return transport::WatchClient::connect(
       store, secret_, rank_, size_,
-      [weak](const transport::WatchEvent& e) {
-        if (auto j = weak.lock()) j->on_event(e);
+      [weak, holds = news_holds_](const transport::WatchEvent& e) {
+        ++*holds;
+        if (auto j = weak.lock()) {
+          j->on_event(e);
+          // The test hook: the job held here a while after the news, as a loaded machine may.
+          if (j->watch_hold_ms_ > 0) usleep(static_cast<useconds_t>(j->watch_hold_ms_) * 1000);
+        }
+        --*holds;
       },
       [weak](uint64_t uid) {
         auto j = weak.lock();
@@ -104,6 +116,25 @@ Job::~Job() {
   old_watches_.clear();
   store_.reset();
   server_.reset();
+  std::lock_guard<std::mutex> lock(ended_->mu);
+  ended_->done = true;
+  ended_->cv.notify_all();
+}
+
+void Job::drop(std::shared_ptr<Job>& job, Deadline deadline) {
+  if (!job) return;
+  // Wait only when every other reference is a watch callback's: not while the caller still holds
+  // the job (a communicator whose creation failed), nor when this reference is the last one (the
+  // teardown then runs here).
+  const long others = job.use_count() - 1;
+  const bool wait = others > 0 && others <= job->news_holds_->load() && job->live_comms().empty() &&
+                    !job->on_own_thread();
+  std::shared_ptr<Ended> ended = job->ended_;
+  job.reset();
+  if (!wait) return;
+  std::unique_lock<std::mutex> lock(ended->mu);
+  ended->cv.wait_for(lock, std::chrono::duration<double>(std::max(0.0, deadline.remaining())),
+                     [&] { return ended->done; });
 }
 
 transport::WatchClient* Job::watch() {

@@ -54,6 +54,10 @@ Result<std::unique_ptr<StoreServer>> StoreServer::start(Fd listener, const SockA
   // Test hook: error news goes to one watch client after another this far apart, so a client
   // served early can act (and end its process) before a later one hears.
   CHORUS_ASSIGN_OR_RETURN(s->watch_gap_ms_, env_int_in("CHORUS_TEST_WATCH_GAP_MS", 0, 0, 10000));
+  // Test hook: a connection's thread pauses this long after its verdict, as a loaded machine
+  // may leave it (tests/adversarial/test_store.cc).
+  CHORUS_ASSIGN_OR_RETURN(s->admit_pause_ms_,
+                          env_int_in("CHORUS_TEST_STORE_ADMIT_PAUSE_MS", 0, 0, 10000));
   s->listen_ = std::move(listener);
   s->addr_ = bound;
   s->secret_ = secret;
@@ -222,21 +226,30 @@ void StoreServer::admit(Accepted a) {
 }
 
 void StoreServer::run_conn(const std::shared_ptr<Conn>& c) {
-  // The verdict goes out before the connection is registered, so no broadcast can reach a new
-  // watch client ahead of its verdict.
-  if (!send_verdict(c->fd.get(), Code::kOk, server_info_text(getpid(), host_)).is_ok()) return;
+  // Registered before its verdict goes out, so that a client that has its verdict gets every
+  // later broadcast (registered after, a loaded machine could leave this thread between the two
+  // long enough for news to pass the client by, and for the store's host to end with it); and
+  // while this thread holds the connection's write lock, so that no broadcast reaches it ahead
+  // of its verdict. The news so far follows the verdict; what comes later the broadcasts send.
   std::deque<std::string> news;
+  std::unique_lock<std::mutex> writing(c->write_mu);
   {
     std::lock_guard<std::mutex> lock(mu_);
     conns_.push_back(c);
     if (c->hello.kind == static_cast<uint16_t>(ConnKind::kWatch)) news = news_;
   }
-  if (!news.empty()) {
-    std::lock_guard<std::mutex> lock(c->write_mu);
-    for (auto& frame : news)
-      (void)send_all(c->fd.get(), frame.data(), frame.size(), Deadline::after_seconds(1.0),
-                     c->peer);
+  bool ok = send_verdict(c->fd.get(), Code::kOk, server_info_text(getpid(), host_)).is_ok();
+  for (auto& frame : news)
+    if (ok)
+      ok = send_all(c->fd.get(), frame.data(), frame.size(), Deadline::after_seconds(1.0), c->peer)
+               .is_ok();
+  writing.unlock();
+  if (!ok) {
+    std::lock_guard<std::mutex> lock(mu_);
+    conns_.erase(std::remove(conns_.begin(), conns_.end(), c), conns_.end());
+    return;
   }
+  if (admit_pause_ms_ > 0) usleep(static_cast<useconds_t>(admit_pause_ms_) * 1000);
   if (c->hello.kind == static_cast<uint16_t>(ConnKind::kWatch))
     serve_watch(c);
   else

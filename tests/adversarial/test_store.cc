@@ -248,3 +248,38 @@ TEST_CASE("error news reaches other processes before the store's own", "[adversa
   INFO("the other process heard at " << other_at << ", the host at " << host_at);
   CHECK(other_at < host_at);
 }
+
+// A watch client that has its verdict hears every later broadcast, also when the store's thread
+// for it is held up right after the verdict (CHORUS_TEST_STORE_ADMIT_PAUSE_MS, as a loaded machine
+// may) and the store's process ends right after the news: the connection is registered before
+// the verdict goes out. Registered after it, the news passed it by (1 run in 70 of a loaded
+// test_failures, "the store's host ending as soon as it hears of an error").
+TEST_CASE("a watch client with its verdict hears the news sent before its thread went on",
+          "[adversarial][store]") {
+  int to_child[2], from_child[2];
+  REQUIRE(pipe(to_child) == 0);
+  REQUIRE(pipe(from_child) == 0);
+  Secret secret = secret_from_string("registered first");
+  pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {  // the store's host: announces an error once told, and ends at once
+    setenv("CHORUS_TEST_STORE_ADMIT_PAUSE_MS", "2000", 1);
+    auto server = StoreServer::start("127.0.0.1", 0, secret, 2);
+    int port = server.is_ok() ? server.value()->address().port : 0;
+    (void)!write(from_child[1], &port, sizeof port);
+    char go = 0;
+    if (server.is_ok() && read(to_child[0], &go, 1) == 1)
+      server.value()->announce_error(0, 7, "rank 0 failed");
+    _exit(0);
+  }
+  int port = 0;
+  REQUIRE(read(from_child[0], &port, sizeof port) == sizeof port);
+  REQUIRE(port > 0);
+  auto w = raw_watch(SockAddr{"127.0.0.1", port}, secret, 1, 2);  // has its verdict
+  REQUIRE(w.is_ok());
+  REQUIRE(write(to_child[1], "g", 1) == 1);
+  const double heard = read_frame_at(w->get());
+  int status = 0;
+  waitpid(pid, &status, 0);
+  CHECK(heard > 0);
+}
