@@ -311,10 +311,19 @@ bool is_pinned(const void* p) {
 }
 
 std::atomic<bool> g_pinned_fails{false};
+std::function<void()>* g_before_pinned_failure = new std::function<void()>;  // under g_pinned_mu
 
 int pinned_alloc(size_t bytes, void** out) {
   *out = nullptr;
-  if (g_pinned_fails.load()) return 2;
+  if (g_pinned_fails.load()) {
+    std::function<void()> before;
+    {
+      std::lock_guard<std::mutex> lock(g_pinned_mu);
+      before.swap(*g_before_pinned_failure);  // once
+    }
+    if (before) before();
+    return 2;
+  }
   *out = std::calloc(1, bytes == 0 ? 1 : bytes);
   if (*out == nullptr) return 2;
   std::lock_guard<std::mutex> lock(g_pinned_mu);
@@ -715,6 +724,11 @@ int fake_frees_in_capture() {
 
 void fake_pinned_alloc_fails(bool on) {
   g_pinned_fails.store(on);
+}
+
+void fake_before_pinned_failure(std::function<void()> fn) {
+  std::lock_guard<std::mutex> lock(g_pinned_mu);
+  *g_before_pinned_failure = std::move(fn);
 }
 
 int fake_pinned_live() {

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -68,6 +69,9 @@ void fake_stream_delay(void* stream, int ms);
 void fake_marks_stuck(bool stuck);
 // While set, pinned_alloc fails (out of memory).
 void fake_pinned_alloc_fails(bool on);
+// fn() runs once, in the next pinned_alloc that fails, before it fails: a test holds that rank
+// there until a peer is where the test wants it.
+void fake_before_pinned_failure(std::function<void()> fn);
 // pinned_alloc's blocks not yet freed, in this process; pinned_free's calls so far.
 int fake_pinned_live();
 int fake_pinned_frees();

@@ -7,6 +7,7 @@
 // page-locked buffers are reused and freed; a peer killed, a stream whose earlier work never
 // ends and a mismatch are each named after the call returned, with no stream waiting for ever.
 #include <fmt/format.h>
+#include <poll.h>
 #include <signal.h>
 #include <unistd.h>
 #include <catch2/catch.hpp>
@@ -599,7 +600,12 @@ std::optional<Rank> setup(int r) {
 // (Rank::replays_end_named, the graph destroyed as soon as its stream ends with `free_early`).
 std::vector<chorus::test::RankResult> killed_after_capture(bool with_all_reduce, int n,
                                                            bool free_early, const RunOptions& o) {
-  return run_ranks(
+  // Rank 2 dies once both survivors' captures have returned (a pipe): each side of a pair's
+  // exchange may end before the other's, and a death in between fails the other's capture
+  // instead (1 run in 10 before).
+  int captured[2];
+  REQUIRE(pipe(captured) == 0);
+  auto res = run_ranks(
       3,
       [=](int r) {
         std::optional<Rank> k = setup(r);
@@ -607,10 +613,24 @@ std::vector<chorus::test::RankResult> killed_after_capture(bool with_all_reduce,
         if (!k->in_step()) return fail_with(r, "the eager call", chorusGetLastError(k->comm));
         void* graph = k->capture_ring(with_all_reduce);
         if (graph == nullptr) return 1;
-        if (r == 2) raise(SIGKILL);
+        if (r != 2) (void)!write(captured[1], "c", 1);
+        if (r == 2) {
+          char two[2];
+          for (size_t got = 0; got < sizeof two;) {
+            pollfd p{captured[0], POLLIN, 0};
+            if (poll(&p, 1, 10000) != 1) break;
+            const ssize_t n = read(captured[0], two + got, sizeof two - got);
+            if (n <= 0) break;
+            got += size_t(n);
+          }
+          raise(SIGKILL);
+        }
         return k->replays_end_named(graph, n, 15, free_early);
       },
       o);
+  close(captured[0]);
+  close(captured[1]);
+  return res;
 }
 
 }  // namespace
@@ -857,19 +877,31 @@ TEST_CASE("staged device calls: a peer killed; the stream's earlier work that ne
       "rank 2's capture of a receive fails after the pair agreed (page-locked memory refused): "
       "named on every rank, and rank 0, whose pair communicator is still waiting for rank 2's "
       "side, destroys at once") {
+    // Rank 2 fails only once rank 0's capture has returned (a pipe): its news could otherwise
+    // reach rank 0 before rank 0's side of the pair's exchange had ended, and fail that capture
+    // instead (1 run in 20 before).
+    int returned[2];
+    REQUIRE(pipe(returned) == 0);
     auto res = run_ranks(
         3,
-        [](int r) {
+        [&](int r) {
           std::optional<Rank> k = setup(r);
           if (!k) return 1;
           if (!k->in_step()) return fail_with(r, "the eager call", chorusGetLastError(k->comm));
           const auto start = std::chrono::steady_clock::now();
           if (r == 1) return k->ends_named(start, 30, {"page-locked memory"});
-          if (r == 2) chorus::test::fake_pinned_alloc_fails(true);
+          if (r == 2) {
+            chorus::test::fake_pinned_alloc_fails(true);
+            chorus::test::fake_before_pinned_failure([&] {
+              pollfd p{returned[0], POLLIN, 0};
+              (void)poll(&p, 1, 10000);
+            });
+          }
           chorus::test::fake_capture_begin(k->stream);
           const chorusResult_t rc =
               r == 0 ? chorusSend(k->buf, 64, chorusFloat32, 2, k->comm, k->stream)
                      : chorusRecv(k->buf, 64, chorusFloat32, 0, k->comm, k->stream);
+          if (r == 0) (void)!write(returned[1], "r", 1);
           chorus::test::fake_graph_free(chorus::test::fake_capture_end(k->stream));
           chorus::test::fake_pinned_alloc_fails(false);
           const std::string why = chorusGetLastError(k->comm);
@@ -881,6 +913,8 @@ TEST_CASE("staged device calls: a peer killed; the stream's earlier work that ne
           return k->ends_named(start, 10, {"rank 2", "page-locked memory"});
         },
         opts());
+    close(returned[0]);
+    close(returned[1]);
     check_all(res);
     for (int r = 0; r < 3; ++r) CHECK(res[r].seconds < 20);
   }
