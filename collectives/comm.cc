@@ -754,11 +754,12 @@ Status CommImpl::destroy() {
         make_error(Code::kAborted, "{}: communicator destroyed", describe(q.first->desc())));
   queue.clear();  // a staged device call's host part signals its stream as it goes
   stage_close(device_ipc_.stage, deadline.remaining());  // destroy stays bounded by the timeout
-  if (job) job->remove(this);
+  if (job) {
+    job->remove(this);
+    job->goodbye_if_unused();  // the job's last communicator: said here, not at its teardown
+  }
   channels.clear();
-  // The job's last communicator: its goodbye is said before this returns (Job::drop), within
-  // 10 s (the store's host shuts its store down there too).
-  Job::drop(job, Deadline::after_seconds(std::min(10.0, deadline.remaining())));
+  job.reset();
   std::lock_guard<std::mutex> lock(mu_);
   destroyed_ = true;
   cv_.notify_all();

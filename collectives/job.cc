@@ -63,14 +63,12 @@ Result<std::unique_ptr<transport::WatchClient>> Job::connect_watch(const SockAdd
   std::weak_ptr<Job> weak = weak_from_this();
   return transport::WatchClient::connect(
       store, secret_, rank_, size_,
-      [weak, holds = news_holds_](const transport::WatchEvent& e) {
-        ++*holds;
+      [weak](const transport::WatchEvent& e) {
         if (auto j = weak.lock()) {
           j->on_event(e);
           // The test hook: the job held here a while after the news, as a loaded machine may.
           if (j->watch_hold_ms_ > 0) usleep(static_cast<useconds_t>(j->watch_hold_ms_) * 1000);
         }
-        --*holds;
       },
       [weak](uint64_t uid) {
         auto j = weak.lock();
@@ -116,25 +114,11 @@ Job::~Job() {
   old_watches_.clear();
   store_.reset();
   server_.reset();
-  std::lock_guard<std::mutex> lock(ended_->mu);
-  ended_->done = true;
-  ended_->cv.notify_all();
 }
 
-void Job::drop(std::shared_ptr<Job>& job, Deadline deadline) {
-  if (!job) return;
-  // Wait only when every other reference is a watch callback's: not while the caller still holds
-  // the job (a communicator whose creation failed), nor when this reference is the last one (the
-  // teardown then runs here).
-  const long others = job.use_count() - 1;
-  const bool wait = others > 0 && others <= job->news_holds_->load() && job->live_comms().empty() &&
-                    !job->on_own_thread();
-  std::shared_ptr<Ended> ended = job->ended_;
-  job.reset();
-  if (!wait) return;
-  std::unique_lock<std::mutex> lock(ended->mu);
-  ended->cv.wait_for(lock, std::chrono::duration<double>(std::max(0.0, deadline.remaining())),
-                     [&] { return ended->done; });
+void Job::goodbye_if_unused() {
+  if (!live_comms().empty()) return;
+  if (transport::WatchClient* w = watch()) w->goodbye();
 }
 
 transport::WatchClient* Job::watch() {

@@ -58,12 +58,12 @@ class Job : public std::enable_shared_from_this<Job> {
 
   void add(const std::shared_ptr<CommImpl>& c);
   void remove(const CommImpl* c);
-  // Drops this thread's reference. When no communicator uses the job any more and only the watch
-  // thread still holds it (news being delivered at that moment), returns only once it is torn
-  // down -- its goodbye said to the store -- or at `deadline`: that thread, dropping it last, has
-  // it torn down on a thread of its own (release), and a process that exits right after would
-  // end that before the goodbye: the others would read a clean exit as a death.
-  static void drop(std::shared_ptr<Job>& job, Deadline deadline);
+  // Says goodbye to the store when no communicator uses the job any more (the last one was
+  // destroyed): now, on this thread. The job's teardown may come later, on another thread that
+  // held it last (the watch thread, news being delivered at that moment, has it torn down on a
+  // thread of its own), and a process that exits right after destroy would end that before a
+  // goodbye in the teardown: the others would read a clean exit as a death.
+  void goodbye_if_unused();
   // While a communicator is being created: an error once one of its ranks (job ranks
   // `members`) died or reported that its own creation failed, naming that rank.
   Status creation_news(uint64_t comm_uid, const std::vector<int>& members);
@@ -129,16 +129,6 @@ class Job : public std::enable_shared_from_this<Job> {
   // was still connecting): applied when that communicator is added.
   std::map<uint64_t, std::pair<int, std::string>> early_errors_;  // uid -> (rank, "code|text")
   std::map<int, std::string> dead_;
-  // Set at the end of the destructor, for drop().
-  struct Ended {
-    std::mutex mu;
-    std::condition_variable cv;
-    bool done = false;
-  };
-  std::shared_ptr<Ended> ended_ = std::make_shared<Ended>();
-  // The watch threads' callbacks under way, each holding the job or about to (counted from
-  // before they take it until after they let it go), for drop().
-  std::shared_ptr<std::atomic<int>> news_holds_ = std::make_shared<std::atomic<int>>(0);
   int64_t watch_hold_ms_ = 0;  // test hook CHORUS_TEST_WATCH_HOLD_MS
 };
 

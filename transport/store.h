@@ -182,7 +182,10 @@ class WatchClient {
                                                       int rank, int world, EventFn on_event,
                                                       AnswerFn answer, Deadline deadline,
                                                       bool once = false);
-  ~WatchClient();  // says goodbye (a clean exit is not a death)
+  ~WatchClient();  // says goodbye (a clean exit is not a death), unless goodbye() did
+  // Says goodbye now, once: this rank leaves the job (its last communicator is destroyed), and the
+  // store reads the connection's end as a clean exit whenever it comes.
+  void goodbye();
   void broadcast_error(uint64_t comm_uid, const std::string& text);
   // Asks every other rank what it is doing in comm_uid; collects answers for up to `seconds`.
   std::map<int, std::string> query(uint64_t comm_uid, int expect, double seconds);
@@ -208,6 +211,7 @@ class WatchClient {
   std::atomic<uint64_t> next_qid_{1};
   std::atomic<bool> stop_{false};
   std::atomic<bool> store_gone_{false};
+  std::atomic<bool> said_bye_{false};
   std::thread thread_;
 };
 

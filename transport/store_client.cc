@@ -172,13 +172,18 @@ Result<std::unique_ptr<WatchClient>> WatchClient::connect(const SockAddr& server
   return w;
 }
 
-WatchClient::~WatchClient() {
+void WatchClient::goodbye() {
+  if (said_bye_.exchange(true)) return;
   try {
     (void)send(WatchType::kBye, 0, 0, -1, "");
   } catch (...) {
     // Out of memory for the goodbye frame: the store will report this rank as gone without
     // one, which is better than std::terminate from a destructor.
   }
+}
+
+WatchClient::~WatchClient() {
+  goodbye();
   stop_ = true;
   ::shutdown(fd_.get(), SHUT_RDWR);  // the goodbye still goes out; the reader wakes at once
   if (thread_.joinable()) thread_.join();
@@ -234,7 +239,8 @@ void WatchClient::reader() {
       s = recv_all(fd_.get(), text.data(), text.size(), d, store);
     }
     if (!m.is_ok() || !s.is_ok()) {
-      if (!stop_.load() && !store_gone_.load()) {
+      // (After our goodbye the store closes the connection: no news.)
+      if (!stop_.load() && !store_gone_.load() && !said_bye_.load()) {
         std::string why = s.is_ok() ? " (it sent " + m.status().message() + ")" : "";
         on_event_({WatchType::kDead, -1, 0, 0,
                    "the bootstrap store it hosted closed the connection without a goodbye" + why});
