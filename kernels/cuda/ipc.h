@@ -33,7 +33,7 @@ inline constexpr int kReleaseUnprepared = 804;
 // What a peer needs to map a buffer: the legacy IPC handle of the allocation holding it and the
 // buffer's offset inside that allocation; where the allocation lies in its owner's address space
 // (a later allocation there means this one was freed); the owner process (a token of the
-// collectives', collectives/device_call.h). Exchanged as raw bytes.
+// collectives', export_for_peers in collectives/device_ops.h). Exchanged as raw bytes.
 struct IpcHandle {
   unsigned char bytes[64];  // cudaIpcMemHandle_t
   uint64_t offset;
