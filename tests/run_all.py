@@ -110,6 +110,10 @@ def print_skips(build):
             print(f"skipped {t['name']}: {reason[-1] if reason else '(no reason printed)'}")
 
 
+SANITIZER_REPORT = re.compile(r"ERROR: (Address|Thread|Leak|Memory)Sanitizer|runtime error:|"
+                              r"WARNING: ThreadSanitizer")
+
+
 def failures(build):
     """'BUILD/TEST (RESULT): the first line of its output that says what failed', per failure."""
     out = []
@@ -122,7 +126,12 @@ def failures(build):
         if at is None:
             at = next((i for i, l in enumerate(lines)
                        if re.search(r"FAIL|error|lacks|timed out", l)), 0)
-        hint = " | ".join(lines[at:at + 6])[:400] or "(no output)"
+        # Enough to hold a failed rank's own output (the CI run shows only the log's tail, and a
+        # 6-line hint once ended at "rank 2 (exit 1) output:"), and a sanitizer's report first.
+        hint = " | ".join(lines[at:at + 40])[:2500] or "(no output)"
+        san = next((i for i, l in enumerate(lines) if SANITIZER_REPORT.search(l)), None)
+        if san is not None:
+            hint = " | ".join(lines[san:san + 12])[:1500] + " || " + hint
         out.append(f"{build}/{t['name']} ({t['result']}): {hint}")
     return out
 
