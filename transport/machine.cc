@@ -35,6 +35,13 @@ Result<Topo> load(const std::string& xml_path, bool io) {
   // Binding needs only CPU and NUMA sets (sysfs): without the x86 backend, which binds the
   // loading thread to each PU in turn to run CPUID there.
   if (!io) hwloc_topology_set_components(raw, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, "x86");
+  // GPUs as PCI devices are all we need of them. The components that ask a GPU API would, in
+  // every rank, start the OpenCL ICD loader (with NVIDIA's ICD, the driver), talk to an X
+  // server, or set up CUDA, NVML, ROCm SMI or Level Zero. The OpenCL one also took the thread
+  // local storage of libOpenCL, which hwloc then unloads: LeakSanitizer's tracer (clang 14)
+  // crashed on that storage at every rank's leak check (test_device_ops, 2026-11-28).
+  for (const char* gpu_api : {"opencl", "gl", "cuda", "nvml", "rsmi", "levelzero"})
+    hwloc_topology_set_components(raw, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, gpu_api);
   if (!xml_path.empty() && hwloc_topology_set_xml(raw, xml_path.c_str()) != 0)
     return make_error(Code::kInvalidArgument, "hwloc: cannot read the topology file {}", xml_path);
   if (hwloc_topology_load(raw) != 0)

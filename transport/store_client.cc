@@ -21,6 +21,10 @@ constexpr double kInterruptSliceSeconds = 0.2;
 // kInterruptSliceSeconds only while no other thread has wanted the connection for a while.
 constexpr double kShortSliceSeconds = 0.005;
 constexpr double kContendedSeconds = 1.0;
+// How long a get whose store failed waits for the news that explains it: 50 x 10 ms (as a
+// collective waits for a peer's news when its link fails, collectives/engine.cc).
+constexpr int kNewsWaits = 50;
+constexpr useconds_t kNewsWaitMicros = 10000;
 
 }  // namespace
 
@@ -127,7 +131,16 @@ Result<std::string> StoreClient::get(const std::string& key, Deadline deadline,
     grown = shared ? kShortSliceSeconds : std::min(kInterruptSliceSeconds, grown * 2);
     double slice = interrupt ? std::min(grown, deadline.remaining()) : deadline.remaining();
     auto r = request(kGet, key, "", static_cast<uint32_t>(std::ceil(slice * 1000)), deadline);
-    if (r.is_ok() || r.status().code() != Code::kTimeout || !interrupt) return r;
+    if (r.is_ok() || !interrupt) return r;
+    if (r.status().code() != Code::kTimeout) {
+      // The store failed us (its host ended, say, having heard that a rank died): the news
+      // that explains it comes over the watch connection, which may be a little behind.
+      for (int i = 0; i < kNewsWaits; ++i) {
+        CHORUS_TRY(interrupt());
+        usleep(kNewsWaitMicros);
+      }
+      return r;
+    }
     CHORUS_TRY(interrupt());
     if (deadline.expired()) return r;
   }

@@ -3,6 +3,12 @@
 // NIC on package 1's host bridge), and on this machine.
 #include <catch2/catch.hpp>
 
+#include <hwloc.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "transport/machine.h"
@@ -67,6 +73,60 @@ TEST_CASE("machine: a missing topology file is an error naming it; this machine 
   CHECK(here->cores >= 1);
   CHECK_FALSE(here->numa.empty());
   CHECK(here->nic_for_gpu.size() == here->gpus.size());
+}
+
+namespace {
+// In a child process (hwloc keeps its plugins loaded from the first topology on): whether
+// loading this machine's topology, by read_machine or (`plain`) by hwloc with its defaults and
+// I/O devices, loaded the stand-in OpenCL driver. -1: the test could not set up or the child
+// failed. The driver is named to the loader both ways: Debian 12's ocl-icd reads the .icd
+// files of OCL_ICD_VENDORS, newer loaders OCL_ICD_FILENAMES.
+int loads_opencl_driver(bool plain) {
+  char dir[] = "/tmp/chorus-ocl-XXXXXX";
+  if (mkdtemp(dir) == nullptr) return -1;
+  const std::string icd = std::string(dir) + "/marker.icd", marker = std::string(dir) + "/loaded";
+  if (FILE* f = std::fopen(icd.c_str(), "w")) {
+    std::fprintf(f, "%s\n", CHORUS_OCL_MARKER);
+    std::fclose(f);
+  }
+  pid_t pid = fork();
+  if (pid == 0) {
+    setenv("OCL_ICD_VENDORS", dir, 1);
+    setenv("OCL_ICD_FILENAMES", CHORUS_OCL_MARKER, 1);
+    setenv("CHORUS_TEST_OCL_MARKER", marker.c_str(), 1);
+    if (plain) {
+      hwloc_topology_t t;
+      if (hwloc_topology_init(&t) != 0) _exit(1);
+      hwloc_topology_set_io_types_filter(t, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
+      const int rc = hwloc_topology_load(t);
+      hwloc_topology_destroy(t);
+      _exit(rc == 0 ? 0 : 1);
+    }
+    _exit(read_machine().is_ok() ? 0 : 1);
+  }
+  int st = 0;
+  const bool ran = pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+  const bool loaded = access(marker.c_str(), F_OK) == 0;
+  unlink(marker.c_str());
+  unlink(icd.c_str());
+  rmdir(dir);
+  return !ran ? -1 : loaded ? 1 : 0;
+}
+}  // namespace
+
+// hwloc's GPU-API components would start the OpenCL loader (and with NVIDIA's driver, the GPU
+// driver), an X connection, CUDA or NVML in every rank, for nothing the machine summary uses.
+TEST_CASE("machine: reading this machine starts no GPU API (the OpenCL loader here)", "[machine]") {
+  const int plain = loads_opencl_driver(true);
+  REQUIRE(plain >= 0);
+  if (plain == 0) {
+    // hwloc's OpenCL plugin (Debian's libhwloc-plugins) or the OpenCL loader is missing.
+    WARN(
+        "skipped: hwloc with its defaults did not load an OpenCL driver here either (no "
+        "hwloc OpenCL plugin or loader), so this machine cannot tell");
+    return;
+  }
+  CHECK(loads_opencl_driver(false) == 0);
 }
 
 TEST_CASE("machine: an unbound thread stays unbound", "[machine]") {

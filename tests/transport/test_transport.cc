@@ -136,6 +136,32 @@ TEST_CASE(
   CHECK(took < 0.8);
 }
 
+// Communicator creation waits in store gets that ask `interrupt` for news between slices. When
+// the store's host ends (having heard, say, that a rank died) the get fails mid-slice; the news,
+// which comes over another connection, is what the caller should hear -- once a rank heard "the
+// store closed the connection after 0 of 16 bytes" instead of which rank had died.
+TEST_CASE("a get whose store ends mid-wait returns the news that came just after, not the cut",
+          "[store]") {
+  Secret secret = secret_from_string("store-test");
+  auto server = StoreServer::start("127.0.0.1", 0, secret, 1);
+  REQUIRE(server.is_ok());
+  auto client =
+      StoreClient::connect(server.value()->address(), secret, 0, 1, Deadline::after_seconds(5));
+  REQUIRE(client.is_ok());
+  std::atomic<bool> news{false};
+  std::thread host([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the get's slices have grown
+    server.value().reset();                                       // cuts the waiting get
+    news = true;                                                  // the news comes after the cut
+  });
+  auto got = client.value()->get("never", Deadline::after_seconds(10), [&] {
+    return news.load() ? Status(Code::kRemoteError, "rank 2 died") : Status::ok();
+  });
+  host.join();
+  REQUIRE_FALSE(got.is_ok());
+  CHECK(got.status().message() == "rank 2 died");
+}
+
 TEST_CASE("a wrong secret is refused with a reason", "[store][wire]") {
   auto server = StoreServer::start("127.0.0.1", 0, secret_from_string("a"), 1);
   REQUIRE(server.is_ok());
