@@ -84,6 +84,9 @@ Result<std::shared_ptr<CommImpl>> CommImpl::create(std::shared_ptr<Job> job, std
     c->device_die_ = static_cast<int>(device_die);
     CHORUS_ASSIGN_OR_RETURN(int64_t lag, env_int_in("CHORUS_TEST_REPLAY_LAG_MS", 0, 0, 10000));
     c->replay_lag_ms_ = static_cast<int>(lag);
+    CHORUS_ASSIGN_OR_RETURN(int64_t linger,
+                            env_int_in("CHORUS_TEST_HOST_PART_LINGER_MS", 0, 0, 10000));
+    c->host_part_linger_ms_ = static_cast<int>(linger);
     CHORUS_ASSIGN_OR_RETURN(int64_t timing, env_int_in("CHORUS_DEVICE_TIMING", 0, 0, 10000));
     c->device_timing_ = static_cast<int>(timing);
     CHORUS_ASSIGN_OR_RETURN(int64_t staged_max, env_int_in("CHORUS_STAGED_MAX_BYTES",

@@ -221,6 +221,9 @@ class CommImpl : public std::enable_shared_from_this<CommImpl> {
   // captured into CUDA graphs (device_staged_graph.cc) sleeps this long after taking each one
   // from its queue, before using it; 0: never.
   int replay_lag_ms_for_test() const { return replay_lag_ms_; }
+  // CHORUS_TEST_HOST_PART_LINGER_MS: a failed host part of such a replay stays this long before
+  // it leaves, then writes its page-locked memory (as a receive that ends late would); 0: never.
+  int host_part_linger_ms_for_test() const { return host_part_linger_ms_; }
   // CHORUS_DEVICE_TIMING: how many of this communicator's first device calls (CUDA IPC path) have
   // their GPU stages timed and printed at destroy (device_timing.h); 0: none.
   int device_timing_calls() const { return device_timing_; }
@@ -283,7 +286,8 @@ class CommImpl : public std::enable_shared_from_this<CommImpl> {
   std::string gpus_unreachable_;
   DeviceIpc device_ipc_;
   int device_die_ = -1;
-  int replay_lag_ms_ = 0;  // CHORUS_TEST_REPLAY_LAG_MS
+  int replay_lag_ms_ = 0;        // CHORUS_TEST_REPLAY_LAG_MS
+  int host_part_linger_ms_ = 0;  // CHORUS_TEST_HOST_PART_LINGER_MS
   int device_timing_ = 0;
   std::atomic<bool> shared_buffers_{true};
   bool shared_map_fail_ = false;

@@ -36,12 +36,13 @@
 // slot, as the CUDA IPC path's captured calls have: device_graph.h); the stream waits for it,
 // resets it to 0, and copies the result back. The copies in and out go through page-locked memory
 // of the call's own, given back (with its slot) once CUDA destroys the graph. After a failure
-// the replays' communicators are aborted, the host parts still to come are skipped, and a keeper
-// writes 1 into the used words every 20 ms until destroy: replays go on, on void results, as the
-// CUDA IPC path's (device_graph.h). The first staged call may be a captured one: the words are
-// allocated then, with the thread's capture mode relaxed (kernels/cuda/capture_mode.h); a capture
-// takes the page-locked memory of destroyed graphs' calls before it allocates any, and none is
-// freed until destroy.
+// the replays' communicators are aborted, the host parts still to come are skipped, and, once the
+// host part under way has left (before, a stream let go could copy out of or into memory it still
+// used), a keeper writes 1 into the used words every 20 ms until destroy: replays go on, on void
+// results, as the CUDA IPC path's (device_graph.h). The first staged call may be a captured one:
+// the words are allocated then, with the thread's capture mode relaxed
+// (kernels/cuda/capture_mode.h); a capture takes the page-locked memory of destroyed graphs' calls
+// before it allocates any, and none is freed until destroy.
 #pragma once
 
 #include <atomic>

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <cstring>
 #include <deque>
 #include <map>
 #include <memory>
@@ -64,7 +65,8 @@ struct StagedReplays {
   std::map<int, PairReplays> pairs;  // sends' and receives', by peer
   std::deque<std::shared_ptr<CapturedStage>> queue;  // host nodes that ran, in order
   bool closing = false;
-  bool released = false;  // the communicator failed: no host part runs any more
+  bool released = false;      // the communicator failed: no host part runs any more
+  bool in_host_part = false;  // the thread runs one: the keeper starts once it has left
   // Page-locked memory of destroyed graphs' calls: taken again by later captures, freed at
   // destroy -- never during a capture or a call (a free may wait for the whole device, whose
   // streams may wait for this communicator's host parts; CUDA refuses it during a global-mode
@@ -164,6 +166,33 @@ chorusResult_t run_host_part(const CapturedStage& c, StagedReplays& r) {
   return rc != chorusSuccess ? rc : end;
 }
 
+// After a failure, every used word of the captured calls to 1 until destroy (the keeper), so
+// that their replays' streams go on, on void results.
+void keep_words(StageState& st) {
+  void* word = st.word.load();
+  const int live = st.graph_live.load();
+  if (word != nullptr && live > 0)
+    start_keeper(st.keeper, st.device, {{stage_graph_word(word, 0), size_t(live), st.host_word}});
+}
+
+// The host part under way has left: nothing of this thread's touches page-locked memory any
+// more. A failure meanwhile (stage_graph_release) left the keeper's start to this moment: a
+// stream released before it could copy out of, or into, memory the aborted host part still used.
+void host_part_left(StagedReplays& r) {
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.in_host_part = false;
+  if (r.released && !r.closing) keep_words(r.parent->device_ipc().stage);
+}
+
+// CHORUS_TEST_HOST_PART_LINGER_MS: a failed host part that is slow to leave, and writes the
+// call's page-locked memory last, as a receive that ends late would.
+void linger_for_test(const CapturedStage& c, const StagedReplays& r) {
+  const int ms = r.parent->host_part_linger_ms_for_test();
+  if (ms <= 0) return;
+  std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+  if (c.pinned.p != nullptr) std::memset(c.pinned.p, 0x7f, c.pinned.bytes);
+}
+
 void run_replays(std::shared_ptr<StagedReplays> r) {
   for (;;) {
     HeldStage c;  // let go outside the lock: the last holder takes it (~CapturedStage)
@@ -175,12 +204,16 @@ void run_replays(std::shared_ptr<StagedReplays> r) {
       c = r->queue.front();
       r->queue.pop_front();
       skip = r->closing || r->released;
+      r->in_host_part = !skip;
     }
     if (int lag = r->parent->replay_lag_ms_for_test(); lag > 0)  // CHORUS_TEST_REPLAY_LAG_MS
       std::this_thread::sleep_for(std::chrono::milliseconds(lag));
+    const bool failed = !skip && run_host_part(*c, *r) != chorusSuccess;
+    if (failed) linger_for_test(*c, *r);
+    if (!skip) host_part_left(*r);
     // A failure the communicator does not know of yet: it fails, saying why (after one it knows
     // of, the host parts are skipped: its own error says why).
-    if (!skip && run_host_part(*c, *r) != chorusSuccess && r->parent->error().is_ok()) {
+    if (failed && r->parent->error().is_ok()) {
       const Status why(Code::kRemoteError,
                        fmt::format("{} on rank {}: a replay of it, captured in a CUDA graph, "
                                    "failed: {}",
@@ -245,11 +278,13 @@ void stage_graph_release(StageState& st) {
     std::lock_guard<std::mutex> lock(st.mu);
     r = st.replays;
   }
+  bool running = false;
   if (r) {
     std::vector<chorusComm_t> comms;
     {
       std::lock_guard<std::mutex> lock(r->mu);
       r->released = true;
+      running = r->in_host_part;
       comms.push_back(r->comm);
       for (auto& [q, x] : r->pairs) comms.push_back(x.comm);
     }
@@ -257,24 +292,21 @@ void stage_graph_release(StageState& st) {
     for (chorusComm_t h : comms)
       if (h != nullptr) chorusCommAbort(h);  // the host part under way ends
   }
-  void* word = st.word.load();
-  const int live = st.graph_live.load();
-  if (word != nullptr && live > 0)
-    start_keeper(st.keeper, st.device, {{stage_graph_word(word, 0), size_t(live), st.host_word}});
+  if (!running) keep_words(st);  // else once it has left (host_part_left)
 }
 
 void stage_graph_close(StageState& st) {
-  stop_keeper(st.keeper);
   std::shared_ptr<StagedReplays> r;
   {
     std::lock_guard<std::mutex> lock(st.mu);
     r.swap(st.replays);
   }
-  if (!r) return;
-  {
+  if (r) {
     std::lock_guard<std::mutex> lock(r->mu);
-    r->closing = true;
+    r->closing = true;  // first: the replays' thread starts no keeper after the stop below
   }
+  stop_keeper(st.keeper);
+  if (!r) return;
   r->cv.notify_all();
   r->thread.join();  // it ends its host part (bounded by the timeout), then skips the rest
   // Pair communicators still being made: this rank stops, and so do the peers.

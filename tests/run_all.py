@@ -112,6 +112,37 @@ def print_skips(build):
 
 SANITIZER_REPORT = re.compile(r"ERROR: (Address|Thread|Leak|Memory)Sanitizer|runtime error:|"
                               r"WARNING: ThreadSanitizer")
+# Where a sanitizer report's parts begin: its stack frames and the headers between them (a race's
+# two accesses, the block and the threads; a bad access, its allocation and free).
+REPORT_PART = re.compile(r"\s(?=#\d+\s|Previous |(?:Read|Write|Atomic \w+) of size|Location is|"
+                         r"Thread T\d+|Mutex M\d+|SUMMARY:|freed by thread|previously allocated|"
+                         r"(?:READ|WRITE) of size|0x[0-9a-f]+ is located)")
+FRAME = re.compile(r"#(\d+)(?:\s|$)")
+NOISE = re.compile(r"\s*\((?:BuildId: [0-9a-f]+|[\w./+-]+\+0x[0-9a-f]+)\)|<null>|=====+|"
+                   r"ThreadSanitizer: reported.*")
+DIRS = re.compile(r"(?<=\s)/\S*/(?=[^/\s]+:\d)")  # a frame's file: its name and line
+FRAMES_KEPT = 4
+
+
+def condense_report(lines):
+    """A sanitizer report (lines wrapped anywhere, as a test's message holds them) in short: every
+    header, and the first FRAMES_KEPT frames of each stack outside the standard library, without
+    addresses and build ids, up to its SUMMARY line."""
+    text = DIRS.sub("", NOISE.sub("", " ".join(lines)))
+    parts, kept = [], 0
+    for part in REPORT_PART.split(text):
+        part = part.strip()
+        frame = FRAME.match(part)
+        if frame is None:
+            parts.append(part)
+            kept = 0
+            if part.startswith("SUMMARY:"):
+                break
+        elif (kept < FRAMES_KEPT and part[frame.end():].strip() and
+              not re.match(r"#\d+\s+(?:\S+\s+)?std::", part)):
+            parts.append(part)
+            kept += 1
+    return " | ".join(parts)
 
 
 def failures(build):
@@ -131,7 +162,7 @@ def failures(build):
         hint = " | ".join(lines[at:at + 40])[:2500] or "(no output)"
         san = next((i for i, l in enumerate(lines) if SANITIZER_REPORT.search(l)), None)
         if san is not None:
-            hint = " | ".join(lines[san:san + 12])[:1500] + " || " + hint
+            hint = condense_report(lines[san:san + 200])[:3000] + " || " + hint
         out.append(f"{build}/{t['name']} ({t['result']}): {hint}")
     return out
 

@@ -781,6 +781,46 @@ TEST_CASE("staged device calls: a peer killed; the stream's earlier work that ne
     check_ranks(res, {0, 1});
   }
   SECTION(
+      "rank 2 killed while a survivor's host part of a replay waits for it, and that host part is "
+      "slow to leave (CHORUS_TEST_HOST_PART_LINGER_MS), then writes its page-locked memory: the "
+      "streams go on only once it has left (TSan: no copy beside its late write)") {
+    RunOptions o = opts();
+    o.env["CHORUS_TEST_HOST_PART_LINGER_MS"] = "1000";
+    auto res = run_ranks(
+        3,
+        [](int r) {
+          std::optional<Rank> k = setup(r);
+          if (!k) return 1;
+          if (!k->in_step()) return fail_with(r, "the eager call", chorusGetLastError(k->comm));
+          void* graph = k->capture_ring(true);
+          if (graph == nullptr) return 1;
+          if (chorus::test::fake_graph_launch(graph, k->stream) != 0 ||
+              chorus::test::fake_stream_sync(k->stream) != 0)
+            return fail_with(r, "the first replay", "failed");
+          if (r == 2) {
+            usleep(300 * 1000);  // the survivors' first host part waits for it by then
+            raise(SIGKILL);
+          }
+          const auto start = std::chrono::steady_clock::now();
+          for (int i = 0; i < 4; ++i)
+            if (chorus::test::fake_graph_launch(graph, k->stream) != 0)
+              return fail_with(r, "a replay", "failed");
+          if (int e = chorus::test::fake_stream_sync(k->stream); e != 0)
+            return fail_with(r, "the stream", fmt::format("error {}", e));
+          // The failure came 0.3 s in; its host part left 1 s after that.
+          if (const double s = seconds_since(start); s < 1.0)
+            return fail_with(r, "the stream",
+                             fmt::format("it went on {:.2f} s after the replays began, before "
+                                         "the failed host part had left",
+                                         s));
+          const int e = k->ends_named(start, 15, {"rank 2"});
+          chorus::test::fake_graph_free(graph);
+          return e;
+        },
+        o);
+    check_ranks(res, {0, 1});
+  }
+  SECTION(
       "rank 2 killed right after capturing a ring exchange (its pair communicators perhaps not "
       "made yet): the survivors' replays end, named, and destroy does not wait for a making") {
     check_ranks(killed_after_capture(false, 5, false, opts()), {0, 1});

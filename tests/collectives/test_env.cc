@@ -91,6 +91,8 @@ const BadValue kBad[] = {
     {"CHORUS_TEST_DEVICE_DIE", "-2"},
     {"CHORUS_TEST_REPLAY_LAG_MS", "slow"},
     {"CHORUS_TEST_REPLAY_LAG_MS", "10001"},
+    {"CHORUS_TEST_HOST_PART_LINGER_MS", "long"},
+    {"CHORUS_TEST_HOST_PART_LINGER_MS", "10001"},
     {"CHORUS_DEVICE_TIMING", "all"},
     {"CHORUS_DEVICE_TIMING", "10001"},
     {"CHORUS_STAGED_MAX_BYTES", "lots"},
