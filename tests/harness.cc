@@ -60,6 +60,20 @@ ShellResult run_shell(const std::string& cmd) {
   return r;
 }
 
+namespace {
+
+// Whether `pid` has ended, its status in *st (as waitpid's); with `keep`, left unreaped.
+bool ended(pid_t pid, bool keep, int* st) {
+  if (!keep) return waitpid(pid, st, WNOHANG) == pid;
+  siginfo_t info{};
+  if (waitid(P_PID, pid, &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid != pid)
+    return false;
+  *st = info.si_code == CLD_EXITED ? W_EXITCODE(info.si_status, 0) : info.si_status;
+  return true;
+}
+
+}  // namespace
+
 std::vector<RankResult> run_ranks(int n, const std::function<int(int)>& fn, const RunOptions& opt) {
   int port = opt.port ? opt.port : free_port();
   std::vector<pid_t> pids(n);
@@ -103,6 +117,7 @@ std::vector<RankResult> run_ranks(int n, const std::function<int(int)>& fn, cons
     pids[r] = pid;
   }
   std::vector<RankResult> out(n);
+  std::vector<pid_t> zombies;  // with opt.reap_last: ended, reaped after the last
   int left = n;
   bool over = false;
   while (left > 0) {
@@ -112,7 +127,7 @@ std::vector<RankResult> run_ranks(int n, const std::function<int(int)>& fn, cons
     for (int r = 0; r < n; ++r) {
       if (pids[r] == 0) continue;
       int st = 0;
-      if (waitpid(pids[r], &st, WNOHANG) != pids[r]) {
+      if (!ended(pids[r], opt.reap_last, &st)) {
         if (!over) continue;
         // Past the limit: a rank still running is hung. SIGKILL ends it; reap it with a bounded
         // wait.
@@ -126,6 +141,7 @@ std::vector<RankResult> run_ranks(int n, const std::function<int(int)>& fn, cons
         out[r].output += note;
       } else {
         out[r].exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st);
+        if (opt.reap_last) zombies.push_back(pids[r]);
       }
       out[r].seconds = el;
       pids[r] = 0;
@@ -133,6 +149,7 @@ std::vector<RankResult> run_ranks(int n, const std::function<int(int)>& fn, cons
     }
     if (left > 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
+  for (pid_t pid : zombies) waitpid(pid, nullptr, 0);
   for (int r = 0; r < n; ++r) {
     std::ifstream f(logs[r]);
     std::stringstream ss;

@@ -20,6 +20,9 @@ struct RunOptions {
   double limit_seconds = 60;               // ranks still alive then are killed (a hang = failure)
   int world_size = -1;  // WORLD_SIZE to announce (-1: the number of ranks started)
   int port = 0;         // 0: pick a free one
+  // No rank is reaped until every rank has ended: the dead stay zombies meanwhile, as under a
+  // launcher slow to reap (kill(pid, 0) still finds them).
+  bool reap_last = false;
 };
 
 // Runs fn(rank) in n forked processes; fn's return value is the exit code (exceptions -> 1).

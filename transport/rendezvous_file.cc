@@ -3,7 +3,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <signal.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -12,6 +11,7 @@
 #include <sstream>
 
 #include "common/env.h"
+#include "common/process.h"
 #include "common/socket.h"
 
 namespace chorus::transport {
@@ -60,7 +60,7 @@ std::string file_name(const Secret& secret) {
 }
 
 bool pid_alive(int pid) {
-  return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM);
+  return pid > 0 && !process_gone(pid);
 }
 
 bool all_digits(const std::string& v) {

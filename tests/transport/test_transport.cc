@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 #include <catch2/catch.hpp>
 
+#include <signal.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -16,6 +18,7 @@
 
 #include "common/clock.h"
 #include "common/env.h"
+#include "common/process.h"
 #include "common/socket.h"
 #include "transport/auth.h"
 #include "transport/registry.h"
@@ -40,6 +43,26 @@ TEST_CASE("sizes take K/M/G suffixes and reject junk", "[env]") {
   auto r = env_int("CHORUS_TEST_KNOB", 1);
   REQUIRE_FALSE(r.is_ok());
   REQUIRE(r.status().message().find("CHORUS_TEST_KNOB='banana'") != std::string::npos);
+}
+
+TEST_CASE("a process is gone once dead, also as a zombie its parent has not reaped", "[process]") {
+  CHECK_FALSE(chorus::process_gone(getpid()));
+  CHECK_FALSE(chorus::process_gone(0));
+  CHECK_FALSE(chorus::process_gone(-1));
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    pause();
+    _exit(0);
+  }
+  CHECK_FALSE(chorus::process_gone(child));
+  kill(child, SIGKILL);
+  siginfo_t info{};  // dead, not reaped: a zombie, which kill(pid, 0) still finds
+  REQUIRE(waitid(P_PID, child, &info, WEXITED | WNOWAIT) == 0);
+  CHECK(kill(child, 0) == 0);
+  CHECK(chorus::process_gone(child));
+  REQUIRE(waitpid(child, nullptr, 0) == child);
+  CHECK(chorus::process_gone(child));
 }
 
 TEST_CASE("secrets round-trip through hex and differ per job id", "[wire]") {

@@ -1,6 +1,5 @@
 // The shm backend's registry entry: which pairs it connects (one host) and how it sets up the
 // segments and rings of a channel through the bootstrap store.
-#include <errno.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -9,6 +8,7 @@
 
 #include "common/env.h"
 #include "common/log.h"
+#include "common/process.h"
 #include "transport/shm/link.h"
 
 namespace chorus::transport {
@@ -79,12 +79,13 @@ Status ShmTransport::connect(const ConnectCtx& ctx, const std::vector<int>& loca
   return Status::ok();
 }
 
-// A local peer that died cannot unlink its segment; do it for it.
+// A local peer that died cannot unlink its segment; do it for it (also when its launcher has not
+// reaped it yet: a zombie still answers kill(pid, 0)).
 void ShmTransport::clean_up_after_failure(const ConnectCtx& ctx) {
   for (int p = 0; p < static_cast<int>(ctx.peers.size()); ++p) {
     const PeerInfo& peer = ctx.peers[p];
     if (p == ctx.rank || peer.pid <= 0 || !can_connect(peer, ctx.peers[ctx.rank])) continue;
-    if (kill(peer.pid, 0) == 0 || errno != ESRCH) continue;
+    if (!process_gone(peer.pid)) continue;
     std::string name = shm_segment_name(peer.pid, ctx.prefix, p);
     if (shm_unlink(name.c_str()) == 0)
       log_info("shm: unlinked /dev/shm{} of rank {} (pid {} died during link set-up)", name, p,
