@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -20,12 +21,15 @@
 #include <sanitizer/lsan_interface.h>
 #endif
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <fstream>
+#include <new>
 #include <sstream>
+#include <stdexcept>
 #include <thread>
 
 namespace chorus::test {
@@ -73,6 +77,29 @@ bool ended(pid_t pid, bool keep, int* st) {
 }
 
 }  // namespace
+
+RankBarrier::RankBarrier(int n) : n_(n) {
+  shared_ = mmap(nullptr, sizeof(std::atomic<int>), PROT_READ | PROT_WRITE,
+                 MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (shared_ == MAP_FAILED) throw std::runtime_error("RankBarrier: mmap failed");
+  new (shared_) std::atomic<int>(0);
+}
+
+RankBarrier::~RankBarrier() {
+  munmap(shared_, sizeof(std::atomic<int>));
+}
+
+bool RankBarrier::arrive_and_wait(double seconds) {
+  auto* all = static_cast<std::atomic<int>*>(shared_);
+  all->fetch_add(1);
+  const int want = ++mine_ * n_;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (all->load() < want) {
+    if (std::chrono::steady_clock::now() > end) return false;
+    usleep(1000);
+  }
+  return true;
+}
 
 std::vector<RankResult> run_ranks(int n, const std::function<int(int)>& fn, const RunOptions& opt) {
   int port = opt.port ? opt.port : free_port();

@@ -38,4 +38,24 @@ struct ShellResult {
 ShellResult run_shell(const std::string& cmd);
 bool contains(const std::string& text, const std::string& part);
 
+// A barrier of the forked ranks that no communicator carries: made before run_ranks, in shared
+// memory the ranks inherit. For a test whose next call fails the communicator on purpose: a
+// failure fails every operation still in flight, so a rank that went on to it could fail a
+// slower rank's earlier call (its last step still under way), and a rank that exits could leave
+// a slower one to hear of that first.
+class RankBarrier {
+ public:
+  explicit RankBarrier(int n);
+  ~RankBarrier();
+  RankBarrier(const RankBarrier&) = delete;
+  RankBarrier& operator=(const RankBarrier&) = delete;
+  // Until all n ranks have arrived as often as this one (false after `seconds`).
+  bool arrive_and_wait(double seconds = 30);
+
+ private:
+  int n_;
+  int mine_ = 0;  // this process's arrivals
+  void* shared_;  // the arrivals of all, an atomic int
+};
+
 }  // namespace chorus::test

@@ -200,9 +200,14 @@ TEST_CASE("grouped send/recv exchange big messages around a ring without deadloc
 }
 
 // Collectives inside a group (as NCCL's): queued, run at End in call order, then the group's
-// sends and receives; all-to-all-v's arrays may be freed as soon as the call returns.
+// sends and receives; all-to-all-v's arrays may be freed as soon as the call returns. Rank 2's
+// waits jitter (CHORUS_TEST_JITTER_US), so that it is often the last to end the group: the
+// others go on to a group that fails only once it has (the failure would fail its group still
+// under way: 1 run in 8 failed so before the barrier), and exit once every rank has its error.
 TEST_CASE("collectives and send/recv in one group: each result right", "[group]") {
-  auto res = run_ranks(3, [](int rank) {
+  chorus::test::RankBarrier outside(3);
+  auto res = run_ranks(3, [&outside](int rank) {
+    if (rank == 2) setenv("CHORUS_TEST_JITTER_US", "1000", 1);
     auto comm = chorus::Communicator::from_env();
     chorusComm_t h = comm.handle();
     const int n = comm.size(), right = (rank + 1) % n, left = (rank + n - 1) % n;
@@ -239,6 +244,7 @@ TEST_CASE("collectives and send/recv in one group: each result right", "[group]"
     // A rank that comes late may hear of the mismatch from the others first: then the call it
     // queues fails at once, saying the same.
     float x = 1;
+    CHECK_OR_FAIL(outside.arrive_and_wait(), "rank %d: the others never ended the group", rank);
     chorus::check(chorusGroupStart());
     const chorusResult_t queued =
         chorusAllReduce(&x, &x, 1, chorusFloat32, rank == 1 ? chorusMax : chorusSum, h, nullptr);
@@ -246,6 +252,7 @@ TEST_CASE("collectives and send/recv in one group: each result right", "[group]"
     CHECK_OR_FAIL(queued != chorusSuccess || rc != chorusSuccess, "a mismatched group succeeded");
     CHECK_OR_FAIL(std::string(chorusGetLastError(h)).find("rank 1") != std::string::npos,
                   "the error names no rank: %s", chorusGetLastError(h));
+    CHECK_OR_FAIL(outside.arrive_and_wait(), "rank %d: the others never had their error", rank);
     return 0;
   });
   require_all_ok(res);
