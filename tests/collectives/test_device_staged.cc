@@ -567,6 +567,22 @@ struct Rank {
     fail_with(r, "the capture", chorusGetLastError(comm));
     return nullptr;
   }
+  // In step, then a graph of an all-reduce and a ring exchange (capture_ring) captured and
+  // replayed once to its end; nullptr when any of it failed (said).
+  void* ring_replayed_once() {
+    if (!in_step()) {
+      fail_with(r, "the eager call", chorusGetLastError(comm));
+      return nullptr;
+    }
+    void* graph = capture_ring(true);
+    if (graph == nullptr) return nullptr;
+    if (chorus::test::fake_graph_launch(graph, stream) != 0 ||
+        chorus::test::fake_stream_sync(stream) != 0) {
+      fail_with(r, "the first replay", "failed");
+      return nullptr;
+    }
+    return graph;
+  }
   // `n` replays of `graph` from now on; they end named as a rank 2 that died (ends_named), within
   // `limit` s, destroy included. The graph is destroyed after the communicator, or, with
   // `free_early`, as soon as its stream ends.
@@ -765,12 +781,8 @@ TEST_CASE("staged device calls: a peer killed; the stream's earlier work that ne
         [](int r) {
           std::optional<Rank> k = setup(r);
           if (!k) return 1;
-          if (!k->in_step()) return fail_with(r, "the eager call", chorusGetLastError(k->comm));
-          void* graph = k->capture_ring(true);
+          void* graph = k->ring_replayed_once();
           if (graph == nullptr) return 1;
-          if (chorus::test::fake_graph_launch(graph, k->stream) != 0 ||
-              chorus::test::fake_stream_sync(k->stream) != 0)
-            return fail_with(r, "the first replay", "failed");
           if (r == 2) {
             usleep(300 * 1000);  // the survivors' replays are queued by then
             raise(SIGKILL);
@@ -791,12 +803,8 @@ TEST_CASE("staged device calls: a peer killed; the stream's earlier work that ne
         [](int r) {
           std::optional<Rank> k = setup(r);
           if (!k) return 1;
-          if (!k->in_step()) return fail_with(r, "the eager call", chorusGetLastError(k->comm));
-          void* graph = k->capture_ring(true);
+          void* graph = k->ring_replayed_once();
           if (graph == nullptr) return 1;
-          if (chorus::test::fake_graph_launch(graph, k->stream) != 0 ||
-              chorus::test::fake_stream_sync(k->stream) != 0)
-            return fail_with(r, "the first replay", "failed");
           if (r == 2) {
             usleep(300 * 1000);  // the survivors' first host part waits for it by then
             raise(SIGKILL);
