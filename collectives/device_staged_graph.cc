@@ -212,7 +212,14 @@ void run_replays(std::shared_ptr<StagedReplays> r) {
     if (failed) linger_for_test(*c, *r);
     if (!skip) host_part_left(*r);
     // A failure the communicator does not know of yet: it fails, saying why (after one it knows
-    // of, the host parts are skipped: its own error says why).
+    // of, the host parts are skipped: its own error says why). Often it is a peer's abort of the
+    // replays' communicator after that peer heard of the cause (a rank's death), which this
+    // communicator then hears of within moments: that news wins if it comes within 2 s (as a
+    // failed link waits for the news, engine.cc).
+    if (failed) {
+      std::unique_lock<std::mutex> lock(r->mu);
+      r->cv.wait_for(lock, std::chrono::seconds(2), [&] { return r->released || r->closing; });
+    }
     if (failed && r->parent->error().is_ok()) {
       const Status why(Code::kRemoteError,
                        fmt::format("{} on rank {}: a replay of it, captured in a CUDA graph, "
