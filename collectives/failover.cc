@@ -128,17 +128,24 @@ int Job::store_generation() const {
 }
 
 Status Job::await_store(Deadline deadline) {
-  std::unique_lock<std::mutex> lock(mu_);
-  while ((failing_over_ && !ending_.load()) && !deadline.expired())
-    cv_.wait_for(lock, std::chrono::milliseconds(deadline.slice_ms(100)));
-  const bool running = failing_over_;
-  lock.unlock();
-  std::string gone = store_gone_text();
-  if (running)
-    return make_error(Code::kTimeout, "{}, and no survivor has taken it over within {:.0f} s", gone,
-                      deadline.total());
-  if (!gone.empty()) return Status(Code::kRemoteError, gone);
-  return Status::ok();
+  while (true) {
+    // Looked at before failing_over_: the watch reader marks its store gone only after it has
+    // started the takeover, so a store seen gone here has its takeover seen below (running, or
+    // ended). Looked at after only, a store that went in between would read as gone for good.
+    transport::WatchClient* before = watch();
+    const bool seen_gone = before && before->store_gone();
+    std::unique_lock<std::mutex> lock(mu_);
+    while ((failing_over_ && !ending_.load()) && !deadline.expired())
+      cv_.wait_for(lock, std::chrono::milliseconds(deadline.slice_ms(100)));
+    const bool running = failing_over_;
+    lock.unlock();
+    std::string gone = store_gone_text();
+    if (running)
+      return make_error(Code::kTimeout, "{}, and no survivor has taken it over within {:.0f} s",
+                        gone, deadline.total());
+    if (gone.empty()) return Status::ok();
+    if (seen_gone || ending_.load()) return Status(Code::kRemoteError, gone);
+  }
 }
 
 bool Job::store_moved_since(int gen, double seconds) {

@@ -23,6 +23,8 @@ Result<std::shared_ptr<Job>> Job::create(transport::Rendezvous rdzv, Deadline de
   job->server_ = std::move(rdzv.server);
   CHORUS_ASSIGN_OR_RETURN(job->watch_hold_ms_,
                           env_int_in("CHORUS_TEST_WATCH_HOLD_MS", 0, 0, 10000));
+  CHORUS_ASSIGN_OR_RETURN(job->failover_late_ms_,
+                          env_int_in("CHORUS_TEST_FAILOVER_LATE_MS", 0, 0, 10000));
   set_log_rank(rdzv.rank);
   log_info("bootstrap: rank {} of {} ({}), store at {}", rdzv.rank, rdzv.size, rdzv.method,
            rdzv.store.to_string());
@@ -257,6 +259,9 @@ void Job::on_event(const transport::WatchEvent& e) {
                                   "this communicator) died: the store closed the connection "
                                   "without a goodbye",
                                   info.pid));
+    // The test hook: the takeover starts late, the communicators already failed by the death
+    // (a loaded machine may leave this thread here a while).
+    if (failover_late_ms_ > 0) usleep(static_cast<useconds_t>(failover_late_ms_) * 1000);
     return start_failover();
   }
   bool delivered = false;

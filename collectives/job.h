@@ -129,7 +129,8 @@ class Job : public std::enable_shared_from_this<Job> {
   // was still connecting): applied when that communicator is added.
   std::map<uint64_t, std::pair<int, std::string>> early_errors_;  // uid -> (rank, "code|text")
   std::map<int, std::string> dead_;
-  int64_t watch_hold_ms_ = 0;  // test hook CHORUS_TEST_WATCH_HOLD_MS
+  int64_t watch_hold_ms_ = 0;     // test hook CHORUS_TEST_WATCH_HOLD_MS
+  int64_t failover_late_ms_ = 0;  // test hook CHORUS_TEST_FAILOVER_LATE_MS
 };
 
 }  // namespace chorus

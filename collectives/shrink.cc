@@ -195,7 +195,10 @@ Result<std::shared_ptr<CommImpl>> CommImpl::shrink(const std::vector<int>& exclu
     const int gen = job->store_generation();
     const std::string tag = gen > 0 ? fmt::format("f{}", gen) : "";
     auto c = shrink_once(excluded, agree, n, tag, t, origin, deterministic, deadline);
-    if (c.is_ok() || deadline.expired() || !job->store_moved_since(gen, 0.5)) {
+    // A request that failed on the store's connection waits for the watch channel's news of
+    // it: its reader may be held a while on a loaded machine (up to 5 s, or the deadline).
+    if (c.is_ok() || deadline.expired() ||
+        !job->store_moved_since(gen, std::min(5.0, deadline.remaining()))) {
       if (c.is_ok()) return c;
       if (std::string gone = job->store_gone_text(); !gone.empty())
         return make_error(Code::kRemoteError, "shrink: {}: {}", gone, c.status().message());

@@ -46,6 +46,7 @@ const BadValue kBad[] = {
     {"CHORUS_TEST_WATCH_DELAY_MS", "-5"},
     {"CHORUS_TEST_WATCH_GAP_MS", "20000"},
     {"CHORUS_TEST_WATCH_HOLD_MS", "soon"},
+    {"CHORUS_TEST_FAILOVER_LATE_MS", "10001"},
     {"CHORUS_TEST_STORE_ADMIT_PAUSE_MS", "-1"},
     {"CHORUS_ALLOW_SHARED_GPU", "yes"},
     {"CHORUS_TEST_GPU_UUID", "two words"},

@@ -118,6 +118,23 @@ TEST_CASE("the store's host dies inside a shrink's agreement: the shrink starts 
   require_exits(res, {{0, -SIGKILL}, {3, -SIGKILL}, {1, 0}, {2, 0}});
 }
 
+TEST_CASE("the takeover starts late: the shrink waits for it instead of failing", "[failover]") {
+  // Each survivor's watch thread is held 1.5 s between the news of the store's death (which
+  // fails its communicator at once) and the start of its takeover, as a loaded machine may:
+  // the shrink called meanwhile finds the store gone, and must wait for the takeover.
+  RunOptions o = survivor_opts();
+  o.env["CHORUS_TEST_FAILOVER_LATE_MS"] = "1500";
+  auto res = run_ranks(
+      3,
+      [](int rank) {
+        auto comm = chorus::Communicator::from_env();
+        if (!kill_or_see_death(comm, 0)) return 2;
+        return shrink_and_check(comm, 2, rank - 1, "the two");
+      },
+      o);
+  require_exits(res, {{0, -SIGKILL}, {1, 0}, {2, 0}});
+}
+
 TEST_CASE("after the failover a newcomer joins through the new store (grow)", "[failover]") {
   // Processes 0-2 are the job; process 3 is a restarted worker, outside it at the start.
   RunOptions o = survivor_opts(3);
