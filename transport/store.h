@@ -113,6 +113,7 @@ class StoreServer {
   int world_ = 0;
   int64_t watch_delay_ms_ = 0;  // CHORUS_TEST_WATCH_DELAY_MS
   int64_t watch_gap_ms_ = 0;    // CHORUS_TEST_WATCH_GAP_MS
+  int64_t death_late_ms_ = 0;   // CHORUS_TEST_DEATH_NEWS_LATE_MS
   int64_t admit_pause_ms_ = 0;  // CHORUS_TEST_STORE_ADMIT_PAUSE_MS
   bool all_joined_once_ = false;
   size_t stored_bytes_ = 0;

@@ -54,6 +54,10 @@ Result<std::unique_ptr<StoreServer>> StoreServer::start(Fd listener, const SockA
   // Test hook: error news goes to one watch client after another this far apart, so a client
   // served early can act (and end its process) before a later one hears.
   CHORUS_ASSIGN_OR_RETURN(s->watch_gap_ms_, env_int_in("CHORUS_TEST_WATCH_GAP_MS", 0, 0, 10000));
+  // Test hook: news of a death reaches the watch clients in this process this much later than
+  // the others, so another rank's reaction to it (an abort) can reach them first.
+  CHORUS_ASSIGN_OR_RETURN(s->death_late_ms_,
+                          env_int_in("CHORUS_TEST_DEATH_NEWS_LATE_MS", 0, 0, 10000));
   // Test hook: a connection's thread pauses this long after its verdict, as a loaded machine
   // may leave it (tests/adversarial/test_store.cc).
   CHORUS_ASSIGN_OR_RETURN(s->admit_pause_ms_,
@@ -382,6 +386,7 @@ void StoreServer::broadcast(WatchType type, int32_t rank, uint64_t comm_uid, uin
   // store with it; by then every other rank has the news.
   const int32_t here = getpid();
   bool sent = false;
+  bool late_once = death_late_ms_ > 0;
   for (int last = 0; last < 2; ++last) {
     for (auto& c : conns) {
       if ((c->hello.pid == here) != (last == 1)) continue;
@@ -389,6 +394,10 @@ void StoreServer::broadcast(WatchType type, int32_t rank, uint64_t comm_uid, uin
       if (except_rank >= 0 && c->hello.rank == except_rank) continue;
       if (target >= 0 && type == WatchType::kState && c->hello.rank != target) continue;
       if (sent && watch_gap_ms_ > 0 && type == WatchType::kError) usleep(watch_gap_ms_ * 1000);
+      if (last == 1 && late_once && type == WatchType::kDead) {
+        usleep(death_late_ms_ * 1000);
+        late_once = false;
+      }
       std::lock_guard<std::mutex> lock(c->write_mu);
       (void)send_all(c->fd.get(), frame.data(), frame.size(), Deadline::after_seconds(1.0),
                      c->peer);

@@ -793,6 +793,28 @@ TEST_CASE("staged device calls: a peer killed; the stream's earlier work that ne
     check_ranks(res, {0, 1});
   }
   SECTION(
+      "rank 2 killed during the survivors' replays; rank 0 hears of the death 800 ms after rank "
+      "1's abort of the replays' communicator (CHORUS_TEST_DEATH_NEWS_LATE_MS): rank 0's error "
+      "still names the death, not the abort") {
+    RunOptions o = opts();
+    o.env["CHORUS_TEST_DEATH_NEWS_LATE_MS"] = "800";
+    auto res = run_ranks(
+        3,
+        [](int r) {
+          std::optional<Rank> k = setup(r);
+          if (!k) return 1;
+          void* graph = k->ring_replayed_once();
+          if (graph == nullptr) return 1;
+          if (r == 2) {
+            usleep(300 * 1000);  // the survivors' replays are queued by then
+            raise(SIGKILL);
+          }
+          return k->replays_end_named(graph, 10, 15);
+        },
+        o);
+    check_ranks(res, {0, 1});
+  }
+  SECTION(
       "rank 2 killed while a survivor's host part of a replay waits for it, and that host part is "
       "slow to leave (CHORUS_TEST_HOST_PART_LINGER_MS), then writes its page-locked memory: the "
       "streams go on only once it has left (TSan: no copy beside its late write)") {
