@@ -23,7 +23,15 @@ bool process_gone(int pid) {
   if (n <= 0) return false;
   buf[n] = '\0';
   const char* end = std::strrchr(buf, ')');
-  return end != nullptr && end[1] == ' ' && (end[2] == 'Z' || end[2] == 'X');
+  if (end == nullptr || end[1] != ' ') return false;
+  if (end[2] == 'Z' || end[2] == 'X') return true;
+  // Dying: the flags word (the 9th field, 6 after the state) has PF_EXITING. A process killed
+  // closes its sockets during its exit, and one of its threads can close them while the main
+  // thread still tears its memory down (milliseconds under TSan), not a zombie yet.
+  unsigned long flags = 0;
+  if (std::sscanf(end + 2, "%*c %*d %*d %*d %*d %*d %lu", &flags) != 1) return false;
+  constexpr unsigned long kPfExiting = 0x4;  // include/linux/sched.h
+  return (flags & kPfExiting) != 0;
 }
 
 }  // namespace chorus

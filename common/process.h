@@ -6,8 +6,11 @@
 
 namespace chorus {
 
-// True when `pid` names no process, or a dead one not yet reaped (state Z or X in
-// /proc/PID/stat). False for a live process, one of another user (EPERM), and pid <= 0.
+// True when `pid` names no process, a dead one not yet reaped (state Z or X in /proc/PID/stat),
+// or one whose main thread is exiting (PF_EXITING in its flags: a process killed, between its
+// threads' first close of its sockets and its end). False for a live process, one of another
+// user (EPERM), and pid <= 0. (A process whose main thread alone ended, by pthread_exit, reads
+// as gone too.)
 bool process_gone(int pid);
 
 }  // namespace chorus
