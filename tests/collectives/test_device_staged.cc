@@ -649,6 +649,25 @@ std::vector<chorus::test::RankResult> killed_after_capture(bool with_all_reduce,
   return res;
 }
 
+// Rank 2 killed 300 ms after a first replay of a ring exchange, with the survivors' next 10
+// replays queued: they end named (Rank::replays_end_named).
+std::vector<chorus::test::RankResult> killed_while_queued(const RunOptions& o) {
+  return run_ranks(
+      3,
+      [](int r) {
+        std::optional<Rank> k = setup(r);
+        if (!k) return 1;
+        void* graph = k->ring_replayed_once();
+        if (graph == nullptr) return 1;
+        if (r == 2) {
+          usleep(300 * 1000);  // the survivors' replays are queued by then
+          raise(SIGKILL);
+        }
+        return k->replays_end_named(graph, 10, 15);
+      },
+      o);
+}
+
 }  // namespace
 
 TEST_CASE(
@@ -776,21 +795,7 @@ TEST_CASE("staged device calls: a peer killed; the stream's earlier work that ne
   SECTION(
       "rank 2 killed while the survivors' replays of a captured all-reduce and ring exchange are "
       "queued: their streams end, the error names it") {
-    auto res = run_ranks(
-        3,
-        [](int r) {
-          std::optional<Rank> k = setup(r);
-          if (!k) return 1;
-          void* graph = k->ring_replayed_once();
-          if (graph == nullptr) return 1;
-          if (r == 2) {
-            usleep(300 * 1000);  // the survivors' replays are queued by then
-            raise(SIGKILL);
-          }
-          return k->replays_end_named(graph, 10, 15);
-        },
-        opts());
-    check_ranks(res, {0, 1});
+    check_ranks(killed_while_queued(opts()), {0, 1});
   }
   SECTION(
       "rank 2 killed during the survivors' replays; rank 0 hears of the death 800 ms after rank "
@@ -798,21 +803,7 @@ TEST_CASE("staged device calls: a peer killed; the stream's earlier work that ne
       "still names the death, not the abort") {
     RunOptions o = opts();
     o.env["CHORUS_TEST_DEATH_NEWS_LATE_MS"] = "800";
-    auto res = run_ranks(
-        3,
-        [](int r) {
-          std::optional<Rank> k = setup(r);
-          if (!k) return 1;
-          void* graph = k->ring_replayed_once();
-          if (graph == nullptr) return 1;
-          if (r == 2) {
-            usleep(300 * 1000);  // the survivors' replays are queued by then
-            raise(SIGKILL);
-          }
-          return k->replays_end_named(graph, 10, 15);
-        },
-        o);
-    check_ranks(res, {0, 1});
+    check_ranks(killed_while_queued(o), {0, 1});
   }
   SECTION(
       "rank 2 killed while a survivor's host part of a replay waits for it, and that host part is "
