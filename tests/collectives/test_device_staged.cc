@@ -649,20 +649,29 @@ std::vector<chorus::test::RankResult> killed_after_capture(bool with_all_reduce,
   return res;
 }
 
-// Rank 2 killed 300 ms after a first replay of a ring exchange, with the survivors' next 10
-// replays queued: they end named (Rank::replays_end_named).
+// setup(r) and a first replay of a ring exchange (Rank::ring_replayed_once); then rank 2 dies
+// 300 ms later (the survivors' next replays are queued, or their first host part waits for it,
+// by then). The graph; nullptr when any of it failed.
+void* replayed_once_then_rank2_dies(std::optional<Rank>& k, int r) {
+  k = setup(r);
+  if (!k) return nullptr;
+  void* graph = k->ring_replayed_once();
+  if (graph != nullptr && r == 2) {
+    usleep(300 * 1000);
+    raise(SIGKILL);
+  }
+  return graph;
+}
+
+// Rank 2 killed with the survivors' next 10 replays queued: they end named
+// (Rank::replays_end_named).
 std::vector<chorus::test::RankResult> killed_while_queued(const RunOptions& o) {
   return run_ranks(
       3,
       [](int r) {
-        std::optional<Rank> k = setup(r);
-        if (!k) return 1;
-        void* graph = k->ring_replayed_once();
+        std::optional<Rank> k;
+        void* graph = replayed_once_then_rank2_dies(k, r);
         if (graph == nullptr) return 1;
-        if (r == 2) {
-          usleep(300 * 1000);  // the survivors' replays are queued by then
-          raise(SIGKILL);
-        }
         return k->replays_end_named(graph, 10, 15);
       },
       o);
@@ -814,14 +823,9 @@ TEST_CASE("staged device calls: a peer killed; the stream's earlier work that ne
     auto res = run_ranks(
         3,
         [](int r) {
-          std::optional<Rank> k = setup(r);
-          if (!k) return 1;
-          void* graph = k->ring_replayed_once();
+          std::optional<Rank> k;
+          void* graph = replayed_once_then_rank2_dies(k, r);
           if (graph == nullptr) return 1;
-          if (r == 2) {
-            usleep(300 * 1000);  // the survivors' first host part waits for it by then
-            raise(SIGKILL);
-          }
           const auto start = std::chrono::steady_clock::now();
           for (int i = 0; i < 4; ++i)
             if (chorus::test::fake_graph_launch(graph, k->stream) != 0)
