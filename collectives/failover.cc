@@ -139,6 +139,8 @@ Status Job::await_store(Deadline deadline) {
       cv_.wait_for(lock, std::chrono::milliseconds(deadline.slice_ms(100)));
     const bool running = failing_over_;
     lock.unlock();
+    // The test hook: a pause here, as a loaded machine may leave this thread.
+    if (await_lag_ms_ > 0) usleep(static_cast<useconds_t>(await_lag_ms_) * 1000);
     std::string gone = store_gone_text();
     if (running)
       return make_error(Code::kTimeout, "{}, and no survivor has taken it over within {:.0f} s",

@@ -25,6 +25,8 @@ Result<std::shared_ptr<Job>> Job::create(transport::Rendezvous rdzv, Deadline de
                           env_int_in("CHORUS_TEST_WATCH_HOLD_MS", 0, 0, 10000));
   CHORUS_ASSIGN_OR_RETURN(job->failover_late_ms_,
                           env_int_in("CHORUS_TEST_FAILOVER_LATE_MS", 0, 0, 10000));
+  CHORUS_ASSIGN_OR_RETURN(job->await_lag_ms_,
+                          env_int_in("CHORUS_TEST_AWAIT_STORE_LAG_MS", 0, 0, 10000));
   set_log_rank(rdzv.rank);
   log_info("bootstrap: rank {} of {} ({}), store at {}", rdzv.rank, rdzv.size, rdzv.method,
            rdzv.store.to_string());

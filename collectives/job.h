@@ -131,6 +131,7 @@ class Job : public std::enable_shared_from_this<Job> {
   std::map<int, std::string> dead_;
   int64_t watch_hold_ms_ = 0;     // test hook CHORUS_TEST_WATCH_HOLD_MS
   int64_t failover_late_ms_ = 0;  // test hook CHORUS_TEST_FAILOVER_LATE_MS
+  int64_t await_lag_ms_ = 0;      // test hook CHORUS_TEST_AWAIT_STORE_LAG_MS
 };
 
 }  // namespace chorus

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -132,6 +133,31 @@ TEST_CASE("the takeover starts late: the shrink waits for it instead of failing"
         return shrink_and_check(comm, 2, rank - 1, "the two");
       },
       o);
+  require_exits(res, {{0, -SIGKILL}, {1, 0}, {2, 0}});
+}
+
+TEST_CASE(
+    "a shrink that finds no takeover running, then the store gone while the takeover waits for "
+    "its new host, waits for it (CI's interleaving)",
+    "[failover]") {
+  // Rank 2's takeover starts 300 ms after the news and waits for rank 1, whose own starts after
+  // 1500 ms (CHORUS_TEST_FAILOVER_LATE_MS, per rank). Rank 2's shrink, called at once, finds no
+  // takeover running, then pauses 1 s (CHORUS_TEST_AWAIT_STORE_LAG_MS), by when the store reads
+  // as gone and the takeover runs. It must look again and wait, not fail with "the bootstrap
+  // store is gone" (CI's collectives_failover failure under ASan).
+  auto res = run_ranks(
+      3,
+      [](int rank) {
+        if (rank == 1) setenv("CHORUS_TEST_FAILOVER_LATE_MS", "1500", 1);
+        if (rank == 2) {
+          setenv("CHORUS_TEST_FAILOVER_LATE_MS", "300", 1);
+          setenv("CHORUS_TEST_AWAIT_STORE_LAG_MS", "1000", 1);
+        }
+        auto comm = chorus::Communicator::from_env();
+        if (!kill_or_see_death(comm, 0)) return 2;
+        return shrink_and_check(comm, 2, rank - 1, "the two");
+      },
+      survivor_opts());
   require_exits(res, {{0, -SIGKILL}, {1, 0}, {2, 0}});
 }
 
