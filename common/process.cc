@@ -25,9 +25,9 @@ bool process_gone(int pid) {
   const char* end = std::strrchr(buf, ')');
   if (end == nullptr || end[1] != ' ') return false;
   if (end[2] == 'Z' || end[2] == 'X') return true;
-  // Dying: the flags word (the 9th field, 6 after the state) has PF_EXITING. A process killed
-  // closes its sockets during its exit, and one of its threads can close them while the main
-  // thread still tears its memory down (milliseconds under TSan), not a zombie yet.
+  // Dying: the flags word (the 9th field, 6 after the state) has PF_EXITING, set as its exit
+  // begins. A process killed closes its sockets partway through its exit, and the rest of it
+  // (longer when a busy machine preempts it there) comes before it is a zombie.
   unsigned long flags = 0;
   if (std::sscanf(end + 2, "%*c %*d %*d %*d %*d %*d %lu", &flags) != 1) return false;
   constexpr unsigned long kPfExiting = 0x4;  // include/linux/sched.h
