@@ -49,15 +49,32 @@ Result<std::shared_ptr<Job>> Job::create(transport::Rendezvous rdzv, Deadline de
   }
   // Every rank's standby port is in the store before the start barrier ends, so that each
   // can read them all right after it.
-  CHORUS_TRY(job->open_standby());
+  CHORUS_TRY(job->joining_failure(job->open_standby()));
   if (!rdzv.joining) {  // a newcomer finds the job running: no barrier, nobody to read yet
-    CHORUS_TRY(job->store_->join(deadline));
+    CHORUS_TRY(job->joining_failure(job->store_->join(deadline)));
     std::vector<int> all(static_cast<size_t>(job->size_));
     for (int r = 0; r < job->size_; ++r) all[static_cast<size_t>(r)] = r;
     job->learn_standby(all);
   }
   CHORUS_ASSIGN_OR_RETURN(job->watch_, job->connect_watch(rdzv.store, deadline));
   return job;
+}
+
+// Before the job runs, a store connection that failed means the store's host ended before every
+// rank had joined (rank 0 under every launcher). Said so, naming that rank: "connection closed by
+// the bootstrap store" alone sent users looking at the network.
+Status Job::joining_failure(Status s) const {
+  if (s.is_ok() || s.code() == Code::kTimeout || server_ || !store_->connection_failed()) return s;
+  const transport::ServerInfo info = store_->server_info();
+  const std::string pid = info.pid > 0 ? fmt::format(" (pid {})", info.pid) : "";
+  const std::string host =
+      store_host_rank_ >= 0
+          ? fmt::format("rank {}, which hosted the bootstrap store{},", store_host_rank_, pid)
+          : fmt::format("the process that hosted the bootstrap store{}", pid);
+  return make_error(Code::kRemoteError,
+                    "bootstrap: {} ended while rank {} was joining, before every rank had "
+                    "joined; its own output says why ({})",
+                    host, rank_, s.message());
 }
 
 Result<std::unique_ptr<transport::WatchClient>> Job::connect_watch(const SockAddr& store,

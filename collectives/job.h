@@ -88,6 +88,8 @@ class Job : public std::enable_shared_from_this<Job> {
                                                                 Deadline deadline,
                                                                 bool once = false);
   bool on_own_thread() const;  // a thread the destructor joins
+  // s, or when the store's connection failed while this rank joined, an error naming its host.
+  Status joining_failure(Status s) const;
 
   // failover.cc
   Status open_standby();

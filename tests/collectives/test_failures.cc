@@ -17,6 +17,7 @@
 #include <memory>
 #include <regex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "chorus/chorus.hpp"
@@ -583,6 +584,34 @@ TEST_CASE("joining times out naming the ranks that never came", "[failure][join]
       },
       o);
   require_codes(res, {0, 0});
+}
+
+// Rank 0 hosts the store (launched as torchrun would) and its process ends while rank 2 waits in
+// the start barrier for rank 1, which never comes. Rank 2 must say that the store's host ended
+// before every rank had joined, naming rank 0, not only that a connection closed. Rank 0 ends 2 s
+// after rank 2 starts joining: time enough to connect on a loaded machine.
+TEST_CASE("the store's host ending while a rank is still joining: the rank names it",
+          "[failure][join]") {
+  chorus::test::RankBarrier starting(2);  // ranks 0 and 2
+  auto res = run_ranks(
+      3,
+      [&](int rank) {
+        if (rank == 1) return 0;
+        if (rank == 0) {
+          std::thread([&] {
+            starting.arrive_and_wait();
+            usleep(2000000);
+            _exit(7);  // as a script's os._exit, or a crash, would end it
+          }).detach();
+          (void)chorus::Communicator::from_env();
+          return 1;
+        }
+        starting.arrive_and_wait();
+        return expect_error([] { chorus::Communicator::from_env(); }, chorusRemoteError,
+                            "rank 0, which hosted the bootstrap store", 5);
+      },
+      on("shm", 20));
+  require_codes(res, {7, 0, 0});
 }
 
 TEST_CASE("strangers, wrong secrets, garbage and truncated handshakes are refused; the job goes on",
