@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "common/clock.h"
+
 namespace chorus {
 
 bool process_gone(int pid) {
@@ -32,6 +34,15 @@ bool process_gone(int pid) {
   if (std::sscanf(end + 2, "%*c %*d %*d %*d %*d %*d %lu", &flags) != 1) return false;
   constexpr unsigned long kPfExiting = 0x4;  // include/linux/sched.h
   return (flags & kPfExiting) != 0;
+}
+
+bool PeerProcess::gone() {
+  if (pid_ <= 0) return false;
+  if (kill(pid_, 0) != 0 && errno == ESRCH) return true;
+  const double now = now_seconds();
+  if (now < next_look_.load(std::memory_order_relaxed)) return false;
+  next_look_.store(now + 0.1, std::memory_order_relaxed);
+  return process_gone(pid_);
 }
 
 }  // namespace chorus

@@ -302,6 +302,30 @@ TEST_CASE("an shm receive that takes part of a slot counts as progress", "[shm]"
   CHECK_FALSE(*moved);
 }
 
+// The peer's process died and its parent has not reaped it: kill(pid, 0) still answers for a
+// zombie, so a link that asked only that waited on a dead peer until the watch's news came.
+TEST_CASE("an shm link names a peer that is a zombie as dead", "[shm]") {
+  ShmConfig cfg;
+  cfg.slot_bytes = 4096;
+  cfg.nslots = 2;
+  const std::string name = "/chorus-test-zombie-" + std::to_string(getpid());
+  auto seg = ShmSegment::create(name, 1, cfg);
+  REQUIRE(seg.is_ok());
+  auto seen = ShmSegment::open(name);
+  REQUIRE(seen.is_ok());
+  ShmWake wake(std::move(*seg));
+  const pid_t child = fork();
+  if (child == 0) _exit(0);
+  REQUIRE(child > 0);
+  for (int i = 0; i < 200 && !chorus::process_gone(child); ++i) usleep(10000);
+  REQUIRE(kill(child, 0) == 0);  // a zombie, not reaped
+  ShmLink link(1, "rank 1", &wake, 0, std::shared_ptr<ShmSegment>(std::move(*seen)), 0, child);
+  const auto s = link.check_alive();
+  waitpid(child, nullptr, 0);
+  REQUIRE_FALSE(s.is_ok());
+  CHECK_THAT(s.message(), Catch::Contains("rank 1 died") && Catch::Contains(std::to_string(child)));
+}
+
 TEST_CASE("SipHash-2-4-128 matches the reference vectors", "[auth]") {
   // vectors_sip128 of github.com/veorq/SipHash (key 00..0f, message 00..len-1)
   const std::pair<size_t, const char*> vectors[] = {

@@ -25,6 +25,7 @@
 #include <map>
 
 #include "common/log.h"
+#include "common/process.h"
 #include "transport/ib/verbs.h"
 #include "transport/shm/segment.h"
 
@@ -120,7 +121,7 @@ class EmuNic final : public Nic {
     std::unique_ptr<Mapping> own, peer_nic, peer_qp;
     std::map<uint32_t, std::unique_ptr<Mapping>> peer_mem;
     std::string peer_base;
-    int peer_pid = 0;
+    PeerProcess peer;  // the peer rank's process (pid 0 until connected)
     int depth = 0;
     int sends_outstanding = 0;
     bool error = false;
@@ -216,7 +217,7 @@ class EmuNic final : public Nic {
                         "ib (emulated): {}: peer's objects under {} are not "
                         "an emulated port's",
                         name_, base);
-    qp.peer_pid = static_cast<int>(pid);
+    qp.peer = PeerProcess(static_cast<int>(pid));
     qp.peer_base = base;
     q(qp)->state.store(1, std::memory_order_release);
     return Status::ok();
@@ -291,9 +292,9 @@ class EmuNic final : public Nic {
 
   Status peer_alive(int i) override {
     Qp& qp = qps_.at(i);
-    if (qp.peer_pid > 0 && kill(qp.peer_pid, 0) != 0 && errno == ESRCH)
+    if (qp.peer.gone())
       return make_error(Code::kRemoteError, "its process {} is gone (exited or killed)",
-                        qp.peer_pid);
+                        qp.peer.pid());
     return Status::ok();
   }
 
@@ -328,7 +329,7 @@ class EmuNic final : public Nic {
     if (lk == lkeys_.end() || !lk->second.covers(src, n)) return kWcLocProtErr;
     auto* peer = static_cast<QpShm*>(qp.peer_qp->base);
     if (peer->state.load(std::memory_order_acquire) != 1 ||
-        (kill(qp.peer_pid, 0) != 0 && errno == ESRCH))
+        (kill(qp.peer.pid(), 0) != 0 && errno == ESRCH))  // per write: the cheap look only
       return kWcRetryExcErr;
     auto mem = peer_mem(qp, rkey);
     if (!mem.is_ok()) return kWcRemAccessErr;

@@ -1,9 +1,6 @@
 // Shared-memory link: the rings' producer and consumer sides (see link.h).
 #include "transport/shm/link.h"
 
-#include <errno.h>
-#include <signal.h>
-
 #include <algorithm>
 #include <cstring>
 
@@ -11,7 +8,7 @@ namespace chorus::transport {
 
 ShmLink::ShmLink(int peer, std::string peer_name, ShmWake* mine, int in_ring,
                  std::shared_ptr<ShmSegment> theirs, int out_ring, int peer_pid)
-    : Link(peer, std::move(peer_name), mine), theirs_(std::move(theirs)), peer_pid_(peer_pid) {
+    : Link(peer, std::move(peer_name), mine), theirs_(std::move(theirs)), peer_(peer_pid) {
   in_ = mine->segment()->ring(in_ring);
   out_ = theirs_->ring(out_ring);
   slot_bytes_ = mine->segment()->slot_bytes();
@@ -138,8 +135,8 @@ Status ShmLink::check_alive() {
   if (ring_ctl(in_)->revoked.load(std::memory_order_acquire))
     return make_error(Code::kRevoked, "rank {} revoked the communicator (news over the link to {})",
                       peer(), peer_name());
-  if (kill(peer_pid_, 0) != 0 && errno == ESRCH)
-    return make_error(Code::kRemoteError, "{} died (process {} is gone)", peer_name(), peer_pid_);
+  if (peer_.gone())
+    return make_error(Code::kRemoteError, "{} died (process {} is gone)", peer_name(), peer_.pid());
   return Status::ok();
 }
 

@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 
+#include "common/process.h"
 #include "transport/link.h"
 #include "transport/shm/segment.h"
 #include "transport/transport.h"
@@ -66,7 +67,7 @@ class ShmLink final : public Link, public DirectSlots {
   char* out_;
   size_t slot_bytes_;
   int nslots_;
-  int peer_pid_;
+  PeerProcess peer_;             // the peer rank's process
   size_t in_offset_ = 0;         // bytes already consumed from the current inbound slot
   uint64_t in_tail_ = 0;         // next inbound message number (mirrors the shared tail)
   uint64_t out_head_ = 0;        // next outbound message number (only this side writes it)
