@@ -30,8 +30,9 @@ SAN_LD := CC_LD=lld CXX_LD=lld
 # deterministic-mode matrix (2..6 ranks), of which TSan runs the light case
 # (collectives_deterministic_light: 3 ranks, both ordered algorithms, tcp, 2 channels). Nor the C
 # API's exception test: it replaces operator new, which TSan's runtime defines too. DDP's
-# equivalence without its OpenBLAS kernel families (ddp_equivalence_light: the same runs again
-# under each GEMM, which the plain build checks).
+# equivalence without its OpenBLAS kernel families and its 4- and 5-rank matrix
+# (ddp_equivalence_light: the same runs again under each GEMM, and on more ranks: numbers, which
+# the plain build checks).
 TSAN_TESTS ?= transport_*,collectives_*,!collectives_large,!collectives_reductions,\
   !collectives_deterministic,!collectives_c_api_exceptions,!collectives_env,ddp_distributed,ddp_equivalence_light,\
   ddp_restart,ddp_data,adversarial_teardown,adversarial_setup,adversarial_store
@@ -41,7 +42,7 @@ TSAN_TESTS ?= transport_*,collectives_*,!collectives_large,!collectives_reductio
 # there; its light three run), the deterministic matrix (its light case runs), the three
 # namespace hosts (51 s there) and the type x op x ranks matrix (70 s there; the kernels' own
 # tests check the reductions under UBSan), and DDP's equivalence under each OpenBLAS kernel
-# family (ddp_equivalence_light runs the rest): the plain build runs those. The CI run's 30 minutes.
+# family and on 4 and 5 ranks (ddp_equivalence_light runs the rest): the plain build runs those. The CI run's 30 minutes.
 ASAN_TESTS ?= *,!kernels/qemu_no_avx512,!ddp_elastic,!collectives_deterministic,\
   !launch_three_hosts_netns,!collectives_reductions,!ddp_equivalence
 # In the plain build (as users build it, -O3, CUDA and the PyTorch backend in): what only it
