@@ -445,6 +445,10 @@ TEST_CASE("the store's host ending as soon as it hears of an error: the others h
           "[failure][mismatch]") {
   RunOptions o = on("shm");
   o.env["CHORUS_TEST_WATCH_GAP_MS"] = "400";
+  // Ranks 1 and 2 stay until rank 0 has its error: rank 0 waits on rank 2, and the news reaches
+  // rank 0 last (800 ms after the first), so a rank 2 that ended on hearing it would be, to rank
+  // 0, a peer gone before the news (as under a launcher that reaps its processes at once).
+  chorus::test::RankBarrier ending(3);
   auto res = run_ranks(
       3,
       [&](int rank) {
@@ -453,25 +457,27 @@ TEST_CASE("the store's host ending as soon as it hears of an error: the others h
         // had its message), and that barrier then fails with it: either way rank 2 hears it.
         if (rank != 2) comm.barrier();
         std::vector<float> v(8, 1.0f);
+        int rc = 0;
         if (rank == 0) {
           comm.send(v.data(), 4, chorusFloat32, 1);  // rank 1 expects 8
-          const int rc = expect_error([&] { comm.recv(v.data(), 8, chorusFloat32, 2); },
-                                      chorusMismatch, "on rank 1", 5);
+          rc = expect_error([&] { comm.recv(v.data(), 8, chorusFloat32, 2); }, chorusMismatch,
+                            "on rank 1", 5);
+          ending.arrive_and_wait(0);  // arrives; the others wait for it
           std::fflush(nullptr);
           _exit(rc);  // no teardown: the store ends with this process
         }
-        if (rank == 1) {
-          const int rc = expect_error([&] { comm.recv(v.data(), 8, chorusFloat32, 0); },
-                                      chorusMismatch, "rank 0", 5);
-          usleep(2000000);
-          return rc;
-        }
-        return expect_error(
-            [&] {
-              comm.barrier();
-              comm.recv(v.data(), 8, chorusFloat32, 1);
-            },
-            chorusMismatch, "on rank 1", 5);
+        if (rank == 1)
+          rc = expect_error([&] { comm.recv(v.data(), 8, chorusFloat32, 0); }, chorusMismatch,
+                            "rank 0", 5);
+        else
+          rc = expect_error(
+              [&] {
+                comm.barrier();
+                comm.recv(v.data(), 8, chorusFloat32, 1);
+              },
+              chorusMismatch, "on rank 1", 5);
+        ending.arrive_and_wait();
+        return rc;
       },
       o);
   require_codes(res, {0, 0, 0});
