@@ -14,7 +14,8 @@ namespace {
 
 // A buffer of n bytes in huge pages where the kernel gives them (THP "madvise" or "always"),
 // never filled: the kernel's first touch of 2 GiB in 4 KiB pages was most of this test's time
-// (on the CI's virtual machines 1 GiB took 7.5 s in 4 KiB faults, 2.5 s in 2 MiB ones).
+// (on this project's 2-core virtual machines, 1 GiB took 2.9-3.6 s in 4 KiB faults when quiet and
+// 7.5 s beside other tests; 1.7-2.5 s in 2 MiB ones).
 struct Buffer {
   size_t n;
   unsigned char* p = nullptr;
