@@ -10,6 +10,14 @@
 #include <random>
 #include <vector>
 
+#ifndef __has_feature
+#define __has_feature(x) 0
+#endif
+#if defined(__SANITIZE_ADDRESS__) || __has_feature(address_sanitizer)
+#include <sanitizer/asan_interface.h>
+#define CHORUS_TEST_ASAN 1
+#endif
+
 #include "chorus/chorus.hpp"
 #include "harness.h"
 #include "kernels/cpu/half.h"
@@ -76,6 +84,18 @@ long first_wrong(chorusDataType_t t, const std::vector<char>& got, size_t count,
   return -1;
 }
 
+// The calls' buffers are of the largest size; under ASan all past this call's `used` bytes is
+// poisoned, so that a read or write past them is caught as with buffers of the call's own size.
+void fit(std::vector<char>& v, size_t used) {
+#ifdef CHORUS_TEST_ASAN
+  ASAN_UNPOISON_MEMORY_REGION(v.data(), v.size());
+  ASAN_POISON_MEMORY_REGION(v.data() + used, v.size() - used);
+#else
+  (void)v;
+  (void)used;
+#endif
+}
+
 int soak(int rank, int ops, unsigned seed) {
   auto world = chorus::Communicator::from_env();
   const int n = world.size();
@@ -102,6 +122,8 @@ int soak(int rank, int ops, unsigned seed) {
     const chorusDataType_t t = kTypes[rng() % 10];
     const chorusRedOp_t op = ops_mix[rng() % 3];
     const size_t es = esize(t);
+    fit(in, count * n * es);
+    fit(out, count * n * es);
     std::fill(out.begin(), out.begin() + count * n * es, char(-1));
     for (size_t i = 0; i < count * n; ++i) put(t, in.data(), i, value(t, rank, i, k));
     long bad = -1;
@@ -138,6 +160,8 @@ int soak(int rank, int ops, unsigned seed) {
       return 1;
     }
   }
+  fit(in, in.size());
+  fit(out, out.size());
   return 0;
 }
 
