@@ -37,6 +37,7 @@ SUMMARIZE=""
 PER_CMD_TIMEOUT=${PER_CMD_TIMEOUT:-300}
 NRANKS=2
 DETERMINISTIC=0
+MEM_ALLOC=0
 
 usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "${BASH_SOURCE[0]}"; }
 while (($#)); do
