@@ -4,9 +4,6 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <cstring>
-#include <mutex>
-#include <random>
 #include <vector>
 
 #include "common/log.h"
@@ -20,40 +17,6 @@ std::string where(const void* p) {
   kc::PointerInfo i = kc::classify_pointer(p);
   if (i.space == kc::MemSpace::kHost) return "host memory";
   return fmt::format("{} memory of CUDA device {}", kc::mem_space_name(i.space), i.device);
-}
-
-// The peers' allocations this process has opened by CUDA IPC for user buffers (offsets left
-// out). CUDA keeps an open allocation -- and, after its owner frees it, its memory -- until it is
-// closed, so a peer that frees and allocates buffers around its calls would pile them up here.
-// Two live allocations of one process never overlap: a new one of an owner where an open one
-// lay means the owner freed that one, after its calls that used it were done (its frees wait
-// for them; and every peer's reads came before the signal that the owner's stream waited for).
-struct PeerBuffers {
-  std::mutex mu;
-  std::vector<kc::IpcHandle> open;
-};
-
-PeerBuffers& peer_buffers() {
-  static PeerBuffers* b = new PeerBuffers;  // never destroyed, as the backend's mappings
-  return *b;
-}
-
-// Closes the open allocations of h's owner that h's allocation overlaps, and notes h's: nothing
-// when h's is open already.
-void close_freed(const kc::IpcHandle& h) {
-  if (h.owner == 0) return;  // not export_for_peers's: its owner is unknown
-  PeerBuffers& b = peer_buffers();
-  std::lock_guard<std::mutex> lock(b.mu);
-  for (const kc::IpcHandle& o : b.open)
-    if (std::memcmp(o.bytes, h.bytes, sizeof h.bytes) == 0) return;
-  std::erase_if(b.open, [&](const kc::IpcHandle& o) {
-    if (o.owner != h.owner || o.base >= h.base + h.size || h.base >= o.base + o.size) return false;
-    kc::ipc().close(o);
-    return true;
-  });
-  kc::IpcHandle mine = h;
-  mine.offset = 0;
-  b.open.push_back(mine);
 }
 
 }  // namespace
@@ -101,6 +64,7 @@ void describe_self(DeviceIpc& st, CallBuffers& bufs, Record& me, int rank) {
   const int dev = ipc.current_device();
   me.ok = 1;
   me.pid = int32_t(getpid());
+  me.owner = process_token();
   for (const LocalBuffer* b : {&bufs.send, &bufs.recv}) {
     if (!b->used) continue;
     if (std::string why = not_device_memory(b->name, b->user, dev); !why.empty())
@@ -145,11 +109,20 @@ void describe_self(DeviceIpc& st, CallBuffers& bufs, Record& me, int rank) {
 // descriptor (device_vmm.h).
 Result<void*> open_peer(DeviceIpc& st, int q, const kc::IpcHandle& h) {
   if (is_vmm_handle(h)) return vmm_open(st, q, h);
-  close_freed(h);
+  close_overlapped(h);
   void* p = nullptr;
   if (int rc = kc::ipc().open(h, &p); rc != 0)
     return make_error(Code::kSystemError, "{}", ipc_error(rc));
   return p;
+}
+
+void announce(DeviceIpc& st, Record& me, std::span<const int> to) {
+  me.nfreed = uint32_t(announce_frees(st.freed_told, to, me.freed));
+}
+
+void take_news(const Record& rec) {
+  close_announced(rec.owner,
+                  std::span(rec.freed).first(std::min<size_t>(rec.nfreed, kMaxAnnounced)));
 }
 
 // VMM buffers go to the ranks of the call that lack them, before the GPU work.
@@ -210,13 +183,11 @@ bool staged(CommImpl& comm, const char* call) {
 namespace chorus {
 
 int export_for_peers(const void* p, kernels::cuda::IpcHandle* out) {
-  static const uint64_t token = [] {
-    std::random_device r;
-    return (uint64_t{r()} << 32 | r()) | 1;  // never 0
-  }();
   const int rc = kernels::cuda::ipc().export_buffer(p, out);
-  if (rc == 0) out->owner = token;
-  return rc;
+  if (rc != 0) return rc;
+  out->owner = capi::devcall::process_token();
+  capi::devcall::note_export(*out);
+  return 0;
 }
 
 }  // namespace chorus

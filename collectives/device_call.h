@@ -8,12 +8,14 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "collectives/c_api_internal.h"
 #include "collectives/comm.h"
 #include "collectives/device_bounce.h"
+#include "collectives/device_freed.h"
 #include "collectives/device_ops.h"
 #include "collectives/device_timing.h"
 #include "collectives/device_vmm.h"
@@ -45,6 +47,10 @@ struct Record {
   int32_t graph;        // captured into a CUDA graph: >= 0 (send/recv: its slot); -1: not captured
   uint64_t graph_free;  // captured: the slots free on this rank (GraphSlots) for the call
   kc::IpcHandle flags, send, recv, graph_flags;
+  uint64_t owner;   // this rank's process token (IpcHandle::owner)
+  uint32_t nfreed;  // allocations of this process that it exported before and has freed since,
+  uint32_t unused;  // named in `freed` (device_freed.h)
+  uint64_t freed[kMaxAnnounced];
 };
 
 // Marks `r` as not taking part, saying why.
@@ -64,6 +70,12 @@ void describe_self(DeviceIpc& st, CallBuffers& bufs, Record& me, int rank);
 // Whether `stream` is being captured into a CUDA graph; when it is, this rank's words of captured
 // calls exported into me.graph_flags. When asking or exporting fails: false, and `me` says why.
 bool capturing(DeviceIpc& st, void* stream, Record& me);
+
+// Before the record `me` goes to ranks `to`: the frees of this process's exported allocations
+// that they have not been told of on this communicator, into me.freed (device_freed.h).
+void announce(DeviceIpc& st, Record& me, std::span<const int> to);
+// After a record came: what its rank's process announced freed is closed here.
+void take_news(const Record& rec);
 
 // Where rank q's buffer of handle h is mapped here: by CUDA IPC, or its VMM allocation mapped by
 // descriptor (device_vmm.h). A CUDA IPC allocation of q's process that h's overlaps was freed: it

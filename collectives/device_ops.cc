@@ -288,12 +288,17 @@ chorusResult_t device_collective(chorusComm_t h, CommImpl& comm, const Call& cal
     set_why(me,
             "a call captured into a CUDA graph needs memory that CUDA IPC maps (cudaMalloc, "
             "or VMM memory exported by descriptor): not the bounce buffer");
+  std::vector<int> others;
+  for (int q = 0; q < p; ++q)
+    if (q != r) others.push_back(q);
+  announce(st, me, others);
   std::vector<Record> all(p);
   if (chorusResult_t rc = run_op(
           {call.name, OpKind::kAllGather, false}, h,
           {.sendbuff = &me, .recvbuff = all.data(), .count = sizeof me, .datatype = chorusUint8});
       rc != chorusSuccess)
     return rc;
+  for (int q : others) take_news(all[q]);
   for (int q = 0; q < p; ++q)
     if (Status s = check_ok(all[q], q, r, call.name); !s.is_ok()) return report(s);
   for (int q = 0; q < p; ++q) {

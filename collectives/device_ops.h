@@ -55,6 +55,9 @@ struct DeviceIpc {
   StageState stage;
   // Captured calls' flag words (device_graph.h).
   GraphWords graph;
+  // By rank: how many of this process's frees found it was told of on this communicator
+  // (device_freed.h).
+  std::vector<uint64_t> freed_told;
 };
 
 // When the communicator fails (a peer died or failed, a revoke, a timeout): every flag word of

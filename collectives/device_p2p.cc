@@ -1,6 +1,7 @@
 // Send/recv on device buffers over CUDA IPC, alone or a group's (device_ops.h; the protocol is in
 // device_ops.cc's opening comment).
 #include <algorithm>
+#include <array>
 #include <map>
 #include <string>
 #include <vector>
@@ -102,6 +103,7 @@ chorusResult_t device_p2p(chorusComm_t h, CommImpl& comm, const std::vector<Devi
       set_why(mine[i],
               "a send captured into a CUDA graph needs memory that CUDA IPC maps (cudaMalloc, or "
               "VMM memory exported by descriptor): not the bounce buffer");
+  for (size_t i = 0; i < n; ++i) announce(st, mine[i], std::array{items[i].args.peer});
   // The exchange: one record each way per item, all posted at once (a host group).
   chorusGroupStart();
   chorusResult_t rc = chorusSuccess;
@@ -118,6 +120,7 @@ chorusResult_t device_p2p(chorusComm_t h, CommImpl& comm, const std::vector<Devi
   const chorusResult_t end = chorusGroupEnd();
   if (rc != chorusSuccess) return rc;
   if (end != chorusSuccess) return end;
+  for (const Record& x : theirs) take_news(x);
 
   // Pairing, per peer: its sends meet this rank's receives in call order, and the other way.
   std::map<int, std::vector<const Record*>> peer_sends, peer_recvs;

@@ -17,6 +17,7 @@ std::atomic<PointerClassifier> g_test_classifier{nullptr};
 const IpcBackend kDriverIpc{.export_buffer = ipc_export,
                             .open = ipc_open,
                             .close = ipc_close,
+                            .buffer_id = buffer_id,
                             .flags_alloc = flags_alloc,
                             .host_words_alloc = host_words_alloc,
                             .flags_release = flags_release,

@@ -66,6 +66,10 @@ int ipc_open(const IpcHandle&, void** out) {
 }
 void ipc_close(const IpcHandle&) {}
 void ipc_close_all() {}
+int buffer_id(const void*, uint64_t* id) {
+  *id = 0;
+  return kNoCuda;
+}
 int vmm_identify(const void*, size_t, VmmAllocation*) {
   return kNoCuda;
 }

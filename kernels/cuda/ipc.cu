@@ -141,6 +141,20 @@ void ipc_close(const IpcHandle& h) {
   o.bases.erase(it);
 }
 
+int buffer_id(const void* p, uint64_t* id) {
+  *id = 0;
+  const Ops& o = ops();
+  if (!o.ok) return kNoCuda;
+  const RelaxedCapture relaxed;  // capture_mode.h
+  unsigned long long v = 0;  // NOLINT(runtime/int): the attribute's type
+  const CUresult r =
+      o.pointer_attribute(&v, CU_POINTER_ATTRIBUTE_BUFFER_ID, reinterpret_cast<CUdeviceptr>(p));
+  if (r == CUDA_ERROR_INVALID_VALUE) return kNotAllocated;
+  if (r) return -int(r);
+  *id = uint64_t(v);
+  return 0;
+}
+
 void ipc_close_all() {
   Opened& o = opened();
   std::lock_guard<std::mutex> lock(o.mu);

@@ -30,6 +30,10 @@ inline constexpr int kNotFdExportable = 803;
 // flags_release's answer on a device where no flags_alloc ran (nothing made its stream).
 inline constexpr int kReleaseUnprepared = 804;
 
+// buffer_id's answer for an address that lies in no allocation of this process (the one there
+// was freed): CUDA_ERROR_INVALID_VALUE, as a -CUresult.
+inline constexpr int kNotAllocated = -1;
+
 // What a peer needs to map a buffer: the legacy IPC handle of the allocation holding it and the
 // buffer's offset inside that allocation; where the allocation lies in its owner's address space
 // (a later allocation there means this one was freed); the owner process (a token of the
@@ -54,6 +58,11 @@ int ipc_open(const IpcHandle& h, void** out);
 void ipc_close(const IpcHandle& h);
 // Closes every allocation ipc_open mapped (tests; a process that ends needs nothing).
 void ipc_close_all();
+// The identity of the allocation holding p (CU_POINTER_ATTRIBUTE_BUFFER_ID: never the same for
+// two allocations of a process, also one made where a freed one lay); kNotAllocated when p lies in
+// none. For an owner to learn that an allocation it exported was freed (collectives/
+// device_freed.h).
+int buffer_id(const void* p, uint64_t* id);
 
 // VMM (cuMem) memory -- PyTorch's expandable segments -- shared by file descriptor: its
 // allocation exported as a POSIX fd (CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR), passed to the
@@ -147,6 +156,7 @@ struct IpcBackend {
   int (*export_buffer)(const void* p, IpcHandle* out);
   int (*open)(const IpcHandle& h, void** out);
   void (*close)(const IpcHandle& h);
+  int (*buffer_id)(const void* p, uint64_t* id);
   int (*flags_alloc)(size_t bytes, void** out);
   int (*host_words_alloc)(size_t bytes, void** out);
   int (*flags_release)(int device, void* flags, const uint32_t* values, size_t count);

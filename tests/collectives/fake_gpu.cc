@@ -132,6 +132,15 @@ int export_buffer(const void* p, kc::IpcHandle* out) {
   return 0;
 }
 
+// An allocation's identity: its SharedRef id, which no other allocation of the process has.
+int buffer_id(const void* p, uint64_t* id) {
+  *id = 0;
+  std::optional<transport::SharedRef> ref = transport::find_shared(p, 1);
+  if (!ref) return kc::kNotAllocated;
+  *id = ref->id;
+  return 0;
+}
+
 // The allocations open here (each held once by map_shared, as CUDA IPC opens each once), by
 // (pid, id), with the file each is (st_dev, st_ino of the owner's descriptor); and how many
 // close released.
@@ -542,6 +551,7 @@ std::string error_string(int rc) {
 const kc::IpcBackend kFake{.export_buffer = export_buffer,
                            .open = open,
                            .close = close_handle,
+                           .buffer_id = buffer_id,
                            .flags_alloc = flags_alloc,
                            .host_words_alloc = host_words_alloc,
                            .flags_release = flags_release,

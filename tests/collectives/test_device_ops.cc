@@ -972,6 +972,81 @@ TEST_CASE("CUDA IPC buffers freed and allocated again where they were: the peers
   check_all(res);
 }
 
+TEST_CASE(
+    "CUDA IPC buffers freed with nothing where they were: the owner says so, peers close them",
+    "[device]") {
+  auto res = run_ranks(
+      3,
+      [](int r) {
+        chorusComm_t comm = init(r);
+        if (!comm) return 1;
+        const size_t n = 3000;
+        const int rounds = 6;
+        // Every buffer allocated at the start, so that none lies where a freed one lay: only the
+        // owner's word can tell the peers that one was freed.
+        std::vector<float*> x(rounds), sends(rounds);
+        for (int i = 0; i < rounds; ++i) {
+          x[i] = static_cast<float*>(chorus::test::fake_device_alloc(n * 4));
+          sends[i] = static_cast<float*>(chorus::test::fake_device_alloc(n * 4));
+        }
+        auto* y = static_cast<float*>(chorus::test::fake_device_alloc(n * 4));
+        auto all_reduce = [&](float* b, int salt) {
+          for (size_t j = 0; j < n; ++j) b[j] = float(r + salt + j % 7);
+          if (chorusAllReduce(b, b, n, chorusFloat32, chorusSum, comm, kStream) != chorusSuccess)
+            return fail_with(r, "all-reduce", chorusGetLastError(comm));
+          for (size_t j = 0; j < n; ++j)
+            if (b[j] != float(3 * (salt + j % 7) + 3))
+              return fail_with(r, fmt::format("all-reduce {}", salt),
+                               fmt::format("element {}: {}", j, b[j]));
+          return 0;
+        };
+        // y stays alive and in use throughout: closing it would end the process (fake_gpu.h).
+        if (all_reduce(y, 100) != 0) return 1;
+        for (int i = 0; i < rounds; ++i) {
+          if (all_reduce(x[i], i) != 0) return 1;
+          chorus::test::fake_device_free(x[i]);
+        }
+        // An owner checks a few of its exported allocations per call: three more calls find
+        // every free here (at most four are watched at once).
+        for (int i = 0; i < 3; ++i)
+          if (all_reduce(y, 101 + i) != 0) return 1;
+        const int closes = chorus::test::fake_ipc_closes();
+        if (closes != 2 * rounds)
+          return fail_with(r, "collectives", fmt::format("{} closes, want {}", closes, 2 * rounds));
+        // Sends from rank 0 to rank 1, each from a buffer freed after it: the news goes in the
+        // pair's records.
+        for (int i = 0; i < rounds + 3 && r < 2; ++i) {
+          float* b = i < rounds ? sends[i] : y;
+          chorusResult_t rc = chorusSuccess;
+          if (r == 0) {
+            for (size_t j = 0; j < n; ++j) b[j] = float(i + j % 5);
+            rc = chorusSend(b, n, chorusFloat32, 1, comm, kStream);
+          } else {
+            rc = chorusRecv(y, n, chorusFloat32, 0, comm, kStream);
+            for (size_t j = 0; rc == chorusSuccess && j < n; ++j)
+              if (y[j] != float(i + j % 5))
+                return fail_with(r, fmt::format("receive {}", i),
+                                 fmt::format("element {}: {}", j, y[j]));
+          }
+          if (rc != chorusSuccess) return fail_with(r, "send/recv", chorusGetLastError(comm));
+          if (r == 0 && i < rounds) chorus::test::fake_device_free(sends[i]);
+        }
+        const int more = chorus::test::fake_ipc_closes() - closes;
+        const int want = r == 1 ? rounds : 0;
+        if (more != want)
+          return fail_with(r, "sends", fmt::format("{} closes, want {}", more, want));
+        if (chorusBarrier(comm, nullptr) != chorusSuccess)
+          return fail_with(r, "barrier", chorusGetLastError(comm));
+        for (float* s : sends)
+          if (r != 0) chorus::test::fake_device_free(s);
+        chorus::test::fake_device_free(y);
+        chorusCommDestroy(comm);
+        return 0;
+      },
+      opts(false));
+  check_all(res);
+}
+
 TEST_CASE("device send met by a send: named on both ranks, the communicator goes on", "[device]") {
   auto res = run_ranks(
       2,

@@ -16,7 +16,9 @@
 //                                                   bounce buffer; calls alternating between
 //                                                   streams too);
 //                                                   stream order without host synchronisation;
-//                                                   buffers freed and allocated again;
+//                                                   buffers freed and allocated again, and
+//                                                   freed with nothing where they lay (the GPU's
+//                                                   memory comes back);
 //                                                   calls captured into a CUDA graph, replayed;
 //                                                   errors named on every rank; bandwidth.
 // Exits 77 with the reason where no GPU is visible.
@@ -707,8 +709,7 @@ void stream_order(chorusComm_t comm, cudaStream_t stream) {
 
 // Buffers freed and allocated again around each call (cudaMalloc often gives the freed address
 // back): each round's numbers right, so no peer reads through a mapping of the freed allocation;
-// the peers close those (collectives/device_call.cc, close_freed). Says how often the address
-// came back, which is when the close runs.
+// the peers close those (collectives/device_freed.h). Says how often the address came back.
 void freed_and_allocated_again(chorusComm_t comm, cudaStream_t stream) {
   const size_t count = size_t(1) << 20;
   std::vector<float> host(count);
@@ -736,6 +737,53 @@ void freed_and_allocated_again(chorusComm_t comm, cudaStream_t stream) {
   if (g_rank == 0)
     std::printf("%d ranks: freed and allocated again: 6 rounds, the address came back %d times\n",
                 g_size, again);
+}
+
+// Buffers freed with nothing allocated where they lay (each allocated before the last is freed):
+// their owners find the frees (CU_POINTER_ATTRIBUTE_BUFFER_ID) and say so in their next calls'
+// records, and the peers close their mappings (collectives/device_freed.h), so the GPU's memory
+// comes back. Kept open, 4 buffers of 256 MiB per rank (16 MiB under CHORUS_CUDA_TEST_QUICK)
+// would stay in use.
+void freed_elsewhere(chorusComm_t comm, cudaStream_t stream) {
+  const bool quick = std::getenv("CHORUS_CUDA_TEST_QUICK") != nullptr;
+  const size_t count = size_t(quick ? 4 : 64) << 20;  // floats
+  const double mib = double(count * 4) / double(1 << 20);
+  const int rounds = 4;
+  float* small;
+  CK(cudaMalloc(&small, 1024 * 4));
+  CK(cudaMemset(small, 0, 1024 * 4));
+  if (chorusAllReduce(small, small, 1024, chorusFloat32, chorusSum, comm, stream) != chorusSuccess)
+    fail(std::string("freed elsewhere: ") + chorusGetLastError(comm));
+  CK(cudaStreamSynchronize(stream));
+  chorusBarrier(comm, nullptr);
+  size_t free0 = 0, free1 = 0, total = 0;
+  CK(cudaMemGetInfo(&free0, &total));
+  chorusBarrier(comm, nullptr);
+  std::vector<float*> bufs(rounds);
+  for (float*& b : bufs) CK(cudaMalloc(&b, count * 4));
+  for (float* b : bufs) {
+    CK(cudaMemsetAsync(b, 0, count * 4, stream));
+    if (chorusAllReduce(b, b, count, chorusFloat32, chorusSum, comm, stream) != chorusSuccess)
+      fail(std::string("freed elsewhere: ") + chorusGetLastError(comm));
+    CK(cudaStreamSynchronize(stream));
+    CK(cudaFree(b));
+  }
+  for (int i = 0; i < 4; ++i)  // the owners' checks, a few allocations a call
+    if (chorusAllReduce(small, small, 1024, chorusFloat32, chorusSum, comm, stream) !=
+        chorusSuccess)
+      fail(std::string("freed elsewhere: ") + chorusGetLastError(comm));
+  CK(cudaStreamSynchronize(stream));
+  chorusBarrier(comm, nullptr);
+  CK(cudaMemGetInfo(&free1, &total));
+  chorusBarrier(comm, nullptr);
+  CK(cudaFree(small));
+  const double held_mib = (double(free0) - double(free1)) / double(1 << 20);
+  if (g_rank == 0)
+    std::printf(
+        "%d ranks: freed elsewhere: %.0f MiB of the GPU still held after each rank freed "
+        "%d buffers of %.0f MiB (kept open by the peers: %.0f MiB)\n",
+        g_size, held_mib, rounds, mib, g_size * rounds * mib);
+  if (held_mib > mib) fail("freed elsewhere: " + std::to_string(int(held_mib)) + " MiB still held");
 }
 
 // Errors: named on every rank, and the communicator still works afterwards.
@@ -934,6 +982,7 @@ int worker() {
   }
   if (!g_failed) stream_order(comm, stream);
   if (!g_failed) freed_and_allocated_again(comm, stream);
+  if (!g_failed) freed_elsewhere(comm, stream);
   // Staged, a mismatch is found by the host part after the call returned (the communicator's
   // error): the checks of errors() are for the CUDA IPC path's exchange.
   if (!g_failed && !staged) errors(comm, stream);

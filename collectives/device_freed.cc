@@ -1,0 +1,162 @@
+// Device allocations shared between processes: their frees found and passed on (device_freed.h).
+#include "collectives/device_freed.h"
+
+#include <algorithm>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <random>
+
+namespace chorus::capi::devcall {
+namespace {
+
+namespace kc = kernels::cuda;
+
+// How many allocations the owner side watches (beyond that the oldest by address are dropped
+// unwatched: their peers close them only as before, when a later buffer overlaps), how many it
+// checks per call, and how many frees it remembers for communicators that have not passed them on.
+constexpr size_t kMaxWatched = 4096;
+constexpr size_t kChecksPerCall = 2;
+constexpr size_t kMaxRemembered = 256;
+
+// This process's exported allocations and its frees found. `watched`: by base, each with its
+// size, identity (buffer_id) and hash; `next`, the base the next check starts at; `freed`, the
+// frees found, numbered from 1 (`found`: how many so far), the last kMaxRemembered of them.
+struct Watched {
+  uint64_t size, id, hash;
+};
+struct ExportLedger {
+  std::mutex mu;
+  std::map<uint64_t, Watched> watched;
+  uint64_t next = 0;
+  std::deque<std::pair<uint64_t, uint64_t>> freed;  // (number, hash)
+  uint64_t found = 0;
+};
+
+ExportLedger& ledger() {
+  static ExportLedger* l = new ExportLedger;  // never destroyed: used until the process ends
+  return *l;
+}
+
+void forget(ExportLedger& l, std::map<uint64_t, Watched>::iterator it) {
+  l.freed.emplace_back(++l.found, it->second.hash);
+  if (l.freed.size() > kMaxRemembered) l.freed.pop_front();
+}
+
+// A few watched allocations checked, round the ledger: one whose address lies in no allocation
+// any more, or in one of another identity, was freed. Any other answer (an error) keeps it.
+void check_some(ExportLedger& l) {
+  const kc::IpcBackend& ipc = kc::ipc();
+  auto it = l.watched.lower_bound(l.next);
+  for (size_t i = 0; i < std::min(kChecksPerCall, l.watched.size()); ++i) {
+    if (it == l.watched.end()) it = l.watched.begin();
+    uint64_t id = 0;
+    const int rc = ipc.buffer_id(reinterpret_cast<const void*>(it->first), &id);
+    if (rc == kc::kNotAllocated || (rc == 0 && id != it->second.id)) {
+      forget(l, it);
+      it = l.watched.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  l.next = it == l.watched.end() ? 0 : it->first;
+}
+
+// The peers' allocations this process has opened by CUDA IPC for user buffers (offsets left out).
+struct PeerBuffers {
+  std::mutex mu;
+  std::vector<kc::IpcHandle> open;
+};
+
+PeerBuffers& peer_buffers() {
+  static PeerBuffers* b = new PeerBuffers;  // never destroyed, as the backend's mappings
+  return *b;
+}
+
+}  // namespace
+
+uint64_t handle_hash(const kc::IpcHandle& h) {
+  uint64_t x = 14695981039346656037ull;
+  for (unsigned char c : h.bytes) x = (x ^ c) * 1099511628211ull;
+  return x;
+}
+
+uint64_t process_token() {
+  static const uint64_t token = [] {
+    std::random_device r;
+    return (uint64_t{r()} << 32 | r()) | 1;  // never 0
+  }();
+  return token;
+}
+
+void note_export(const kc::IpcHandle& h) {
+  const uint64_t hash = handle_hash(h);
+  ExportLedger& l = ledger();
+  std::lock_guard<std::mutex> lock(l.mu);
+  auto it = l.watched.find(h.base);
+  if (it != l.watched.end() && it->second.hash == hash) return;  // watched already
+  // Those that h's allocation overlaps were freed.
+  it = l.watched.lower_bound(h.base);
+  if (it != l.watched.begin() && std::prev(it)->first + std::prev(it)->second.size > h.base) --it;
+  while (it != l.watched.end() && it->first < h.base + h.size) {
+    forget(l, it);
+    it = l.watched.erase(it);
+  }
+  uint64_t id = 0;
+  if (kc::ipc().buffer_id(reinterpret_cast<const void*>(h.base), &id) != 0) return;  // unwatched
+  l.watched[h.base] = Watched{h.size, id, hash};
+  if (l.watched.size() > kMaxWatched) l.watched.erase(l.watched.begin());
+}
+
+int announce_frees(std::vector<uint64_t>& told, std::span<const int> to,
+                   std::span<uint64_t, kMaxAnnounced> out) {
+  ExportLedger& l = ledger();
+  std::lock_guard<std::mutex> lock(l.mu);
+  check_some(l);
+  if (l.freed.empty() || to.empty()) return 0;
+  const int most = *std::max_element(to.begin(), to.end());
+  if (told.size() <= size_t(most)) told.resize(most + 1, 0);
+  uint64_t from = l.found;
+  for (int q : to) from = std::min(from, told[q]);
+  int n = 0;
+  uint64_t last = from;
+  for (const auto& [number, hash] : l.freed) {
+    if (number <= from) continue;
+    if (n == kMaxAnnounced) break;
+    out[n++] = hash;
+    last = number;
+  }
+  for (int q : to) told[q] = std::max(told[q], last);
+  return n;
+}
+
+void close_announced(uint64_t owner, std::span<const uint64_t> freed) {
+  if (owner == 0 || freed.empty()) return;
+  PeerBuffers& b = peer_buffers();
+  std::lock_guard<std::mutex> lock(b.mu);
+  std::erase_if(b.open, [&](const kc::IpcHandle& o) {
+    if (o.owner != owner || std::find(freed.begin(), freed.end(), handle_hash(o)) == freed.end())
+      return false;
+    kc::ipc().close(o);
+    return true;
+  });
+}
+
+void close_overlapped(const kc::IpcHandle& h) {
+  if (h.owner == 0) return;  // not export_for_peers's: its owner is unknown
+  PeerBuffers& b = peer_buffers();
+  std::lock_guard<std::mutex> lock(b.mu);
+  for (const kc::IpcHandle& o : b.open)
+    if (std::memcmp(o.bytes, h.bytes, sizeof h.bytes) == 0) return;
+  std::erase_if(b.open, [&](const kc::IpcHandle& o) {
+    if (o.owner != h.owner || o.base >= h.base + h.size || h.base >= o.base + o.size) return false;
+    kc::ipc().close(o);
+    return true;
+  });
+  kc::IpcHandle mine = h;
+  mine.offset = 0;
+  b.open.push_back(mine);
+}
+
+}  // namespace chorus::capi::devcall
