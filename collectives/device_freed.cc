@@ -13,7 +13,7 @@ namespace {
 
 namespace kc = kernels::cuda;
 
-// How many allocations the owner side watches (beyond that the oldest by address are dropped
+// How many allocations the owner side watches (beyond that the lowest by address are dropped
 // unwatched: their peers close them only as before, when a later buffer overlaps), how many it
 // checks per call, and how many frees it remembers for communicators that have not passed them on.
 constexpr size_t kMaxWatched = 4096;
@@ -21,16 +21,16 @@ constexpr size_t kChecksPerCall = 2;
 constexpr size_t kMaxRemembered = 256;
 
 // This process's exported allocations and its frees found. `watched`: by base, each with its
-// size, identity (buffer_id) and hash; `next`, the base the next check starts at; `freed`, the
+// size and identity; `next`, the base the next check starts at; `freed`, the identities of the
 // frees found, numbered from 1 (`found`: how many so far), the last kMaxRemembered of them.
 struct Watched {
-  uint64_t size, id, hash;
+  uint64_t size, id;
 };
 struct ExportLedger {
   std::mutex mu;
   std::map<uint64_t, Watched> watched;
   uint64_t next = 0;
-  std::deque<std::pair<uint64_t, uint64_t>> freed;  // (number, hash)
+  std::deque<std::pair<uint64_t, uint64_t>> freed;  // (number, identity)
   uint64_t found = 0;
 };
 
@@ -40,7 +40,7 @@ ExportLedger& ledger() {
 }
 
 void forget(ExportLedger& l, std::map<uint64_t, Watched>::iterator it) {
-  l.freed.emplace_back(++l.found, it->second.hash);
+  l.freed.emplace_back(++l.found, it->second.id);
   if (l.freed.size() > kMaxRemembered) l.freed.pop_front();
 }
 
@@ -76,12 +76,6 @@ PeerBuffers& peer_buffers() {
 
 }  // namespace
 
-uint64_t handle_hash(const kc::IpcHandle& h) {
-  uint64_t x = 14695981039346656037ull;
-  for (unsigned char c : h.bytes) x = (x ^ c) * 1099511628211ull;
-  return x;
-}
-
 uint64_t process_token() {
   static const uint64_t token = [] {
     std::random_device r;
@@ -90,22 +84,23 @@ uint64_t process_token() {
   return token;
 }
 
-void note_export(const kc::IpcHandle& h) {
-  const uint64_t hash = handle_hash(h);
+void note_export(kc::IpcHandle& h) {
+  h.id = 0;
+  uint64_t id = 0;
+  if (kc::ipc().buffer_id(reinterpret_cast<const void*>(h.base), &id) != 0) return;  // unwatched
+  h.id = id;
   ExportLedger& l = ledger();
   std::lock_guard<std::mutex> lock(l.mu);
   auto it = l.watched.find(h.base);
-  if (it != l.watched.end() && it->second.hash == hash) return;  // watched already
-  // Those that h's allocation overlaps were freed.
+  if (it != l.watched.end() && it->second.id == id) return;  // watched already
+  // Those that h's allocation overlaps were freed (one at its address, too).
   it = l.watched.lower_bound(h.base);
   if (it != l.watched.begin() && std::prev(it)->first + std::prev(it)->second.size > h.base) --it;
   while (it != l.watched.end() && it->first < h.base + h.size) {
     forget(l, it);
     it = l.watched.erase(it);
   }
-  uint64_t id = 0;
-  if (kc::ipc().buffer_id(reinterpret_cast<const void*>(h.base), &id) != 0) return;  // unwatched
-  l.watched[h.base] = Watched{h.size, id, hash};
+  l.watched[h.base] = Watched{h.size, id};
   if (l.watched.size() > kMaxWatched) l.watched.erase(l.watched.begin());
 }
 
@@ -121,10 +116,10 @@ int announce_frees(std::vector<uint64_t>& told, std::span<const int> to,
   for (int q : to) from = std::min(from, told[q]);
   int n = 0;
   uint64_t last = from;
-  for (const auto& [number, hash] : l.freed) {
+  for (const auto& [number, id] : l.freed) {
     if (number <= from) continue;
     if (n == kMaxAnnounced) break;
-    out[n++] = hash;
+    out[n++] = id;
     last = number;
   }
   for (int q : to) told[q] = std::max(told[q], last);
@@ -136,7 +131,7 @@ void close_announced(uint64_t owner, std::span<const uint64_t> freed) {
   PeerBuffers& b = peer_buffers();
   std::lock_guard<std::mutex> lock(b.mu);
   std::erase_if(b.open, [&](const kc::IpcHandle& o) {
-    if (o.owner != owner || std::find(freed.begin(), freed.end(), handle_hash(o)) == freed.end())
+    if (o.owner != owner || o.id == 0 || std::find(freed.begin(), freed.end(), o.id) == freed.end())
       return false;
     kc::ipc().close(o);
     return true;
@@ -147,10 +142,18 @@ void close_overlapped(const kc::IpcHandle& h) {
   if (h.owner == 0) return;  // not export_for_peers's: its owner is unknown
   PeerBuffers& b = peer_buffers();
   std::lock_guard<std::mutex> lock(b.mu);
+  // Open already: the same handle, and no other identity known (0: CUDA did not say).
+  auto same = [&](const kc::IpcHandle& o) {
+    return std::memcmp(o.bytes, h.bytes, sizeof h.bytes) == 0;
+  };
   for (const kc::IpcHandle& o : b.open)
-    if (std::memcmp(o.bytes, h.bytes, sizeof h.bytes) == 0) return;
+    if (same(o) && (o.id == h.id || o.id == 0 || h.id == 0)) return;
+  // The same handle with another identity: a freed allocation whose handle came back with the
+  // address (the backend's mapping of that handle is the old one's until it is closed).
   std::erase_if(b.open, [&](const kc::IpcHandle& o) {
-    if (o.owner != h.owner || o.base >= h.base + h.size || h.base >= o.base + o.size) return false;
+    if (o.owner != h.owner ||
+        (!same(o) && (o.base >= h.base + h.size || h.base >= o.base + o.size)))
+      return false;
     kc::ipc().close(o);
     return true;
   });

@@ -108,6 +108,7 @@ int ipc_export(const void* p, IpcHandle* out) {
   out->base = uint64_t(base);
   out->size = uint64_t(size);
   out->owner = 0;
+  out->id = 0;
   return 0;
 }
 

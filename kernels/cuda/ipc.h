@@ -37,17 +37,20 @@ inline constexpr int kNotAllocated = -1;
 // What a peer needs to map a buffer: the legacy IPC handle of the allocation holding it and the
 // buffer's offset inside that allocation; where the allocation lies in its owner's address space
 // (a later allocation there means this one was freed); the owner process (a token of the
-// collectives', export_for_peers in collectives/device_ops.h). Exchanged as raw bytes.
+// collectives', export_for_peers in collectives/device_ops.h) and the allocation's identity there
+// (buffer_id; 0: unknown), both set by export_for_peers. Exchanged as raw bytes.
 struct IpcHandle {
   unsigned char bytes[64];  // cudaIpcMemHandle_t
   uint64_t offset;
   uint64_t base;  // the allocation's start and size in its owner's process
   uint64_t size;
   uint64_t owner;
+  uint64_t id;
 };
 
 // The handle of p's allocation (cudaMalloc memory), p's offset in it and the allocation's range
-// (owner left 0); kNotLegacyIpc for VMM and stream-ordered memory, which export no legacy handle.
+// (owner and id left 0); kNotLegacyIpc for VMM and stream-ordered memory, which export no legacy
+// handle.
 int ipc_export(const void* p, IpcHandle* out);
 // Maps a peer's buffer into this process: base + offset. Each allocation opens once per process
 // (cached by handle bytes, as the driver allows one open per context); never in the process

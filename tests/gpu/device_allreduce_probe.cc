@@ -982,7 +982,7 @@ int worker() {
   }
   if (!g_failed) stream_order(comm, stream);
   if (!g_failed) freed_and_allocated_again(comm, stream);
-  if (!g_failed) freed_elsewhere(comm, stream);
+  if (!g_failed && !staged) freed_elsewhere(comm, stream);  // CUDA IPC maps them
   // Staged, a mismatch is found by the host part after the call returned (the communicator's
   // error): the checks of errors() are for the CUDA IPC path's exchange.
   if (!g_failed && !staged) errors(comm, stream);
