@@ -147,7 +147,7 @@ int buffer_id(const void* p, uint64_t* id) {
   const Ops& o = ops();
   if (!o.ok) return kNoCuda;
   const RelaxedCapture relaxed;  // capture_mode.h
-  unsigned long long v = 0;  // NOLINT(runtime/int): the attribute's type
+  unsigned long long v = 0;      // NOLINT(runtime/int): the attribute's type
   const CUresult r =
       o.pointer_attribute(&v, CU_POINTER_ATTRIBUTE_BUFFER_ID, reinterpret_cast<CUdeviceptr>(p));
   if (r == CUDA_ERROR_INVALID_VALUE) return kNotAllocated;
