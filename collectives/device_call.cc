@@ -118,11 +118,14 @@ Result<void*> open_peer(DeviceIpc& st, int q, const kc::IpcHandle& h) {
 
 void announce(DeviceIpc& st, Record& me, std::span<const int> to) {
   me.nfreed = uint32_t(announce_frees(st.freed_told, to, me.freed));
+  me.nvmm_gone = uint32_t(vmm_announce(st, to, me.vmm_gone));
 }
 
-void take_news(const Record& rec) {
+void take_news(DeviceIpc& st, int q, const Record& rec) {
   close_announced(rec.owner,
                   std::span(rec.freed).first(std::min<size_t>(rec.nfreed, kMaxAnnounced)));
+  vmm_unmap_dropped(st, q,
+                    std::span(rec.vmm_gone).first(std::min<size_t>(rec.nvmm_gone, kMaxAnnounced)));
 }
 
 // VMM buffers go to the ranks of the call that lack them, before the GPU work.

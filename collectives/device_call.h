@@ -47,10 +47,11 @@ struct Record {
   int32_t graph;        // captured into a CUDA graph: >= 0 (send/recv: its slot); -1: not captured
   uint64_t graph_free;  // captured: the slots free on this rank (GraphSlots) for the call
   kc::IpcHandle flags, send, recv, graph_flags;
-  uint64_t owner;   // this rank's process token (IpcHandle::owner)
-  uint32_t nfreed;  // allocations of this process that it exported before and has freed since,
-  uint32_t unused;  // named in `freed` (device_freed.h)
-  uint64_t freed[kMaxAnnounced];
+  uint64_t owner;      // this rank's process token (IpcHandle::owner)
+  uint32_t nfreed;     // allocations of this process exported before and freed since, named in
+  uint32_t nvmm_gone;  // `freed` (device_freed.h); VMM allocations of this rank that left its
+  uint64_t freed[kMaxAnnounced];  // registry, in `vmm_gone` (device_vmm.h)
+  uint64_t vmm_gone[kMaxAnnounced];
 };
 
 // Marks `r` as not taking part, saying why.
@@ -74,8 +75,8 @@ bool capturing(DeviceIpc& st, void* stream, Record& me);
 // Before the record `me` goes to ranks `to`: the frees of this process's exported allocations
 // that they have not been told of on this communicator, into me.freed (device_freed.h).
 void announce(DeviceIpc& st, Record& me, std::span<const int> to);
-// After a record came: what its rank's process announced freed is closed here.
-void take_news(const Record& rec);
+// After rank q's record came: what it announced freed is closed or unmapped here.
+void take_news(DeviceIpc& st, int q, const Record& rec);
 
 // Where rank q's buffer of handle h is mapped here: by CUDA IPC, or its VMM allocation mapped by
 // descriptor (device_vmm.h). A CUDA IPC allocation of q's process that h's overlaps was freed: it

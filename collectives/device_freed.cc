@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <deque>
 #include <map>
 #include <mutex>
 #include <random>
@@ -21,8 +20,7 @@ constexpr size_t kChecksPerCall = 2;
 constexpr size_t kMaxRemembered = 256;
 
 // This process's exported allocations and its frees found. `watched`: by base, each with its
-// size and identity; `next`, the base the next check starts at; `freed`, the identities of the
-// frees found, numbered from 1 (`found`: how many so far), the last kMaxRemembered of them.
+// size and identity; `next`, the base the next check starts at.
 struct Watched {
   uint64_t size, id;
 };
@@ -30,8 +28,7 @@ struct ExportLedger {
   std::mutex mu;
   std::map<uint64_t, Watched> watched;
   uint64_t next = 0;
-  std::deque<std::pair<uint64_t, uint64_t>> freed;  // (number, identity)
-  uint64_t found = 0;
+  FreeNews freed{kMaxRemembered};
 };
 
 ExportLedger& ledger() {
@@ -40,8 +37,7 @@ ExportLedger& ledger() {
 }
 
 void forget(ExportLedger& l, std::map<uint64_t, Watched>::iterator it) {
-  l.freed.emplace_back(++l.found, it->second.id);
-  if (l.freed.size() > kMaxRemembered) l.freed.pop_front();
+  l.freed.add(it->second.id);
 }
 
 // A few watched allocations checked, round the ledger: one whose address lies in no allocation
@@ -104,26 +100,36 @@ void note_export(kc::IpcHandle& h) {
   if (l.watched.size() > kMaxWatched) l.watched.erase(l.watched.begin());
 }
 
+void FreeNews::add(uint64_t id) {
+  items_.emplace_back(++count_, id);
+  if (items_.size() > keep_) items_.pop_front();
+}
+
+int FreeNews::tell(std::vector<uint64_t>& told, std::span<const int> to,
+                   std::span<uint64_t> out) const {
+  if (items_.empty() || to.empty()) return 0;
+  const int most = *std::max_element(to.begin(), to.end());
+  if (told.size() <= size_t(most)) told.resize(size_t(most) + 1, 0);
+  uint64_t from = count_;
+  for (int q : to) from = std::min(from, told[size_t(q)]);
+  size_t n = 0;
+  uint64_t last = from;
+  for (const auto& [number, id] : items_) {
+    if (number <= from) continue;
+    if (n == out.size()) break;
+    out[n++] = id;
+    last = number;
+  }
+  for (int q : to) told[size_t(q)] = std::max(told[size_t(q)], last);
+  return int(n);
+}
+
 int announce_frees(std::vector<uint64_t>& told, std::span<const int> to,
                    std::span<uint64_t, kMaxAnnounced> out) {
   ExportLedger& l = ledger();
   std::lock_guard<std::mutex> lock(l.mu);
   check_some(l);
-  if (l.freed.empty() || to.empty()) return 0;
-  const int most = *std::max_element(to.begin(), to.end());
-  if (told.size() <= size_t(most)) told.resize(most + 1, 0);
-  uint64_t from = l.found;
-  for (int q : to) from = std::min(from, told[q]);
-  int n = 0;
-  uint64_t last = from;
-  for (const auto& [number, id] : l.freed) {
-    if (number <= from) continue;
-    if (n == kMaxAnnounced) break;
-    out[n++] = id;
-    last = number;
-  }
-  for (int q : to) told[q] = std::max(told[q], last);
-  return n;
+  return l.freed.tell(told, to, out);
 }
 
 void close_announced(uint64_t owner, std::span<const uint64_t> freed) {

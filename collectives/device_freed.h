@@ -17,7 +17,9 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "kernels/cuda/ipc.h"
@@ -29,6 +31,23 @@ constexpr int kMaxAnnounced = 8;
 
 // This process's token, never 0 (IpcHandle::owner).
 uint64_t process_token();
+
+// Frees found, by identity, for the ranks of each communicator to be told once: numbered from 1
+// in the order added, the last `keep` of them remembered.
+class FreeNews {
+ public:
+  explicit FreeNews(size_t keep) : keep_(keep) {}
+  void add(uint64_t id);
+  bool empty() const { return items_.empty(); }
+  // Into `out`, oldest first, the ids that ranks `to` have not all been told of (`told`: a
+  // communicator's, by rank, sized here); marks them told; returns how many.
+  int tell(std::vector<uint64_t>& told, std::span<const int> to, std::span<uint64_t> out) const;
+
+ private:
+  size_t keep_;
+  std::deque<std::pair<uint64_t, uint64_t>> items_;  // (number, id)
+  uint64_t count_ = 0;
+};
 
 // Owner side, for an allocation being exported to peers (h: export_buffer's, owner set): sets
 // h.id, its identity, and watches it, so that its free is found; an allocation watched before that

@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "collectives/comm.h"
+#include "collectives/device_freed.h"
 #include "collectives/device_ops.h"
 #include "common/log.h"
 #include "common/socket.h"
@@ -28,10 +29,18 @@ struct VmmState {
     uint64_t id;
     std::vector<bool> sent;  // to each rank
   };
+  struct Imported {
+    void* at;
+    uint64_t size;
+  };
   std::vector<Exported> exported;
-  std::map<std::pair<int, uint64_t>, void*> imported;  // (rank, id) -> mapped here
-  std::map<int, Fd> sockets;                           // by peer
-  uint64_t ids = 0;                                    // given so far
+  std::map<std::pair<int, uint64_t>, Imported> imported;  // (rank, id) -> mapped here
+  std::map<int, Fd> sockets;                              // by peer
+  uint64_t ids = 0;                                       // given so far
+  // The ids of allocations dropped from `exported` (their memory freed by the user), and what
+  // each rank was told of them (vmm_announce).
+  capi::devcall::FreeNews dropped{256};
+  std::vector<uint64_t> told;
   bool full_said = false, used_said = false;
 };
 
@@ -52,6 +61,12 @@ VmmRecord record_of(const kc::IpcHandle& h) {
   return v;
 }
 
+// An entry leaves the registry: its retain ends, and its peers are told to unmap it.
+void drop(VmmState& v, const VmmState::Exported& e) {
+  kc::ipc().vmm_release(e.alloc.identity);
+  v.dropped.add(e.id);
+}
+
 VmmState& state(DeviceIpc& st) {
   if (!st.vmm) st.vmm = std::make_shared<VmmState>();
   return *st.vmm;
@@ -68,10 +83,10 @@ VmmState::Exported* registered(VmmState& v, const kc::VmmAllocation& a, int rank
       return &e;
     }
   // An entry at the same address with another handle: that allocation was freed (only our
-  // retain kept it): drop it. Peers keep their mapping of it until they exit (device_vmm.h).
+  // retain kept it): drop it.
   for (size_t i = 0; i < v.exported.size(); ++i)
     if (v.exported[i].alloc.base == a.base) {
-      ipc.vmm_release(v.exported[i].alloc.identity);
+      drop(v, v.exported[i]);
       v.exported.erase(v.exported.begin() + long(i));
       break;
     }
@@ -83,18 +98,18 @@ VmmState::Exported* registered(VmmState& v, const kc::VmmAllocation& a, int rank
       const int rc = ipc.vmm_identify(reinterpret_cast<const void*>(e.alloc.base), 1, &now);
       if (rc == 0) ipc.vmm_release(now.identity);
       if (rc == 0 && now.identity == e.alloc.identity) return false;
-      ipc.vmm_release(e.alloc.identity);
+      drop(v, e);
       return true;
     });
   }
-  if (v.exported.size() >= size_t(kMaxVmmLive) || v.ids >= uint64_t(kMaxVmmIds)) {
+  if (v.exported.size() >= size_t(kMaxVmmLive)) {
     ipc.vmm_release(a.identity);
     if (!v.full_said) {
       v.full_said = true;
       log_info(
-          "rank {}: more VMM allocations in device calls than this communicator maps by "
-          "file descriptor ({} at once, {} in all): the rest go through the bounce buffer",
-          rank, kMaxVmmLive, kMaxVmmIds);
+          "rank {}: more VMM allocations alive in device calls than this communicator maps by "
+          "file descriptor at once ({}): the rest go through the bounce buffer",
+          rank, kMaxVmmLive);
     }
     return nullptr;
   }
@@ -255,7 +270,7 @@ Status pass(CommImpl& comm, VmmState& v, const std::vector<VmmTransfer>& transfe
       return make_error(Code::kSystemError,
                         "rank {}: mapping rank {}'s VMM allocation ({} bytes) failed: {}", r, q,
                         rec.size, ipc.error_string(rc));
-    v.imported[{q, rec.id}] = at;
+    v.imported[{q, rec.id}] = {at, rec.size};
   }
   return Status::ok();
 }
@@ -277,7 +292,22 @@ Result<void*> vmm_open(DeviceIpc& st, int q, const kc::IpcHandle& h) {
   if (it == v.imported.end())
     return make_error(Code::kInternalError, "rank {}'s VMM allocation {} is not mapped here", q,
                       rec.id);
-  return static_cast<char*>(it->second) + h.offset;
+  return static_cast<char*>(it->second.at) + h.offset;
+}
+
+int vmm_announce(DeviceIpc& st, std::span<const int> to, std::span<uint64_t> out) {
+  if (!st.vmm) return 0;
+  return st.vmm->dropped.tell(st.vmm->told, to, out);
+}
+
+void vmm_unmap_dropped(DeviceIpc& st, int q, std::span<const uint64_t> ids) {
+  if (!st.vmm || ids.empty()) return;
+  for (uint64_t id : ids) {
+    auto it = st.vmm->imported.find({q, id});
+    if (it == st.vmm->imported.end()) continue;
+    kc::ipc().vmm_unmap(it->second.at, it->second.size);
+    st.vmm->imported.erase(it);
+  }
 }
 
 void vmm_close(DeviceIpc& st) {

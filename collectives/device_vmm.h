@@ -11,14 +11,21 @@
 //             set up at the pair's first descriptor; the listener accepts only the peer's pid);
 //   importer: maps it (vmm_map) and keeps it by (rank, id) for the communicator's life.
 //
-// Bounded: at most kMaxVmmLive allocations retained at once and kMaxVmmIds ids in a
-// communicator's life (the peers keep each one mapped); past either, buffers go through the
-// bounce buffer again, said once at CHORUS_DEBUG=INFO. The retains end at destroy; the peers'
-// mappings, like the flag words and the bounce buffer, last as long as the process.
+//   dropped:  an entry whose allocation the user freed (found when another allocation comes to
+//             its address, or when the registry is full) leaves the registry, and its id goes in
+//             the records of the exporter's next calls on the communicator, to each rank once
+//             (vmm_announce); the peers unmap it (vmm_unmap_dropped). The exporter's calls that
+//             used it waited for the peers' signals after their reads and writes of it.
+//
+// Bounded: at most kMaxVmmLive allocations retained at once; past that, buffers go through the
+// bounce buffer, said once at CHORUS_DEBUG=INFO. The retains end at destroy; the peers' mappings
+// of what is still registered then, like the flag words and the bounce buffer, last as long as
+// the process.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "collectives/device_bounce.h"
@@ -31,7 +38,6 @@ namespace chorus {
 class CommImpl;
 
 inline constexpr int kMaxVmmLive = 16;
-inline constexpr int kMaxVmmIds = 64;
 
 // Whether a record's handle is a VMM one (vmm_describe's), not a legacy IPC handle.
 bool is_vmm_handle(const kernels::cuda::IpcHandle& h);
@@ -54,6 +60,12 @@ Status vmm_pass(CommImpl& comm, DeviceIpc& st, const std::vector<VmmTransfer>& t
 
 // Where rank q's VMM buffer is mapped here (after vmm_pass).
 Result<void*> vmm_open(DeviceIpc& st, int q, const kernels::cuda::IpcHandle& h);
+
+// Before a call's record goes to ranks `to`: the ids of this rank's dropped allocations that
+// they have not been told of, oldest first, into `out`; how many.
+int vmm_announce(DeviceIpc& st, std::span<const int> to, std::span<uint64_t> out);
+// After rank q's record came: its allocations of ids `ids`, dropped there, are unmapped here.
+void vmm_unmap_dropped(DeviceIpc& st, int q, std::span<const uint64_t> ids);
 
 // At destroy: the registry's retains end.
 void vmm_close(DeviceIpc& st);

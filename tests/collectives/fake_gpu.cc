@@ -108,15 +108,20 @@ int vmm_export_fd(uint64_t identity, int* fd) {
   return 0;
 }
 
+std::atomic<int> g_vmm_mapped{0};
+
 int vmm_map(int fd, uint64_t size, void** out) {
   void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) return 2;
   *out = p;
+  ++g_vmm_mapped;
   return 0;
 }
 
 int vmm_unmap(void* p, uint64_t size) {
-  return munmap(p, size) == 0 ? 0 : 1;
+  if (munmap(p, size) != 0) return 1;
+  --g_vmm_mapped;
+  return 0;
 }
 
 int export_buffer(const void* p, kc::IpcHandle* out) {
@@ -748,6 +753,10 @@ int fake_pinned_live() {
 
 int fake_pinned_frees() {
   return g_pinned_frees.load();
+}
+
+int fake_vmm_mapped() {
+  return g_vmm_mapped.load();
 }
 
 int fake_ipc_closes() {

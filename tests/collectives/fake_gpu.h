@@ -38,6 +38,8 @@ void* fake_vmm_alloc(size_t bytes);
 // exported so far.
 int fake_vmm_retained();
 int fake_vmm_exported();
+// In this process: the peers' VMM allocations mapped here (vmm_map's, not yet unmapped).
+int fake_vmm_mapped();
 // The stream of the last operation enqueued through the emulation (a write, a wait or a kernel),
 // in this process.
 void* fake_last_stream();

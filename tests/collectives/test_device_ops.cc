@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "chorus/chorus.h"
+#include "collectives/device_freed.h"
 #include "collectives/device_ops.h"
 #include "collectives/device_vmm.h"
 #include "device_test.h"
@@ -926,6 +927,56 @@ TEST_CASE("VMM memory by descriptor: a reused address is a new allocation; a ful
     CHECK(occurrences(res[r].output, "map it through its file descriptor") == 1);
     CHECK(occurrences(res[r].output, "the rest go through the bounce buffer") == 1);
   }
+}
+
+TEST_CASE("VMM allocations freed: the owner says so and the peers unmap them, for any number",
+          "[device]") {
+  auto res = run_ranks(
+      2,
+      [](int r) {
+        chorusComm_t comm = init(r);
+        if (!comm) return 1;
+        const size_t n = 1000;
+        // More allocations over the communicator's life than the registry holds at once, each
+        // freed after its call (four kept alive, so that new ones do not all come back at one
+        // address): each goes by descriptor, and the peer unmaps the freed ones as it hears.
+        const int rounds = 5 * chorus::kMaxVmmLive;
+        std::vector<float*> alive;
+        int most = 0;
+        for (int i = 0; i < rounds; ++i) {
+          auto* x = static_cast<float*>(chorus::test::fake_vmm_alloc(n * 4));
+          for (size_t j = 0; j < n; ++j) x[j] = float(r + i + j % 3);
+          if (chorusAllReduce(x, x, n, chorusFloat32, chorusSum, comm, kStream) != chorusSuccess)
+            return fail_with(r, "all-reduce", chorusGetLastError(comm));
+          for (size_t j = 0; j < n; ++j)
+            if (x[j] != float(2 * (i + j % 3) + 1))
+              return fail_with(r, fmt::format("round {}", i),
+                               fmt::format("element {}: {}", j, x[j]));
+          alive.push_back(x);
+          if (alive.size() > 4) {
+            chorus::test::fake_device_free(alive.front());
+            alive.erase(alive.begin());
+          }
+          most = std::max(most, chorus::test::fake_vmm_mapped());
+        }
+        const int exported = chorus::test::fake_vmm_exported();
+        for (float* x : alive) chorus::test::fake_device_free(x);
+        chorusCommDestroy(comm);
+        if (exported != rounds)
+          return fail_with(r, "descriptors",
+                           fmt::format("{} exported, want {} (one per allocation: none through "
+                                       "the bounce buffer)",
+                                       exported, rounds));
+        const int bound = chorus::kMaxVmmLive + chorus::capi::devcall::kMaxAnnounced;
+        if (most > bound)
+          return fail_with(r, "mappings",
+                           fmt::format("the peer's allocations mapped here reached {}, want at "
+                                       "most {}",
+                                       most, bound));
+        return 0;
+      },
+      opts(false));
+  check_all(res);
 }
 
 TEST_CASE("CUDA IPC buffers freed and allocated again where they were: the peers close the old",
