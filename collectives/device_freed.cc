@@ -36,10 +36,6 @@ ExportLedger& ledger() {
   return *l;
 }
 
-void forget(ExportLedger& l, std::map<uint64_t, Watched>::iterator it) {
-  l.freed.add(it->second.id);
-}
-
 // A few watched allocations checked, round the ledger: one whose address lies in no allocation
 // any more, or in one of another identity, was freed. Any other answer (an error) keeps it.
 void check_some(ExportLedger& l) {
@@ -50,7 +46,7 @@ void check_some(ExportLedger& l) {
     uint64_t id = 0;
     const int rc = ipc.buffer_id(reinterpret_cast<const void*>(it->first), &id);
     if (rc == kc::kNotAllocated || (rc == 0 && id != it->second.id)) {
-      forget(l, it);
+      l.freed.add(it->second.id);
       it = l.watched.erase(it);
     } else {
       ++it;
@@ -93,7 +89,7 @@ void note_export(kc::IpcHandle& h) {
   it = l.watched.lower_bound(h.base);
   if (it != l.watched.begin() && std::prev(it)->first + std::prev(it)->second.size > h.base) --it;
   while (it != l.watched.end() && it->first < h.base + h.size) {
-    forget(l, it);
+    l.freed.add(it->second.id);
     it = l.watched.erase(it);
   }
   l.watched[h.base] = Watched{h.size, id};

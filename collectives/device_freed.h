@@ -38,7 +38,6 @@ class FreeNews {
  public:
   explicit FreeNews(size_t keep) : keep_(keep) {}
   void add(uint64_t id);
-  bool empty() const { return items_.empty(); }
   // Into `out`, oldest first, the ids that ranks `to` have not all been told of (`told`: a
   // communicator's, by rank, sized here); marks them told; returns how many.
   int tell(std::vector<uint64_t>& told, std::span<const int> to, std::span<uint64_t> out) const;
