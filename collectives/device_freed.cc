@@ -144,9 +144,10 @@ void close_overlapped(const kc::IpcHandle& h) {
   if (h.owner == 0) return;  // not export_for_peers's: its owner is unknown
   PeerBuffers& b = peer_buffers();
   std::lock_guard<std::mutex> lock(b.mu);
-  // Open already: the same handle, and no other identity known (0: CUDA did not say).
+  // Open already: the same owner's same handle, and no other identity known (0: CUDA did not
+  // say).
   auto same = [&](const kc::IpcHandle& o) {
-    return std::memcmp(o.bytes, h.bytes, sizeof h.bytes) == 0;
+    return o.owner == h.owner && std::memcmp(o.bytes, h.bytes, sizeof h.bytes) == 0;
   };
   for (const kc::IpcHandle& o : b.open)
     if (same(o) && (o.id == h.id || o.id == 0 || h.id == 0)) return;
