@@ -83,22 +83,24 @@ struct chorusRequest {
 namespace {
 
 // request == nullptr: a blocking call -- run inline when the communicator is idle, else queue
-// and wait. Otherwise queue it and hand back a request.
-chorusResult_t submit(CommImpl& c, const OpDesc& d, chorus::OpFn fn, chorusRequest_t* request) {
+// and wait. Otherwise queue it and hand back a request. `Body` becomes a std::function (a heap
+// allocation) only when queued: the inline path of a small call is mostly such costs.
+template <typename Body>
+chorusResult_t submit(CommImpl& c, const OpDesc& d, const Body& body, chorusRequest_t* request) {
   if (t_host_stage != nullptr) {  // a staged device call's: queued, not waited for
-    auto w = c.submit(d, (*t_host_stage)(std::move(fn)));
+    auto w = c.submit(d, (*t_host_stage)(chorus::OpFn(body)));
     return w.is_ok() ? chorusSuccess : report(w.status());
   }
   if (request == nullptr) {
     Status s;
-    if (c.try_run_inline(d, fn, &s)) return report(s);
-    auto w = c.submit(d, std::move(fn));
+    if (c.try_run_inline(d, body, &s)) return report(s);
+    auto w = c.submit(d, chorus::OpFn(body));
     if (!w.is_ok()) return report(w.status());
     (*w)->wait(-1);
     return report((*w)->status());
   }
   auto req = std::make_unique<chorusRequest>();  // first: nothing to undo if it cannot be had
-  auto w = c.submit(d, std::move(fn));
+  auto w = c.submit(d, chorus::OpFn(body));
   if (!w.is_ok()) return report(w.status());
   req->work = std::move(w.value());
   *request = req.release();

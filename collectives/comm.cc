@@ -457,7 +457,7 @@ void CommImpl::progress_loop() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       last_done_ = current_;
-      last_done_at_ = now_seconds();
+      last_done_at_ = coarse_now_seconds();
       have_last_ = true;
       busy_ = false;
       running_op_ = false;
@@ -467,7 +467,7 @@ void CommImpl::progress_loop() {
   }
 }
 
-bool CommImpl::try_run_inline(const OpDesc& desc, const OpFn& fn, Status* result) {
+bool CommImpl::try_run_inline(const OpDesc& desc, FunctionRef<Status(OpCtx&)> fn, Status* result) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) {
@@ -495,7 +495,7 @@ bool CommImpl::try_run_inline(const OpDesc& desc, const OpFn& fn, Status* result
   if (!result->is_ok()) fail(*result);
   std::lock_guard<std::mutex> lock(mu_);
   last_done_ = current_;
-  last_done_at_ = now_seconds();
+  last_done_at_ = coarse_now_seconds();
   have_last_ = true;
   busy_ = false;
   running_op_ = false;
@@ -591,7 +591,7 @@ std::string CommImpl::state_text() const {
   if (busy_) return fmt::format("in {}{}", describe(current_), note);
   if (have_last_)
     return fmt::format("idle, last finished {} {:.1f} s ago", describe(last_done_),
-                       now_seconds() - last_done_at_);
+                       std::max(0.0, now_seconds() - last_done_at_));
   return "idle, no operation yet";
 }
 

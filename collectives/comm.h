@@ -171,7 +171,7 @@ class CommImpl : public std::enable_shared_from_this<CommImpl> {
   Result<std::shared_ptr<Request>> submit(OpDesc desc, OpFn fn);
   // Runs a blocking call on the caller's thread when nothing is queued or running, skipping
   // the hand-off to the progress thread (two thread wake-ups). false: busy, submit instead.
-  bool try_run_inline(const OpDesc& desc, const OpFn& fn, Status* result);
+  bool try_run_inline(const OpDesc& desc, FunctionRef<Status(OpCtx&)> fn, Status* result);
   // Sequence numbers: collectives share one counter, send/recv count per peer and direction.
   uint64_t next_collective_seq() { return ++coll_seq_; }
   uint64_t next_p2p_seq(int peer, bool send);
@@ -335,7 +335,7 @@ class CommImpl : public std::enable_shared_from_this<CommImpl> {
   double current_since_ = 0;
   bool have_last_ = false;
   OpDesc last_done_;
-  double last_done_at_ = 0;  // now_seconds() when last_done_ finished
+  double last_done_at_ = 0;  // coarse_now_seconds() when last_done_ finished
   std::thread thread_;
   bool thread_exited_ = false;  // the progress thread has left its loop (under mu_)
   bool destroyed_ = false;      // destroy() has finished (under mu_)

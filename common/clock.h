@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <ctime>
 
 namespace chorus {
 
@@ -10,6 +11,16 @@ using Clock = std::chrono::steady_clock;
 
 inline double now_seconds() {
   return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
+}
+
+// The same clock (CLOCK_MONOTONIC, as steady_clock on Linux) to the kernel's last tick, a few
+// milliseconds behind at most: for stamps taken on every operation that only messages read ("last
+// finished 2.3 s ago"). A precise read costs ~25 ns on a VM's kvm-clock, a tenth of an 8-byte
+// operation's host time; this one ~4 ns.
+inline double coarse_now_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &t);
+  return double(t.tv_sec) + double(t.tv_nsec) * 1e-9;
 }
 
 class Deadline {

@@ -7,7 +7,6 @@
 
 #include <cctype>
 #include <cstdio>
-#include <mutex>
 
 #include "kernels/cuda/capture_mode.h"
 #include "kernels/cuda/device_scope.h"
@@ -35,24 +34,29 @@ struct Driver {
   DeviceGetPCIBusId device_get_pci_bus_id = nullptr;
 };
 
+Driver probe() {
+  Driver d;
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n <= 0) {
+    (void)cudaGetLastError();  // no driver or no device: not an error for a host-only job
+    return d;
+  }
+  if (!driver_entry("cuPointerGetAttributes", d.get_attributes) ||
+      !driver_entry("cuCtxGetCurrent", d.ctx_get_current) ||
+      !driver_entry("cuCtxGetDevice", d.ctx_get_device) ||
+      !driver_entry("cuDeviceGetUuid", d.device_get_uuid) ||
+      !driver_entry("cuDeviceGetAttribute", d.device_get_attribute) ||
+      !driver_entry("cuDeviceGetPCIBusId", d.device_get_pci_bus_id))
+    return Driver{};  // a driver older than CUDA 12: treated as none
+  d.devices = n;
+  return d;
+}
+
+// Probed once. A function-local static rather than std::call_once: every host collective asks
+// (classify_pointer, several times a call), and call_once's thread-local bookkeeping cost more
+// than the rest of an 8-byte all-reduce's checks.
 const Driver& driver() {
-  static Driver d;
-  static std::once_flag once;
-  std::call_once(once, [] {
-    int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess || n <= 0) {
-      (void)cudaGetLastError();  // no driver or no device: not an error for a host-only job
-      return;
-    }
-    if (!driver_entry("cuPointerGetAttributes", d.get_attributes) ||
-        !driver_entry("cuCtxGetCurrent", d.ctx_get_current) ||
-        !driver_entry("cuCtxGetDevice", d.ctx_get_device) ||
-        !driver_entry("cuDeviceGetUuid", d.device_get_uuid) ||
-        !driver_entry("cuDeviceGetAttribute", d.device_get_attribute) ||
-        !driver_entry("cuDeviceGetPCIBusId", d.device_get_pci_bus_id))
-      return;  // a driver older than CUDA 12: treated as none
-    d.devices = n;
-  });
+  static const Driver d = probe();
   return d;
 }
 
