@@ -16,7 +16,10 @@ run() {  # run BUILD RANKS
     --transport shm -n 100000 -w 200 --time-budget 0.3 --result-label x 2>&1 | median_of
 }
 mpi() {
-  [ -x "$MPI_PEER" ] && command -v mpirun >/dev/null || { echo "-"; return; }
+  if [ ! -x "$MPI_PEER" ] || ! command -v mpirun >/dev/null; then
+    echo "-"
+    return
+  fi
   BENCH_SIZES=8 BENCH_TIME_BUDGET=0.3 mpirun --bind-to none --allow-run-as-root -np 2 "$MPI_PEER" \
     mpi-shm 2>&1 | median_of
 }
