@@ -13,11 +13,10 @@ namespace {
 namespace kc = kernels::cuda;
 
 // How many allocations the owner side watches (beyond that the lowest by address are dropped
-// unwatched: their peers close them only as before, when a later buffer overlaps), how many it
-// checks per call, and how many frees it remembers for communicators that have not passed them on.
+// unwatched: their peers close them only as before, when a later buffer overlaps), and how many
+// it checks per call.
 constexpr size_t kMaxWatched = 4096;
 constexpr size_t kChecksPerCall = 2;
-constexpr size_t kMaxRemembered = 256;
 
 // This process's exported allocations and its frees found. `watched`: by base, each with its
 // size and identity; `next`, the base the next check starts at.
@@ -28,7 +27,7 @@ struct ExportLedger {
   std::mutex mu;
   std::map<uint64_t, Watched> watched;
   uint64_t next = 0;
-  FreeNews freed{kMaxRemembered};
+  FreeNews freed{kFreesRemembered};
 };
 
 ExportLedger& ledger() {
@@ -97,26 +96,24 @@ void note_export(kc::IpcHandle& h) {
 }
 
 void FreeNews::add(uint64_t id) {
-  items_.emplace_back(++count_, id);
-  if (items_.size() > keep_) items_.pop_front();
+  ids_.push_back(id);
+  ++count_;
+  if (ids_.size() > keep_) ids_.pop_front();
 }
 
 int FreeNews::tell(std::vector<uint64_t>& told, std::span<const int> to,
                    std::span<uint64_t> out) const {
-  if (items_.empty() || to.empty()) return 0;
+  if (ids_.empty() || to.empty()) return 0;
   const int most = *std::max_element(to.begin(), to.end());
   if (told.size() <= size_t(most)) told.resize(size_t(most) + 1, 0);
   uint64_t from = count_;
   for (int q : to) from = std::min(from, told[size_t(q)]);
-  size_t n = 0;
-  uint64_t last = from;
-  for (const auto& [number, id] : items_) {
-    if (number <= from) continue;
-    if (n == out.size()) break;
-    out[n++] = id;
-    last = number;
-  }
-  for (int q : to) told[size_t(q)] = std::max(told[size_t(q)], last);
+  const uint64_t first = count_ - ids_.size() + 1;  // the oldest number remembered
+  const uint64_t start = std::max(from + 1, first);
+  if (start > count_) return 0;
+  const size_t n = size_t(std::min<uint64_t>(out.size(), count_ - start + 1));
+  std::copy_n(ids_.begin() + ptrdiff_t(start - first), n, out.begin());
+  for (int q : to) told[size_t(q)] = std::max(told[size_t(q)], start + n - 1);
   return int(n);
 }
 

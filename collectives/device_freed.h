@@ -32,8 +32,14 @@ constexpr int kMaxAnnounced = 8;
 // This process's token, never 0 (IpcHandle::owner).
 uint64_t process_token();
 
+// How many frees a process (device_freed.cc), or a communicator for its VMM allocations
+// (device_vmm.cc), remembers for ranks not yet told: a rank that takes part in no call of the owner
+// through more frees than that is never told of the older ones (their mappings stay in it).
+constexpr size_t kFreesRemembered = size_t(1) << 16;
+
 // Frees found, by identity, for the ranks of each communicator to be told once: numbered from 1
-// in the order added, the last `keep` of them remembered.
+// in the order added, the last `keep` of them remembered. A call's tell costs what it tells, not
+// what is remembered.
 class FreeNews {
  public:
   explicit FreeNews(size_t keep) : keep_(keep) {}
@@ -44,7 +50,7 @@ class FreeNews {
 
  private:
   size_t keep_;
-  std::deque<std::pair<uint64_t, uint64_t>> items_;  // (number, id)
+  std::deque<uint64_t> ids_;  // numbers count_ - ids_.size() + 1 .. count_
   uint64_t count_ = 0;
 };
 

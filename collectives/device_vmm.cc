@@ -39,7 +39,7 @@ struct VmmState {
   uint64_t ids = 0;                                       // given so far
   // The ids of allocations dropped from `exported` (their memory freed by the user), and what
   // each rank was told of them (vmm_announce).
-  capi::devcall::FreeNews dropped{256};
+  capi::devcall::FreeNews dropped{capi::devcall::kFreesRemembered};
   std::vector<uint64_t> told;
   bool full_said = false, used_said = false;
 };

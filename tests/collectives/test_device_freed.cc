@@ -103,6 +103,26 @@ TEST_CASE("freed allocations: only the last ones kept are told to a rank far beh
   CHECK(tell(news, told, {0}) == std::vector<uint64_t>{7, 8, 9, 10});
 }
 
+TEST_CASE("freed allocations: a process's many frees, each call told what is new for its ranks") {
+  using chorus::capi::devcall::kFreesRemembered;
+  FreeNews news(kFreesRemembered);
+  std::vector<uint64_t> told;
+  const uint64_t n = kFreesRemembered + 1000;
+  // Rank 1 hears of each free in the call after it; rank 2 takes part in none of them.
+  for (uint64_t id = 1; id <= n; ++id) {
+    news.add(id);
+    REQUIRE(tell(news, told, {1}) == std::vector<uint64_t>{id});
+  }
+  CHECK(tell(news, told, {1}).empty());
+  // Rank 2 starts from the oldest remembered, 8 a record, and catches up.
+  CHECK(tell(news, told, {2}) ==
+        std::vector<uint64_t>{1001, 1002, 1003, 1004, 1005, 1006, 1007, 1008});
+  uint64_t heard = 8;
+  while (tell(news, told, {2}).size() == 8) heard += 8;
+  CHECK(told[2] == n);
+  CHECK(heard == kFreesRemembered);  // every one remembered, none twice
+}
+
 TEST_CASE("freed allocations: the owner finds a free by address gone or identity changed") {
   UseRecording use;
   g_live = {{0x10000, {0x1000, 1}}, {0x20000, {0x1000, 2}}, {0x30000, {0x1000, 3}}};
