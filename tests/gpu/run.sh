@@ -25,11 +25,11 @@
 # Each step has a limit that keeps the whole run inside a 15-minute device lease.
 # Every step's log goes into one file, $OUT/suite.log (or ./gpu-logs/suite.log: the device tool
 # brings back 8 files at most); the last line is "gpu suite: N passed, N failed".
-#   tests/gpu/run.sh [BUNDLE [all|comm|train|bench|mps|quick]]   (default: build-gpu, made here by tests/gpu/pack.sh; unpacked
+#   tests/gpu/run.sh [BUNDLE [all|comm|train|bench|mps|quick|torch]]   (default: build-gpu, made here by tests/gpu/pack.sh; unpacked
 #                                   from BUNDLE.tar.xz when only that was carried)
 set -u
 bundle=${1:-build-gpu}
-part=${2:-all}  # all | comm (steps 1-6) | train (step 7 but the bench) | bench (7's PyTorch comparison): each fits a 10-minute call | mps (8) | quick (9: about 5 minutes)
+part=${2:-all}  # all | comm (steps 1-6) | train (step 7 but the bench) | bench (7's PyTorch comparison): each fits a 10-minute call | mps (8) | quick (9: about 5 minutes) | torch (10: chorus_torch on torch 2.x, ~3 minutes)
 want() { [ "$part" = all ] || [ "$part" = "$1" ]; }
 if [ ! -d "$bundle" ] && [ -f "$bundle.tar.xz" ]; then tar -xJf "$bundle.tar.xz"; fi
 bin=$bundle/bin
@@ -289,6 +289,13 @@ if [ "$part" = quick ]; then
   step train_bench 240 python3 bench/gpu/train_compare.py "$bin" --steps 50 --rounds 1 \
     --fashion-dir "$bundle/data/fashion-mnist" --accuracy-epochs 0
   grep -h "^#\|^  " "$logs/train_bench.log" 2>/dev/null
+fi
+# Part "torch" only (one call, about 3 minutes): chorus_torch built there against the machine's
+# PyTorch 2.x, which this Debian machine cannot do, and tests/torch's cases run with it, torchrun
+# too (tests/gpu/torch2.sh; issue 13). CPU tensors only: no GPU time goes into it.
+if [ "$part" = torch ]; then
+  step torch2 400 env OUT="$logs" bash tests/gpu/torch2.sh "$bundle"
+  grep -h "^ok \|^FAIL\|^skip\|^torch2\|^built\|^chorus_torch\|error" "$logs/torch2.log" 2>/dev/null | head -40
 fi
 echo "gpu suite: $passed passed, $failed failed"
 [ $failed = 0 ]

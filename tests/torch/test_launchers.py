@@ -3,9 +3,9 @@ chorus_torch and calls init_process_group("chorus")) trains under chorus-run wit
 parameters on every rank and under Gloo; a script that never imports chorus_torch runs through
 `python3 -m chorus_torch`; importing and registering twice is harmless.
 
-torchrun is not tested here: Debian's torch 1.13 launcher dies under Python 3.11 before starting
-any worker (AttributeError in torch/distributed/elastic/multiprocessing/api.py, any backend);
-it is part of the GPU machine's check with PyTorch 2.x.
+With torch 2.x the same script also runs under torchrun (tests/gpu/torch2.sh, on the GPU
+machine). Not with Debian's torch 1.13: its launcher dies under Python 3.11 before starting any
+worker (AttributeError in torch/distributed/elastic/multiprocessing/api.py, any backend).
 """
 import os
 import re
@@ -54,6 +54,16 @@ def main():
     p = run([RUN, "-n", "2", PY, script, "--backend", "gloo"] + args)
     check(p.returncode == 0 and checksums(p.stdout, "gloo") == ours,
           "the same script under gloo ends with the same parameters")
+    major = subprocess.run([PY, "-c", "import torch; print(torch.__version__.split('.')[0])"],
+                           stdout=subprocess.PIPE, text=True).stdout.strip()
+    if major.isdigit() and int(major) >= 2:
+        p = run([PY, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                 script] + args)
+        check(p.returncode == 0 and checksums(p.stdout, "chorus") == ours,
+              "the same script under torchrun ends with the same parameters")
+    else:
+        print(f"torchrun: not checked with torch {major}.x (its launcher dies under Python 3.11 "
+              "here; tests/gpu/torch2.sh checks it with torch 2.x)")
 
     with tempfile.TemporaryDirectory() as d:
         plain = os.path.join(d, "plain.py")
