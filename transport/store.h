@@ -150,6 +150,7 @@ class StoreClient {
   bool connection_failed() const { return connection_failed_.load(); }
 
  private:
+  void yield_to_waiters();  // between a get's slices: threads waiting for mu_ take it first
   Result<std::string> request(uint32_t op, const std::string& key, const std::string& value,
                               uint32_t timeout_ms, Deadline deadline);
   std::mutex mu_;

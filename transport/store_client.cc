@@ -143,7 +143,16 @@ Result<std::string> StoreClient::get(const std::string& key, Deadline deadline,
     }
     CHORUS_TRY(interrupt());
     if (deadline.expired()) return r;
+    yield_to_waiters();
   }
+}
+
+// A mutex lets the thread that unlocks it take it again at once, before a waiter it woke gets
+// to run; between slices this thread did so every time on an Emerald Rapids Xeon (20 requests
+// of another thread took the whole 1.2 s the get waited). So the waiters go first, up to a slice.
+void StoreClient::yield_to_waiters() {
+  const Deadline until = Deadline::after_seconds(kInterruptSliceSeconds);
+  while (wanting_.load() > 0 && !until.expired()) usleep(20);
 }
 
 Status StoreClient::join(Deadline deadline) {
