@@ -50,6 +50,7 @@ const BadValue kBad[] = {
     {"CHORUS_TEST_FAILOVER_LATE_MS", "10001"},
     {"CHORUS_TEST_AWAIT_STORE_LAG_MS", "1s"},
     {"CHORUS_TEST_STORE_ADMIT_PAUSE_MS", "-1"},
+    {"CHORUS_TEST_LINK_DIAL_DELAY_MS", "10001"},
     {"CHORUS_ALLOW_SHARED_GPU", "yes"},
     {"CHORUS_TEST_GPU_UUID", "two words"},
     {"CHORUS_NSOCKS", "0"},

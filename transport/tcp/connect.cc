@@ -1,6 +1,10 @@
 // The tcp backend's registry entry: it connects any pair (every rank has a listener) and sets
 // up the striped sockets of a channel and each pair's control socket, lower ranks accepting and
 // higher ranks dialling.
+#include <unistd.h>
+
+#include <algorithm>
+
 #include "common/env.h"
 #include "common/log.h"
 #include "transport/acceptor.h"
@@ -12,6 +16,7 @@ namespace {
 struct TcpConfig {
   int nsocks = 2;
   size_t stripe = 256 << 10;
+  int dial_delay_ms = 0;  // CHORUS_TEST_LINK_DIAL_DELAY_MS: a test hook, see connect()
 };
 
 class TcpTransport final : public Transport {
@@ -85,6 +90,10 @@ Status TcpTransport::accept_links(const ConnectCtx& ctx, const std::vector<int>&
 Status TcpTransport::connect(const ConnectCtx& ctx, const std::vector<int>& remote, LinkSet& set) {
   const int rank = ctx.rank, size = static_cast<int>(ctx.peers.size());
   std::vector<std::vector<Fd>> socks(size);
+  // Test hook: whoever dials waits first, so that a stranger gets to a peer's port before it.
+  if (cfg_.dial_delay_ms > 0 &&
+      std::any_of(remote.begin(), remote.end(), [&](int p) { return p < rank; }))
+    usleep(static_cast<useconds_t>(cfg_.dial_delay_ms) * 1000);
   for (int p : remote) {
     if (p > rank) continue;
     for (int ch = 0; ch <= cfg_.nsocks; ++ch) {  // the last one is the control socket
@@ -113,7 +122,10 @@ Result<std::unique_ptr<Transport>> make_tcp_transport() {
   CHORUS_ASSIGN_OR_RETURN(int64_t nsocks, env_int_in("CHORUS_NSOCKS", 2, 1, 64));
   CHORUS_ASSIGN_OR_RETURN(int64_t stripe,
                           env_int_in("CHORUS_SOCKET_STRIPE_BYTES", 256 << 10, 4096, 1 << 30));
+  CHORUS_ASSIGN_OR_RETURN(int64_t dial_delay,
+                          env_int_in("CHORUS_TEST_LINK_DIAL_DELAY_MS", 0, 0, 10000));
   TcpConfig cfg;
+  cfg.dial_delay_ms = static_cast<int>(dial_delay);
   cfg.nsocks = static_cast<int>(nsocks);
   cfg.stripe = static_cast<size_t>(stripe);
   return std::unique_ptr<Transport>(new TcpTransport(cfg));
