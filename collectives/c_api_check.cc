@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <exception>
+#include <iterator>
 #include <new>
 #include <string>
 #include <system_error>
@@ -104,12 +105,13 @@ Status check_ranks(const OpRule& rule, const Args& a, int rank, int nranks, At a
 Result<Checked> check_sizes(const OpRule& rule, const Args& a, int nranks, At at) {
   Checked c;
   c.elem_size = dtype_size(a.datatype);
-  if (a.count > kMaxBufferBytes / c.elem_size)
+  // (no division: it would cost more than the rest of a small call's checks)
+  if (__builtin_mul_overflow(a.count, c.elem_size, &c.block_bytes) ||
+      c.block_bytes > kMaxBufferBytes)
     return make_error(Code::kInvalidArgument,
                       "{}: {} {} of {} ({} bytes each) is more than a buffer can hold ({} bytes)",
                       at, rule.count_name, a.count, dtype_name(a.datatype), c.elem_size,
                       kMaxBufferBytes);
-  c.block_bytes = a.count * c.elem_size;
   c.total_bytes = c.block_bytes;
   if (!rule.send_scaled && !rule.recv_scaled) return c;
   if (c.block_bytes > kMaxBufferBytes / static_cast<size_t>(nranks))
@@ -209,11 +211,19 @@ Result<Checked> check_per_rank(const Args& a, int rank, int nranks, At at) {
 
 }  // namespace
 
+// Row k - 1 is OpKind k's: the lookup is an index (it runs a few times per call).
+constexpr bool rows_in_kind_order() {
+  for (size_t i = 0; i < std::size(kRules); ++i)
+    if (static_cast<size_t>(kRules[i].kind) != i + 1) return false;
+  return true;
+}
+static_assert(rows_in_kind_order() && std::size(kRules) == static_cast<size_t>(OpKind::kAllToAllv),
+              "kRules: one row per OpKind, in the enum's order");
+
 const OpRule& rule_for(OpKind kind) {
-  for (const OpRule& r : kRules)
-    if (r.kind == kind) return r;
-  CHORUS_ASSERT(false && "an OpKind without a row in kRules");
-  return kRules[0];
+  const auto i = static_cast<size_t>(kind) - 1;
+  CHORUS_ASSERT(i < std::size(kRules) && "an OpKind without a row in kRules");
+  return kRules[i];
 }
 
 Status check_form(const Call& call, const Args& a) {
@@ -250,18 +260,19 @@ bool takes_device_path(const Call& call, const Args& a) {
   }
 }
 
-Result<Checked> check_args(const Call& call, const Args& a, int rank, int nranks, bool device) {
+Result<Checked> check_args(const Call& call, const Args& a, int rank, int nranks,
+                           bool spaces_known) {
   const OpRule& rule = rule_for(call.kind);
   const At at{call.name, rank};
   CHORUS_TRY(check_types(rule, a, at));
   if (rule.per_rank) {
-    if (!device) CHORUS_TRY(check_spaces(rule, a, at));
+    if (!spaces_known) CHORUS_TRY(check_spaces(rule, a, at));
     return check_per_rank(a, rank, nranks, at);
   }
   CHORUS_ASSIGN_OR_RETURN(Checked c, check_sizes(rule, a, nranks, at));
   CHORUS_TRY(check_ranks(rule, a, rank, nranks, at));
   CHORUS_TRY(check_buffers(rule, a, rank, at));
-  if (!device) CHORUS_TRY(check_spaces(rule, a, at));
+  if (!spaces_known) CHORUS_TRY(check_spaces(rule, a, at));
   return c;
 }
 

@@ -77,10 +77,12 @@ constexpr size_t kMaxBufferBytes = static_cast<size_t>(PTRDIFF_MAX);
 // Arguments that need no communicator: the stream of a blocking call, the request of an
 // asynchronous one.
 Status check_form(const Call& call, const Args& args);
-// The rest, for the communicator's rank and size. `device`: the call takes the device path
-// (device_ops.h), so its buffers are device memory, not refused.
+// The rest, for the communicator's rank and size. `spaces_known`: the caller has already
+// decided where the buffers live -- the device path (device_ops.h) takes device memory, and a
+// call for which takes_device_path() said no has none -- so device memory is not looked for
+// again (asking the CUDA driver about a pointer is not free).
 Result<Checked> check_args(const Call& call, const Args& args, int rank, int nranks,
-                           bool device = false);
+                           bool spaces_known = false);
 // Whether the call takes the device path: device buffers in a call that takes them, or a
 // blocking barrier with a stream in a process that uses a CUDA device.
 bool takes_device_path(const Call& call, const Args& args);

@@ -85,10 +85,12 @@ namespace {
 // request == nullptr: a blocking call -- run inline when the communicator is idle, else queue
 // and wait. Otherwise queue it and hand back a request. `Body` becomes a std::function (a heap
 // allocation) only when queued: the inline path of a small call is mostly such costs.
+// `stage`: this thread's HostStage's wrap (t_host_stage), read once by the caller.
 template <typename Body>
-chorusResult_t submit(CommImpl& c, const OpDesc& d, const Body& body, chorusRequest_t* request) {
-  if (t_host_stage != nullptr) {  // a staged device call's: queued, not waited for
-    auto w = c.submit(d, (*t_host_stage)(chorus::OpFn(body)));
+chorusResult_t submit(CommImpl& c, const OpDesc& d, const Body& body, chorusRequest_t* request,
+                      const chorus::capi::OpWrap* stage) {
+  if (stage != nullptr) {  // a staged device call's: queued, not waited for
+    auto w = c.submit(d, (*stage)(chorus::OpFn(body)));
     return w.is_ok() ? chorusSuccess : report(w.status());
   }
   if (request == nullptr) {
@@ -324,27 +326,32 @@ chorusResult_t run_op(const Call& call, chorusComm_t h, const Args& a) {
   auto c = live(h, call.name);
   if (!c.is_ok()) return report(c.status());
   CommImpl& comm = **c;
-  auto k = chorus::capi::check_args(call, a, comm.rank(), comm.size());
+  // Where the buffers live is known: takes_device_path() found no device memory among them.
+  auto k = chorus::capi::check_args(call, a, comm.rank(), comm.size(), /*spaces_known=*/true);
   if (!k.is_ok()) return report(k.status());
-  if (t_group_depth > 0 && !is_p2p(call.kind))
-    return queue_collective(call, h, a, comm.rank(), comm.size());
-  if (t_group_depth > 0 && call.async)
+  const bool in_group = t_group_depth > 0;
+  if (in_group && !is_p2p(call.kind)) return queue_collective(call, h, a, comm.rank(), comm.size());
+  if (in_group && call.async)
     return fail(Code::kInvalidUsage, "{} on rank {}: inside a group use {}", call.name, comm.rank(),
                 call.kind == OpKind::kSend ? "chorusSend" : "chorusRecv");
   try {
     // chorusMemAlloc buffers on every rank: each byte moves once (shared_allreduce.cc).
     chorusResult_t shared = chorusSuccess;
-    const bool plain = t_host_stage == nullptr;
+    const chorus::capi::OpWrap* stage = t_host_stage;
+    const bool plain = stage == nullptr;
+    // (Each size test is also the callee's first: here it spares small calls the call.)
     if (plain && call.kind == OpKind::kAllReduce && !call.async &&
+        k->block_bytes >= chorus::capi::kSharedMinBytes &&
         shared_all_reduce(h, comm, call, a, *k, &shared))
       return shared;
-    if (plain && call.kind == OpKind::kAllReduce)  // the first large one on shm: ring or direct?
+    if (plain && call.kind == OpKind::kAllReduce &&  // the first large one on shm: ring or direct?
+        k->total_bytes >= chorus::kLargeInPlaceBytes)
       if (chorusResult_t m = measure_large_in_place(h, comm, k->total_bytes); m != chorusSuccess)
         return m;
     std::shared_ptr<const std::vector<size_t>> per_rank;
     if (rule_for(call.kind).per_rank) per_rank = copy_per_rank(a, comm.size());
     OpDesc d = describe_call(comm, call.kind, a, *k);
-    if (t_group_depth > 0) {
+    if (in_group) {
       t_group.push_back({h, {d, a.sendbuff, a.recvbuff, k->block_bytes}});
       return chorusSuccess;
     }
@@ -356,7 +363,7 @@ chorusResult_t run_op(const Call& call, chorusComm_t h, const Args& a) {
                       d.piece,
                       call.name,
                       std::move(per_rank)};
-    return submit(comm, d, body, call.async ? a.request : nullptr);
+    return submit(comm, d, body, call.async ? a.request : nullptr, stage);
   } catch (...) {
     // Half set up, perhaps (its sequence number taken): the communicator cannot go on.
     const Status s = status_from_exception(call.name);

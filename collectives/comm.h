@@ -130,20 +130,10 @@ class CommImpl : public std::enable_shared_from_this<CommImpl> {
   // decided from the GPU identities exchanged at creation).
   const std::string& gpus_unreachable() const { return gpus_unreachable_; }
   // The tuner's answer, remembered for the last (kind, size): training repeats its calls.
-  // Any thread may call it (the cache is under a lock of its own).
+  // Any thread may call it; a repeat reads the cache without a lock (tune_cache_).
   Tuned tune(OpKind kind, size_t bytes) {
-    std::lock_guard<std::mutex> lock(tune_mu_);
-    if (trial_algo_ != Algo::kNone) {  // measuring (tune_measure.cc): not cached
-      TunerConfig forced = tuner_;
-      forced.forced_algo = trial_algo_;
-      forced.quiet = true;
-      return chorus::tune(tune_input(kind, bytes), forced);
-    }
-    if (kind == last_tune_kind_ && bytes == last_tune_bytes_) return last_tune_;
-    last_tune_ = chorus::tune(tune_input(kind, bytes), tuner_);
-    last_tune_kind_ = kind;
-    last_tune_bytes_ = bytes;
-    return last_tune_;
+    if (std::optional<Tuned> t = tune_cache_.lookup(kind, bytes)) return *t;
+    return tune_slow(kind, bytes);
   }
   // Ring against direct for large all-reduces over shm (tune_measure.cc): whether a call of
   // `bytes` is the first that needs the measurement (then it is under way: no other call starts
@@ -295,9 +285,8 @@ class CommImpl : public std::enable_shared_from_this<CommImpl> {
   int drain_waiters_ = 0;                    // threads waiting for the queue to empty (destroy)
   TunerConfig tuner_;
   std::mutex tune_mu_;
-  OpKind last_tune_kind_ = OpKind::kSend;  // kSend is never tuned: the cache starts empty
-  size_t last_tune_bytes_ = 0;
-  Tuned last_tune_{};
+  TuneCache tune_cache_;  // written under tune_mu_; empty while a measurement forces a trial
+  Tuned tune_slow(OpKind kind, size_t bytes);
   TuneInput tune_input(OpKind kind, size_t bytes) const {
     return {kind,
             bytes,

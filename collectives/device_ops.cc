@@ -234,7 +234,7 @@ bool same_call(const devcall::Record& a, const devcall::Record& b) {
 chorusResult_t device_collective(chorusComm_t h, CommImpl& comm, const Call& call, const Args& a) {
   using namespace devcall;  // in the function: the unity build shares a namespace's using
   const int r = comm.rank(), p = comm.size();
-  auto k = check_args(call, a, r, p, /*device=*/true);
+  auto k = check_args(call, a, r, p, /*spaces_known=*/true);
   if (!k.is_ok()) return report(k.status());
   if (staged(comm, call.name)) return staged_collective(h, comm, call, a, k->elem_size);
   const OpRule& rule = rule_for(call.kind);

@@ -73,7 +73,7 @@ chorusResult_t device_p2p(chorusComm_t h, CommImpl& comm, const std::vector<Devi
   if (items.empty()) return chorusSuccess;
   const char* name = items.size() == 1 ? items[0].call.name : "chorusGroupEnd";
   for (const DeviceP2p& it : items) {
-    auto k = check_args(it.call, it.args, r, p, /*device=*/true);
+    auto k = check_args(it.call, it.args, r, p, /*spaces_known=*/true);
     if (!k.is_ok()) return report(k.status());
     if (it.args.stream != items[0].args.stream)
       return fail(Code::kInvalidUsage,

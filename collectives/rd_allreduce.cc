@@ -39,10 +39,11 @@ Status run_rd_allreduce(OpCtx& ctx, const char* send, char* recv) {
   for (int k = 0; k < rounds && k < 8 && vrank >= 0 && !eager; ++k)
     partners[k] = real(vrank ^ (1 << k));
   // (more than 256 ranks: the rounds past 8 check their header on first contact below)
-  CHORUS_TRY(ctx.exchange_headers({fold_peer, partners[0], partners[1], partners[2], partners[3],
-                                   partners[4], partners[5], partners[6], partners[7]},
-                                  {fold_peer, partners[0], partners[1], partners[2], partners[3],
-                                   partners[4], partners[5], partners[6], partners[7]}));
+  if (fold_peer >= 0 || !eager)  // (eager with a power of two: nobody to send a header to)
+    CHORUS_TRY(ctx.exchange_headers({fold_peer, partners[0], partners[1], partners[2], partners[3],
+                                     partners[4], partners[5], partners[6], partners[7]},
+                                    {fold_peer, partners[0], partners[1], partners[2], partners[3],
+                                     partners[4], partners[5], partners[6], partners[7]}));
   for (int k = 8; k < rounds && vrank >= 0 && !eager; ++k) {
     int peer = real(vrank ^ (1 << k));
     CHORUS_TRY(ctx.exchange_headers({peer}, {peer}));

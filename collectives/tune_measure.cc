@@ -31,16 +31,30 @@ bool CommImpl::begin_measurement(size_t bytes) {
   return true;
 }
 
+Tuned CommImpl::tune_slow(OpKind kind, size_t bytes) {
+  std::lock_guard<std::mutex> lock(tune_mu_);
+  if (trial_algo_ != Algo::kNone) {  // measuring: not cached
+    TunerConfig forced = tuner_;
+    forced.forced_algo = trial_algo_;
+    forced.quiet = true;
+    return chorus::tune(tune_input(kind, bytes), forced);
+  }
+  const Tuned t = chorus::tune(tune_input(kind, bytes), tuner_);
+  tune_cache_.store(kind, bytes, t);
+  return t;
+}
+
 void CommImpl::set_trial_algo(Algo a) {
   std::lock_guard<std::mutex> lock(tune_mu_);
   trial_algo_ = a;
+  tune_cache_.clear();  // the trial's calls are not answered from the cache
 }
 
 void CommImpl::end_measurement(Algo chosen) {
   std::lock_guard<std::mutex> lock(tune_mu_);
   trial_algo_ = Algo::kNone;
   large_in_place_ = chosen;
-  last_tune_kind_ = OpKind::kSend;  // forget the cached answer: it may predate the choice
+  tune_cache_.clear();  // forget the cached answer: it may predate the choice
 }
 
 }  // namespace chorus

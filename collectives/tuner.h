@@ -12,8 +12,10 @@
 // operation header double-checks it.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 
 #include "collectives/op.h"
 #include "transport/transport.h"
@@ -65,6 +67,54 @@ constexpr size_t kLargeInPlaceBytes = 4 << 20;
 bool takes_large_in_place(const TuneInput& in, const TunerConfig& cfg);
 
 Tuned tune(const TuneInput& in, const TunerConfig& cfg);
+
+// The last answer for one (kind, size), which any thread reads without a lock: a sequence lock
+// over two words. Writers (store, clear) must be serialized by the owner's lock; a reader that
+// meets a write under way gets nothing and asks the slow way.
+class TuneCache {
+ public:
+  std::optional<Tuned> lookup(OpKind kind, size_t bytes) const {
+    const uint32_t v = version_.load(std::memory_order_acquire);
+    const uint64_t b = bytes_.load(std::memory_order_relaxed);
+    const uint64_t p = packed_.load(std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if ((v & 1) != 0 || version_.load(std::memory_order_relaxed) != v) return std::nullopt;
+    if (b != bytes || (p >> 48) != static_cast<uint64_t>(kind)) return std::nullopt;
+    return Tuned{.algo = static_cast<Algo>((p >> 40) & 0xff),
+                 .piece = static_cast<uint32_t>(p),
+                 .nchannels = static_cast<int>((p >> 32) & 0xff)};
+  }
+  // false (nothing stored) for an answer that does not pack: an algorithm or channel count
+  // past 255.
+  bool store(OpKind kind, size_t bytes, const Tuned& t) {
+    const auto algo = static_cast<uint64_t>(t.algo);
+    const auto nch = static_cast<uint64_t>(t.nchannels);
+    if (algo > 0xff || nch > 0xff) {
+      clear();
+      return false;
+    }
+    write(bytes, static_cast<uint64_t>(kind) << 48 | algo << 40 | nch << 32 | t.piece);
+    return true;
+  }
+  void clear() { write(0, 0); }  // OpKind 0 is none: every lookup misses
+  // Tests: called between a write's two stores, to hold a write half done.
+  static inline void (*test_mid_write)() = nullptr;
+
+ private:
+  void write(uint64_t bytes, uint64_t packed) {
+    const uint32_t v = version_.load(std::memory_order_relaxed);
+    version_.store(v + 1, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_release);
+    bytes_.store(bytes, std::memory_order_relaxed);
+    if (test_mid_write != nullptr) test_mid_write();
+    packed_.store(packed, std::memory_order_relaxed);
+    version_.store(v + 2, std::memory_order_release);
+  }
+  std::atomic<uint32_t> version_{0};  // odd while a write is under way
+  std::atomic<uint64_t> bytes_{0};
+  std::atomic<uint64_t> packed_{0};  // kind << 48 | algo << 40 | nchannels << 32 | piece
+};
+
 // Modelled seconds of an all-reduce algorithm (exposed for tests and bench/).
 double model_allreduce_seconds(Algo a, size_t bytes, int n, double alpha, double beta,
                                double gamma);

@@ -33,7 +33,12 @@ const char* code_name(Code c) {
 
 std::string Status::to_string() const {
   if (is_ok()) return "ok";
-  return fmt::format("{}: {}", code_name(code_), message_);
+  return fmt::format("{}: {}", code_name(code()), message());
+}
+
+const std::string& Status::empty_message() {
+  static const std::string empty;
+  return empty;
 }
 
 namespace detail {

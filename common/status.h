@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -28,26 +29,44 @@ enum class Code : int {
 
 const char* code_name(Code c);
 
+// An ok Status is one null pointer: making, moving and dropping one costs what a pointer does,
+// which the hot paths (a Result<bool> per poll of a link) rely on. An error holds its code and
+// message behind that pointer; copying one copies them.
 class [[nodiscard]] Status {
  public:
   Status() = default;
-  Status(Code code, std::string message) : code_(code), message_(std::move(message)) {}
+  Status(Code code, std::string message)
+      : rep_(code == Code::kOk && message.empty()
+                 ? nullptr
+                 : std::make_unique<Rep>(code, std::move(message))) {}
+  Status(const Status& o) : rep_(o.rep_ ? std::make_unique<Rep>(*o.rep_) : nullptr) {}
+  Status& operator=(const Status& o) {
+    if (this != &o) rep_ = o.rep_ ? std::make_unique<Rep>(*o.rep_) : nullptr;
+    return *this;
+  }
+  Status(Status&&) noexcept = default;
+  Status& operator=(Status&&) noexcept = default;
   static Status ok() { return {}; }
 
-  bool is_ok() const { return code_ == Code::kOk; }
+  bool is_ok() const { return rep_ == nullptr || rep_->code == Code::kOk; }
   explicit operator bool() const { return is_ok(); }
-  Code code() const { return code_; }
-  const std::string& message() const { return message_; }
+  Code code() const { return rep_ ? rep_->code : Code::kOk; }
+  const std::string& message() const { return rep_ ? rep_->message : empty_message(); }
   // "timeout: broadcast #3: ..." -- the code's name, then the message.
   std::string to_string() const;
   // Prefixes context: Status(...).wrap("bootstrap") -> "bootstrap: <message>".
   Status wrap(const std::string& context) const {
-    return is_ok() ? *this : Status(code_, context + ": " + message_);
+    return is_ok() ? *this : Status(code(), context + ": " + message());
   }
 
  private:
-  Code code_ = Code::kOk;
-  std::string message_;
+  struct Rep {
+    Rep(Code c, std::string m) : code(c), message(std::move(m)) {}
+    Code code;
+    std::string message;
+  };
+  static const std::string& empty_message();
+  std::unique_ptr<Rep> rep_;
 };
 
 template <typename... Args>

@@ -259,7 +259,7 @@ TEST_CASE("c api table: device buffers are refused by name, host and managed one
     if (k == OpKind::kAllReduce || k == OpKind::kReduce || k == OpKind::kBroadcast ||
         k == OpKind::kAllGather || k == OpKind::kReduceScatter || k == OpKind::kRecv ||
         k == OpKind::kGather || k == OpKind::kScatter || k == OpKind::kAllToAll)
-      CHECK(check_args({"chorusTest", k, false}, good(), 0, 2, /*device=*/true).is_ok());
+      CHECK(check_args({"chorusTest", k, false}, good(), 0, 2, /*spaces_known=*/true).is_ok());
   }
   Args send_dev = good();
   send_dev.sendbuff = g_b;

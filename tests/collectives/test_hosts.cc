@@ -1,5 +1,10 @@
 // Which ranks share a host (collectives/hosts.h), and what the tuner picks for all-reduce: the
-// hierarchical algorithm across hosts, direct over shared memory (tuner.cc), on their own.
+// hierarchical algorithm across hosts, direct over shared memory (tuner.cc), on their own; and
+// the lock-free cache of its last answer (TuneCache).
+#include <atomic>
+#include <chrono>
+#include <thread>
+
 #include <catch2/catch.hpp>
 
 #include "collectives/hosts.h"
@@ -114,4 +119,63 @@ TEST_CASE("tuner: the measured choice of ring or direct for large all-reduces ov
   TuneInput measured = base;
   measured.large_in_place = Algo::kRing;
   CHECK(tune(measured, det).algo != Algo::kRing);
+}
+
+TEST_CASE("tuner cache: hits only its own kind and size, and clears", "[tuner]") {
+  TuneCache c;
+  CHECK_FALSE(c.lookup(OpKind::kAllReduce, 0));  // empty: even a size of 0 misses
+  REQUIRE(c.store(OpKind::kAllReduce, 1024, {Algo::kTree, 4096, 2}));
+  std::optional<Tuned> t = c.lookup(OpKind::kAllReduce, 1024);
+  REQUIRE(t);
+  CHECK(t->algo == Algo::kTree);
+  CHECK(t->piece == 4096);
+  CHECK(t->nchannels == 2);
+  CHECK_FALSE(c.lookup(OpKind::kAllReduce, 1025));
+  CHECK_FALSE(c.lookup(OpKind::kBroadcast, 1024));
+  REQUIRE(c.store(OpKind::kBroadcast, size_t{1} << 40, {Algo::kRing, 0xffffffffu, 255}));
+  t = c.lookup(OpKind::kBroadcast, size_t{1} << 40);
+  REQUIRE(t);
+  CHECK(t->piece == 0xffffffffu);
+  CHECK(t->nchannels == 255);
+  CHECK_FALSE(c.lookup(OpKind::kAllReduce, 1024));  // one entry: the last store
+  c.clear();
+  CHECK_FALSE(c.lookup(OpKind::kBroadcast, size_t{1} << 40));
+  // An answer that does not pack is not stored, and leaves nothing stale behind.
+  REQUIRE(c.store(OpKind::kAllReduce, 8, {Algo::kRing, 1, 1}));
+  CHECK_FALSE(c.store(OpKind::kAllReduce, 16, {Algo::kRing, 1, 256}));
+  CHECK_FALSE(c.lookup(OpKind::kAllReduce, 16));
+  CHECK_FALSE(c.lookup(OpKind::kAllReduce, 8));
+}
+
+// A reader racing a writer gets either the answer stored for its key or nothing -- never one
+// entry's size with another's answer. Each entry's piece is its size, so a torn read shows; the
+// test hook holds every write half done for 20 us, so readers meet half-done writes for sure.
+TEST_CASE("tuner cache: a reader never sees half of a write", "[tuner]") {
+  TuneCache c;
+  TuneCache::test_mid_write = [] { std::this_thread::sleep_for(std::chrono::microseconds(20)); };
+  std::atomic<bool> stop{false};
+  std::atomic<long> writes{0};
+  std::thread writer([&] {
+    for (uint32_t i = 0; !stop.load(std::memory_order_relaxed); ++i) {
+      const uint32_t size = 1000 + i % 2;
+      (void)c.store(OpKind::kAllReduce, size, {Algo::kRing, size, 1});
+      writes.fetch_add(1, std::memory_order_relaxed);
+    }
+  });
+  long hits = 0, misses = 0, torn = 0;
+  for (int i = 0; i < 200000 || hits == 0 || writes.load() < 100; ++i) {
+    const size_t size = 1000 + i % 2;
+    if (std::optional<Tuned> t = c.lookup(OpKind::kAllReduce, size)) {
+      ++hits;
+      if (t->piece != size) ++torn;
+    } else {
+      ++misses;
+    }
+  }
+  stop = true;
+  writer.join();
+  TuneCache::test_mid_write = nullptr;
+  INFO("hits " << hits << ", misses " << misses << ", writes " << writes.load());
+  CHECK(torn == 0);
+  CHECK(hits > 0);
 }
