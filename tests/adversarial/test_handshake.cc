@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -218,14 +219,9 @@ TEST_CASE("when no thread can be started for a connection, the store refuses it 
     auto server = chorus::transport::StoreServer::start("127.0.0.1", 0, secret, 1);
     if (!server.is_ok()) _exit(10);
     chorus::SockAddr at = server.value()->address();
-    // glibc reuses the stacks of exited threads (also those inherited through fork): park
-    // threads on them first, so that the store's next thread needs fresh memory.
     std::atomic<bool> release{false};
     std::vector<std::thread> parked;
-    for (int i = 0; i < 8; ++i)
-      parked.emplace_back([&] {
-        while (!release.load()) usleep(1000);
-      });
+    parked.reserve(64);
     // Room for small allocations, none for a thread's 8 MiB stack.
     rlimit old{}, tight{};
     getrlimit(RLIMIT_AS, &old);
@@ -238,6 +234,20 @@ TEST_CASE("when no thread can be started for a connection, the store refuses it 
     tight.rlim_cur = static_cast<rlim_t>(pages) * sysconf(_SC_PAGESIZE) + (4u << 20);
     tight.rlim_max = old.rlim_max;
     if (setrlimit(RLIMIT_AS, &tight) != 0) _exit(12);
+    // The stacks glibc kept from exited threads (also those inherited through fork: how many
+    // depends on what ran before) need no fresh memory: park threads on them until one cannot
+    // start, so that the store's next thread cannot either.
+    bool exhausted = false;
+    for (int i = 0; i < 64 && !exhausted; ++i) {
+      try {
+        parked.emplace_back([&] {
+          while (!release.load()) usleep(1000);
+        });
+      } catch (const std::system_error&) {
+        exhausted = true;
+      }
+    }
+    if (!exhausted) _exit(16);
     auto refused =
         chorus::transport::StoreClient::connect(at, secret, 0, 1, Deadline::after_seconds(5));
     setrlimit(RLIMIT_AS, &old);
