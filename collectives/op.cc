@@ -60,59 +60,10 @@ const char* redop_name(int redop) {
   return redop >= 0 && redop < 5 ? names[redop] : "unknown-op";
 }
 
-std::optional<kernels::DType> kernel_dtype(int t) {
-  switch (t) {
-    case chorusFloat32:
-      return kernels::DType::kF32;
-    case chorusFloat64:
-      return kernels::DType::kF64;
-    case chorusFloat16:
-      return kernels::DType::kF16;
-    case chorusBfloat16:
-      return kernels::DType::kBF16;
-    case chorusInt32:
-      return kernels::DType::kI32;
-    case chorusInt64:
-      return kernels::DType::kI64;
-    case chorusUint8:
-      return kernels::DType::kU8;
-    case chorusInt8:
-      return kernels::DType::kI8;
-    case chorusUint32:
-      return kernels::DType::kU32;
-    case chorusUint64:
-      return kernels::DType::kU64;
-    default:
-      return std::nullopt;
-  }
-}
-
-std::optional<kernels::RedOp> kernel_redop(int op) {
-  switch (op) {
-    case chorusSum:
-      return kernels::RedOp::kSum;
-    case chorusProd:
-      return kernels::RedOp::kProd;
-    case chorusMax:
-      return kernels::RedOp::kMax;
-    case chorusMin:
-      return kernels::RedOp::kMin;
-    case chorusAvg:
-      return kernels::RedOp::kAvg;
-    default:
-      return std::nullopt;
-  }
-}
-
 const char* dtype_name(int dtype) {
   static const char* names[] = {"i8",  "u8",  "i32", "u32", "i64",
                                 "u64", "f16", "f32", "f64", "bf16"};
   return dtype >= 0 && dtype < chorusNumTypes ? names[dtype] : "unknown-type";
-}
-
-size_t dtype_size(int dtype) {
-  static const size_t sizes[] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2};
-  return dtype >= 0 && dtype < chorusNumTypes ? sizes[dtype] : 0;
 }
 
 std::string describe(const OpDesc& d) {

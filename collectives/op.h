@@ -3,7 +3,10 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
+#include <iterator>
 #include <string>
+#include <type_traits>
 
 #include <optional>
 
@@ -58,11 +61,31 @@ struct OpDesc {
 
 const char* op_name(OpKind k);
 const char* redop_name(int redop);
-// C API enums -> kernel enums (all ten types); nullopt for values outside the enums.
-std::optional<kernels::DType> kernel_dtype(int c_dtype);
-std::optional<kernels::RedOp> kernel_redop(int c_redop);
+// C API enums -> kernel enums (all ten types); nullopt for values outside the enums. Inline:
+// every call asks them, a few times.
+inline std::optional<kernels::DType> kernel_dtype(int c_dtype) {
+  using kernels::DType;
+  static constexpr DType kOf[] = {DType::kI8,  DType::kU8,  DType::kI32, DType::kU32, DType::kI64,
+                                  DType::kU64, DType::kF16, DType::kF32, DType::kF64, DType::kBF16};
+  static_assert(chorusInt8 == 0 && chorusUint8 == 1 && chorusInt32 == 2 && chorusUint32 == 3 &&
+                chorusInt64 == 4 && chorusUint64 == 5 && chorusFloat16 == 6 && chorusFloat32 == 7 &&
+                chorusFloat64 == 8 && chorusBfloat16 == 9 && std::size(kOf) == chorusNumTypes);
+  if (c_dtype < 0 || c_dtype >= chorusNumTypes) return std::nullopt;
+  return kOf[c_dtype];
+}
+inline std::optional<kernels::RedOp> kernel_redop(int c_redop) {
+  using kernels::RedOp;
+  static constexpr RedOp kOf[] = {RedOp::kSum, RedOp::kProd, RedOp::kMax, RedOp::kMin, RedOp::kAvg};
+  static_assert(chorusSum == 0 && chorusProd == 1 && chorusMax == 2 && chorusMin == 3 &&
+                chorusAvg == 4 && std::size(kOf) == 5);
+  if (c_redop < 0 || c_redop >= static_cast<int>(std::size(kOf))) return std::nullopt;
+  return kOf[c_redop];
+}
 const char* dtype_name(int dtype);
-size_t dtype_size(int dtype);  // 0 for an unknown type
+inline size_t dtype_size(int dtype) {  // 0 for an unknown type
+  static constexpr size_t kSizes[] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2};
+  return dtype >= 0 && dtype < chorusNumTypes ? kSizes[dtype] : 0;
+}
 // "broadcast #12 (count 1000 f32, root 0)", "barrier #3", "send #2 to rank 1 (count 5 u8, tag 7)"
 std::string describe(const OpDesc& d);
 
@@ -85,9 +108,16 @@ struct OpHeader {
   uint64_t comm_uid;
 };
 static_assert(sizeof(OpHeader) == 48);
-constexpr uint16_t kOpMagic = 0x4f48;  // "OH"
+static_assert(std::has_unique_object_representations_v<OpHeader>);  // no padding: memcmp is exact
+constexpr uint16_t kOpMagic = 0x4f48;                               // "OH"
 
 OpHeader make_header(const OpDesc& d, int sender, uint64_t comm_uid);
+// Whether `got` is `mine` but for its sender, which is `from` (the header has no padding).
+inline bool same_but_sender(const OpHeader& got, const OpHeader& mine, int from) {
+  OpHeader expect = mine;
+  expect.sender = from;
+  return std::memcmp(&got, &expect, sizeof(OpHeader)) == 0;
+}
 // Checks a received header against what this rank is doing. The error (kMismatch) names both
 // ranks and both calls, lower rank first: "barrier #12 on rank 0 vs broadcast #12 (...) on rank 1".
 // All-to-all-v: `mine.count` is what this rank expects from `from`, the header's count what

@@ -8,6 +8,8 @@
 // and wait) and get the result afterwards. Partners reduce in the same operand order (lower
 // rank's data first) so every rank ends with the same bits. Pieces of one round are exchanged
 // one at a time (send a piece, receive a piece), so no ring ever needs more than one free slot.
+#include <bit>
+
 #include "collectives/prims.h"
 
 namespace chorus {
@@ -20,13 +22,11 @@ Status run_rd_allreduce(OpCtx& ctx, const char* send, char* recv) {
   const size_t bytes = d.count * es;
   if (n == 1) return copy_local(send, recv, bytes);
   const bool avg = d.redop == chorusAvg;
-  int p2 = 1;
-  while (p2 * 2 <= n) p2 *= 2;
+  const int p2 = static_cast<int>(std::bit_floor(static_cast<unsigned>(n)));
   const int rem = n - p2;
   const int vrank = r < 2 * rem ? (r % 2 == 0 ? -1 : r / 2) : r - rem;  // -1: folded away
   auto real = [rem](int v) { return v < rem ? 2 * v + 1 : v + rem; };
-  int rounds = 0;
-  while ((1 << rounds) < p2) ++rounds;
+  const int rounds = std::countr_zero(static_cast<unsigned>(p2));
 
   // Small buffers over shared memory go eagerly: header and data in one slot per round.
   bool eager = vrank >= 0;
