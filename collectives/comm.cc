@@ -87,6 +87,9 @@ Result<std::shared_ptr<CommImpl>> CommImpl::create(std::shared_ptr<Job> job, std
     CHORUS_ASSIGN_OR_RETURN(int64_t linger,
                             env_int_in("CHORUS_TEST_HOST_PART_LINGER_MS", 0, 0, 10000));
     c->host_part_linger_ms_ = static_cast<int>(linger);
+    CHORUS_ASSIGN_OR_RETURN(int64_t alive_lag,
+                            env_int_in("CHORUS_TEST_ALIVE_CHECK_LAG_MS", 0, 0, 10000));
+    c->alive_check_lag_ms_ = static_cast<int>(alive_lag);
     CHORUS_ASSIGN_OR_RETURN(int64_t timing, env_int_in("CHORUS_DEVICE_TIMING", 0, 0, 10000));
     c->device_timing_ = static_cast<int>(timing);
     CHORUS_ASSIGN_OR_RETURN(int64_t staged_max, env_int_in("CHORUS_STAGED_MAX_BYTES",

@@ -278,6 +278,7 @@ class CommImpl : public std::enable_shared_from_this<CommImpl> {
   int device_die_ = -1;
   int replay_lag_ms_ = 0;        // CHORUS_TEST_REPLAY_LAG_MS
   int host_part_linger_ms_ = 0;  // CHORUS_TEST_HOST_PART_LINGER_MS
+  int alive_check_lag_ms_ = 0;   // CHORUS_TEST_ALIVE_CHECK_LAG_MS: see OpCtx::sleep_once
   int device_timing_ = 0;
   std::atomic<bool> shared_buffers_{true};
   bool shared_map_fail_ = false;

@@ -262,13 +262,23 @@ Status OpCtx::wait(FunctionRef<bool()> done, int waiting_for) {
 // revoking peer: the busy ones, and the one to the peer awaited (`waiting_for`; -1: any, so every
 // link), which is not busy when the step reads its slots directly.
 Result<bool> OpCtx::sleep_once(FunctionRef<bool()> done, bool* slept, int waiting_for) {
+  if (comm_.alive_check_lag_ms_ > 0)
+    usleep(static_cast<useconds_t>(comm_.alive_check_lag_ms_) * 1000);
   std::array<transport::WakeSource*, 8> busy{};
   size_t nbusy = 0;
+  // A peer may send its last message and exit between our last look and this check: what it
+  // sent still counts. So a dead or revoking peer is reported only when one more look moves
+  // nothing and leaves the wait unfinished (a dead peer's bytes run out: this ends).
+  auto report = [&](const Status& alive) -> Result<bool> {
+    auto r = progress_all();
+    if (r.is_ok() && (*r || done())) return true;
+    return explain_link_failure(alive);
+  };
   for (size_t p = 0; p < ch_.links.links.size(); ++p) {
     auto& l = ch_.links.links[p];
     if (l && !l->busy() && (waiting_for < 0 || static_cast<int>(p) == waiting_for)) {
       Status alive = l->check_alive();
-      if (!alive.is_ok()) return explain_link_failure(alive);
+      if (!alive.is_ok()) return report(alive);
     }
     if (!l || !l->busy()) continue;
     transport::WakeSource* w = l->wake_source();
@@ -276,7 +286,7 @@ Result<bool> OpCtx::sleep_once(FunctionRef<bool()> done, bool* slept, int waitin
         std::find(busy.begin(), busy.begin() + nbusy, w) == busy.begin() + nbusy)
       busy[nbusy++] = w;
     Status alive = l->check_alive();
-    if (!alive.is_ok()) return explain_link_failure(alive);
+    if (!alive.is_ok()) return report(alive);
   }
   transport::Waiter& waiter = *ch_.waiter;
   waiter.arm();

@@ -354,6 +354,40 @@ TEST_CASE("an all-to-all-v pair that disagrees on its count fails on every rank,
   require_codes(res, {0, 0, 0});
 }
 
+TEST_CASE("a peer's last message counts when the peer exits before the receiver looks again",
+          "[failure][dead]") {
+  // Rank 1 sends and exits while rank 0, about to sleep in the receive, is held by a test hook
+  // before it checks its peers: it then finds rank 1 gone and the message there. Before the
+  // fix it reported "rank 1 died" for a receive whose data had arrived.
+  auto transport = GENERATE(std::string("shm"), std::string("tcp"));
+  RunOptions o = on(transport);
+  o.env["CHORUS_TEST_ALIVE_CHECK_LAG_MS"] = "600";
+  o.env["CHORUS_STORE_FAILOVER"] = "0";
+  auto res = run_ranks(
+      2,
+      [&](int rank) -> int {
+        auto comm = chorus::Communicator::from_env();
+        comm.barrier();
+        int v = 0;
+        if (rank == 1) {
+          usleep(200000);  // rank 0 is in the hook by now
+          v = 42;
+          comm.send(&v, 1, chorusInt32, 0);
+          _exit(0);  // no goodbye: gone as if killed, its message sent
+        }
+        try {
+          comm.recv(&v, 1, chorusInt32, 1);
+        } catch (const std::exception& e) {
+          std::fprintf(stderr, "rank 0: recv failed: %s\n", e.what());
+          _exit(3);
+        }
+        std::fprintf(stderr, "rank 0: got %d\n", v);
+        _exit(v == 42 ? 0 : 4);
+      },
+      o);
+  require_codes(res, {0, 0});
+}
+
 TEST_CASE("a peer killed with SIGKILL fails every survivor within 5 s, naming it",
           "[failure][dead]") {
   auto transport = GENERATE(std::string("shm"), std::string("tcp"));
