@@ -215,9 +215,14 @@ def run(chorus_run, train_cnn, victim, step, where, world=3, join_at=None, launc
         if launcher == "env":
             code, out = run_env_launched(cmd[cmd.index(train_cnn):], world, victim)
         else:
-            p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               timeout=150, env=env)
-            code, out = p.returncode, p.stdout
+            try:
+                p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                   text=True, timeout=150, env=env)
+                code, out = p.returncode, p.stdout
+            except subprocess.TimeoutExpired as e:  # a hang: keep what it said until then
+                said = e.stdout or b""
+                out = said.decode(errors="replace") if isinstance(said, bytes) else said
+                return what, ["still running after 150 s (killed): a hang"], out
         problems = []
         if code != 0:
             problems.append(f"{launcher} exited {code}")
