@@ -217,6 +217,9 @@ class CommImpl : public std::enable_shared_from_this<CommImpl> {
   // CHORUS_DEVICE_TIMING: how many of this communicator's first device calls (CUDA IPC path) have
   // their GPU stages timed and printed at destroy (device_timing.h); 0: none.
   int device_timing_calls() const { return device_timing_; }
+  // CHORUS_TEST_JITTER_US: how many waits of this communicator's operations drew a jitter so far
+  // (OpCtx::jitter; slept or not).
+  uint64_t jitter_points_for_test() const { return jitter_points_.load(); }
   // chorusCommRevoke: every pending and later operation fails with kRevoked, here and on every
   // peer; the communicator stays valid for destroy (and, later, shrink). Any thread.
   void revoke();
@@ -306,6 +309,7 @@ class CommImpl : public std::enable_shared_from_this<CommImpl> {
   std::atomic<int> spin_now_us_{
       50};             // adapts: halves when spinning did not pay, regrows when it did
   int jitter_us_ = 0;  // CHORUS_TEST_JITTER_US: test hook, see OpCtx::jitter()
+  std::atomic<uint64_t> jitter_points_{0};
 
   std::atomic<uint64_t> coll_seq_{0};
   std::mutex seq_mu_;
@@ -404,8 +408,11 @@ class OpCtx {
   Result<bool> progress_all();
   Status explain_link_failure(const Status& link_error);
   // Test hook (CHORUS_TEST_JITTER_US=N): before one wait in four, sleep a random 0..N us, so
-  // ranks fall out of step at arbitrary points of an operation and ordering bugs show here.
+  // ranks fall out of step at arbitrary points of an operation and ordering bugs show here. A
+  // wait that a first look would skip (a free slot, a message already in) is waited for while it
+  // is on, so that those points jitter too.
   void jitter();
+  bool jittering() const { return comm_.jitter_us_ > 0; }
   Result<bool> sleep_once(FunctionRef<bool()> done, bool* slept, int waiting_for);
   CommImpl& comm_;
   Channel& ch_;

@@ -130,7 +130,7 @@ Status OpCtx::eager_send(std::span<const int> peers, const void* data, size_t by
       continue;
     }
     std::pair<char*, size_t> out = d->send_reserve();  // (a free slot, mostly: no wait to set up)
-    if (out.second < total)
+    if (out.second < total || jittering())
       CHORUS_TRY(wait(
           [&] {
             out = d->send_reserve();
@@ -159,7 +159,7 @@ Result<const char*> OpCtx::eager_recv(int peer, size_t bytes, char* staged) {
     return static_cast<const char*>(staged);
   }
   std::pair<const char*, size_t> in = d->recv_peek();
-  if (in.second == 0)
+  if (in.second == 0 || jittering())
     CHORUS_TRY(wait(
         [&] {
           in = d->recv_peek();
@@ -185,7 +185,7 @@ Status OpCtx::drain() {
       if (l && l->busy()) return false;
     return true;
   };
-  return idle() ? Status::ok() : wait(idle, -1);
+  return idle() && !jittering() ? Status::ok() : wait(idle, -1);
 }
 
 // A collective's peers send the header this rank sent, but for the sender: one compare of 48
@@ -229,6 +229,7 @@ void OpCtx::jitter() {
   x ^= x << 13;
   x ^= x >> 7;
   x ^= x << 17;
+  comm_.jitter_points_.fetch_add(1, std::memory_order_relaxed);
   if (x % 4 == 0)
     usleep(static_cast<useconds_t>((x >> 8) % static_cast<uint64_t>(comm_.jitter_us_ + 1)));
 }
