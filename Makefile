@@ -59,7 +59,7 @@ FUZZ_SECONDS ?= 60
 PACKAGES := meson ninja-build gcc g++ pkg-config python3 catch2 libfmt-dev libcli11-dev \
             nlohmann-json3-dev openmpi-bin libopenmpi-dev libbenchmark-dev \
             libopenblas-dev libhwloc-dev libibverbs-dev zlib1g-dev iproute2 procps dataset-fashion-mnist qemu-user \
-            clang-14 libclang-rt-14-dev lld clang-format-14
+            clang-14 libclang-rt-14-dev lld clang-format-14 gdb
 # The PyTorch backend (python/chorus_torch) and its tests: installed without recommends.
 TORCH_PACKAGES := python3-torch libtorch-dev pybind11-dev
 

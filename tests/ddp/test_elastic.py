@@ -25,12 +25,16 @@ the end of epoch 2) are compared byte for byte.
 With --light, three of the cases (rank 0 dying inside a backward with buckets in flight, a
 death and a rejoin, rank 0 dying while it writes a snapshot; the sanitizer build runs these);
 with --chaos, random kills (rank, step, where) and rejoins for a bounded time (make chaos).
+
+Every wait of the ranks ends within 60 s (CHORUS_TIMEOUT, unless set), well before the 150 s a run
+may take here: a run that hangs in chorus names the wait, the rank and the call.
 """
 import json
 import os
 import random
 import re
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -140,17 +144,16 @@ def reference_problems(chorus_run, train_cnn, victims, world, join_at, every, re
         ckpt = os.path.join(tmp, "ckpt")
         cmd = train_cmd(chorus_run, train_cnn, world, join_at, None, ckpt, every)
         cmd += ["--leave-at", str(resume), "--leave-rank", ",".join(map(str, victims))]
-        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                           timeout=150)
-        if p.returncode != 0 or f"{who(victims)} left at step {resume}" not in p.stdout:
-            return [f"reference run ({who(victims)} leave after step {resume}): exit "
-                    f"{p.returncode}, or no line saying so:\n{p.stdout}"]
+        code, ref_out, hung = run_job(cmd)
+        if code != 0 or f"{who(victims)} left at step {resume}" not in ref_out:
+            return [f"reference run ({who(victims)} leave after step {resume}): "
+                    + ("a hang" if hung else f"exit {code}") + f", or no line saying so:\n{ref_out}"]
         name, tensors = last_snapshot(ckpt)
         if (name, tensors) != killed:
             return [f"final parameters differ from the reference run's ({who(victims)} left "
                     f"after step {resume}): snapshots {killed[0]} and {name}"]
         mine = [metrics(l.split("|")[0]) for l in epoch_lines(out)]
-        ref = [metrics(l.split("|")[0]) for l in epoch_lines(p.stdout)]
+        ref = [metrics(l.split("|")[0]) for l in epoch_lines(ref_out)]
         if mine != ref or len(mine) != 2:
             return [f"epoch metrics differ from the reference run's: {mine} and {ref}"]
     return []
@@ -169,7 +172,8 @@ def run_env_launched(cmd, world, victim):
         env = {k: v for k, v in os.environ.items() if not k.startswith("CHORUS_")}
         env.update({"RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": str(world),
                     "LOCAL_WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1",
-                    "MASTER_PORT": str(port), "CHORUS_JOB_SECRET": secret})
+                    "MASTER_PORT": str(port), "CHORUS_JOB_SECRET": secret,
+                    "CHORUS_TIMEOUT": os.environ["CHORUS_TIMEOUT"]})
         procs.append(subprocess.Popen(cmd + ["--elastic"], env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, text=True))
     outs, code = [], 0
@@ -177,12 +181,72 @@ def run_env_launched(cmd, world, victim):
         try:
             text, _ = proc.communicate(timeout=150)
         except subprocess.TimeoutExpired:
+            dump = stacks([proc.pid])
             proc.kill()
             text, _ = proc.communicate()
+            text += dump
         outs += [f"[{r}] {line}" for line in text.splitlines()]
         if proc.returncode != (-signal.SIGKILL if r == victim else 0):
             code = proc.returncode or 1
     return code, "\n".join(outs) + "\n"
+
+
+def descendants(pid):
+    """The processes under pid (children first found, then theirs), from /proc."""
+    parent = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    parent[int(d)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                pass
+    out, todo = [], [pid]
+    while todo:
+        kids = [c for c, p in parent.items() if p == todo[0]]
+        out += kids
+        todo = todo[1:] + kids
+    return out
+
+
+def stacks(pids):
+    """Every thread's stack of each process of pids (gdb, when installed), for a hang."""
+    gdb = shutil.which("gdb")
+    if not gdb:
+        return "(no stacks: gdb is not installed)\n"
+    text = ""
+    for p in pids[:8]:
+        name, bt = "?", ""
+        try:
+            with open(f"/proc/{p}/cmdline", "rb") as f:
+                name = f.read().replace(b"\0", b" ").decode(errors="replace")[:200]
+            bt = subprocess.run([gdb, "-p", str(p), "-batch", "-ex", "thread apply all bt"],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                timeout=60).stdout
+        except (OSError, subprocess.TimeoutExpired) as e:
+            bt += f"({e})"
+        text += f"--- stacks of pid {p}: {name}\n{bt}\n"
+    return text
+
+
+def run_job(cmd, env=None, timeout=150):
+    """(exit code, output, hung): a run still going after `timeout` s is a hang; its processes'
+    stacks go into the output before they are killed."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=env)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+        return proc.returncode, out, False
+    except subprocess.TimeoutExpired:
+        tree = [proc.pid] + descendants(proc.pid)
+        dump = stacks(tree)
+        for p in tree:  # the workers too, whatever their process group
+            try:
+                os.kill(p, signal.SIGKILL)
+            except OSError:
+                pass
+        out, _ = proc.communicate()
+        return proc.returncode, out + dump, True
 
 
 def who(victims):
@@ -215,13 +279,8 @@ def run(chorus_run, train_cnn, victim, step, where, world=3, join_at=None, launc
         if launcher == "env":
             code, out = run_env_launched(cmd[cmd.index(train_cnn):], world, victim)
         else:
-            try:
-                p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                   text=True, timeout=150, env=env)
-                code, out = p.returncode, p.stdout
-            except subprocess.TimeoutExpired as e:  # a hang: keep what it said until then
-                said = e.stdout or b""
-                out = said.decode(errors="replace") if isinstance(said, bytes) else said
+            code, out, hung = run_job(cmd, env)
+            if hung:  # what it said until then, and where its processes stood
                 return what, ["still running after 150 s (killed): a hang"], out
         problems = []
         if code != 0:
@@ -318,6 +377,7 @@ def bad_rejoin_env(train_cnn):
 
 def main():
     chorus_run, train_cnn = sys.argv[1], sys.argv[2]
+    os.environ.setdefault("CHORUS_TIMEOUT", "60")  # a stuck wait says so before the 150 s
     light = sys.argv[3:4] == ["--light"]
     if len(sys.argv) <= 3 or light:
         for p in bad_rejoin_env(train_cnn):
