@@ -419,6 +419,7 @@ Result<std::shared_ptr<Request>> CommImpl::submit(OpDesc desc, OpFn fn) {
     return Status(error_.code(), fmt::format("{}: communicator is broken by an earlier error: {}",
                                              describe(desc), error_.message()));
   queue_.emplace_back(work, std::move(fn));
+  gate_set(kGateQueued, true);
   cv_.notify_all();
   return work;
 }
@@ -430,8 +431,7 @@ void CommImpl::progress_loop() {
     OpFn fn;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock,
-               [&] { return (stopping_ && !running_op_) || (!queue_.empty() && !running_op_); });
+      cv_.wait(lock, [&] { return (stopping_ || !queue_.empty()) && !running(); });
       if (queue_.empty()) {
         thread_exited_ = true;
         cv_.notify_all();
@@ -440,10 +440,10 @@ void CommImpl::progress_loop() {
       work = queue_.front().first;
       fn = std::move(queue_.front().second);
       queue_.pop_front();
-      current_ = work->desc();
-      busy_ = true;
-      current_since_ = now_seconds();
-      running_op_ = true;
+      // kGateQueued (or kGateStopping) is set and mu_ held: no inline call can claim the gate.
+      gate_set(kGateRunning, true);
+      if (queue_.empty()) gate_set(kGateQueued, false);
+      state_.begin(work->desc(), now_seconds());
     }
     // `fn` goes at the end of this turn, after fail() below: a staged device call's stream waits
     // for that (device_stage.h).
@@ -459,11 +459,8 @@ void CommImpl::progress_loop() {
     }
     {
       std::lock_guard<std::mutex> lock(mu_);
-      last_done_ = current_;
-      last_done_at_ = coarse_now_seconds();
-      have_last_ = true;
-      busy_ = false;
-      running_op_ = false;
+      state_.end(coarse_now_seconds());
+      gate_set(kGateRunning, false);
     }
     work->finish(s);
     cv_.notify_all();
@@ -471,7 +468,9 @@ void CommImpl::progress_loop() {
 }
 
 bool CommImpl::try_run_inline(const OpDesc& desc, FunctionRef<Status(OpCtx&)> fn, Status* result) {
-  {
+  uint32_t idle = 0;
+  if (!gate_.compare_exchange_strong(idle, kGateRunning, std::memory_order_acquire,
+                                     std::memory_order_relaxed)) {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) {
       *result = make_error(Code::kInvalidUsage, "{}: the communicator is being destroyed",
@@ -484,34 +483,38 @@ bool CommImpl::try_run_inline(const OpDesc& desc, FunctionRef<Status(OpCtx&)> fn
                                             describe(desc), error_.message()));
       return true;
     }
-    if (!queue_.empty() || running_op_) return false;
-    running_op_ = true;
-    current_ = desc;
-    busy_ = true;
-    current_since_ = 0;  // set when the operation first waits long (OpCtx::wait_slow)
+    if (!queue_.empty()) return false;
+    // Only a waiter's bit set, or an operation that has just ended: claim it unless one runs.
+    uint32_t v = gate_.load(std::memory_order_relaxed);
+    do {
+      if (v & kGateRunning) return false;
+    } while (!gate_.compare_exchange_weak(v, v | kGateRunning, std::memory_order_acquire,
+                                          std::memory_order_relaxed));
   }
+  state_.begin(desc, 0);  // since: set when the operation first waits long (OpCtx::wait_slow)
   {
     OpCtx ctx(*this, desc);
     *result = fn(ctx);
     if (result->is_ok()) *result = ctx.drain();
   }
   if (!result->is_ok()) fail(*result);
-  std::lock_guard<std::mutex> lock(mu_);
-  last_done_ = current_;
-  last_done_at_ = coarse_now_seconds();
-  have_last_ = true;
-  busy_ = false;
-  running_op_ = false;
-  // Wake the progress thread only when work queued up meanwhile, or destroy is waiting or has
-  // begun: a notify per call would cost a futex call on the fast path. Notified under the lock,
-  // so nothing touches the communicator once destroy may go on.
-  if (!queue_.empty() || drain_waiters_ > 0 || stopping_) cv_.notify_all();
+  state_.end(coarse_now_seconds());
+  // Wake the others only when work queued up meanwhile, or someone waits for this operation, or
+  // destroy has begun, or the communicator failed: a notify per call would cost a lock and a
+  // futex call on the fast path. Then the gate opens under the lock, so that destroy, which
+  // waits there, cannot go on (and free the communicator) before this thread is done with it.
+  uint32_t only_running = kGateRunning;
+  if (!gate_.compare_exchange_strong(only_running, 0, std::memory_order_acq_rel,
+                                     std::memory_order_relaxed)) {
+    std::lock_guard<std::mutex> lock(mu_);
+    gate_set(kGateRunning, false);
+    cv_.notify_all();
+  }
   return true;
 }
 
 void CommImpl::mark_waiting_since() {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (busy_ && current_since_ == 0) current_since_ = now_seconds();
+  state_.waiting_since(now_seconds());  // the running operation's own thread: the writer
 }
 
 void CommImpl::wake() {
@@ -534,6 +537,7 @@ void CommImpl::fail(const Status& s) {
     if (!failed_.load()) {
       error_ = s;
       failed_ = true;
+      gate_set(kGateFailed, true);
       first = true;
     }
     job = job_;  // destroy may reset job_ meanwhile
@@ -553,10 +557,7 @@ void CommImpl::on_peer_dead(int job_rank, const std::string& text) {
   int r = static_cast<int>(it - job_ranks_.begin());
   std::string msg = r == job_rank ? text : fmt::format("rank {} of this communicator: {}", r, text);
   std::string cur;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (busy_) cur = describe(current_);
-  }
+  if (OpState::Snapshot st = state_.read(); st.busy) cur = describe(st.op);
   fail(Status(Code::kRemoteError,
               cur.empty() ? msg : fmt::format("{} on rank {} failed: {}", cur, rank_, msg)));
 }
@@ -575,6 +576,7 @@ void CommImpl::on_remote_error(const std::string& text) {
     if (failed_.load()) return;
     error_ = Status(code, msg);
     failed_ = true;
+    gate_set(kGateFailed, true);
     wake_locked();
   }
   release_device_waits(device_ipc_);
@@ -588,13 +590,13 @@ void CommImpl::note_waiting(std::string what) {
 std::string CommImpl::state_text() const {
   std::lock_guard<std::mutex> lock(mu_);
   const std::string note = waiting_note_.empty() ? "" : ", " + waiting_note_;
-  if (busy_ && current_since_ > 0)
-    return fmt::format("in {} for {:.1f} s{}", describe(current_), now_seconds() - current_since_,
-                       note);
-  if (busy_) return fmt::format("in {}{}", describe(current_), note);
-  if (have_last_)
-    return fmt::format("idle, last finished {} {:.1f} s ago", describe(last_done_),
-                       std::max(0.0, now_seconds() - last_done_at_));
+  const OpState::Snapshot st = state_.read();
+  if (st.busy && st.since > 0)
+    return fmt::format("in {} for {:.1f} s{}", describe(st.op), now_seconds() - st.since, note);
+  if (st.busy) return fmt::format("in {}{}", describe(st.op), note);
+  if (st.have_last)
+    return fmt::format("idle, last finished {} {:.1f} s ago", describe(st.op),
+                       std::max(0.0, now_seconds() - st.done_at));
   return "idle, no operation yet";
 }
 
@@ -648,9 +650,9 @@ void CommImpl::revoke() {
   fail(Status(Code::kRevoked,
               fmt::format("rank {} revoked the communicator (chorusCommRevoke)", rank_)));
   std::unique_lock<std::mutex> lock(mu_);
-  ++drain_waiters_;  // the inline path notifies only when someone waits
-  const bool idle = cv_.wait_for(lock, std::chrono::seconds(2), [&] { return !running_op_; });
-  --drain_waiters_;
+  add_drain_waiter(+1);  // the inline path notifies only when someone waits
+  const bool idle = cv_.wait_for(lock, std::chrono::seconds(2), [&] { return !running(); });
+  add_drain_waiter(-1);
   if (!idle) {
     log_warn(
         "rank {}: revoke: an operation still runs after 2 s; the peers hear of the revoke "
@@ -666,10 +668,10 @@ void CommImpl::revoke() {
 // Waits until no operation runs (inline on a caller's thread or on the progress thread).
 // Past the deadline the communicator is failed, which ends any operation within a sleep slice.
 Status CommImpl::wait_idle(std::unique_lock<std::mutex>& lock, Deadline deadline) {
-  ++drain_waiters_;
+  add_drain_waiter(+1);
   bool drained =
       cv_.wait_for(lock, std::chrono::duration<double>(failed_.load() ? 0.0 : deadline.remaining()),
-                   [&] { return queue_.empty() && !running_op_; });
+                   [&] { return queue_.empty() && !running(); });
   if (!drained && !failed_.load()) {
     lock.unlock();
     abort(
@@ -679,8 +681,8 @@ Status CommImpl::wait_idle(std::unique_lock<std::mutex>& lock, Deadline deadline
   }
   // A failed operation ends within a sleep slice (100 ms) of seeing the failure.
   bool idle = cv_.wait_for(lock, std::chrono::duration<double>(std::max(deadline.remaining(), 1.0)),
-                           [&] { return !running_op_; });
-  --drain_waiters_;
+                           [&] { return !running(); });
+  add_drain_waiter(-1);
   if (!idle)
     return make_error(
         Code::kTimeout,
@@ -730,6 +732,7 @@ Status CommImpl::destroy() {
     }
     Status idle = wait_idle(lock, deadline);
     stopping_ = true;
+    gate_set(kGateStopping, true);
     cv_.notify_all();
     if (!idle.is_ok()) {
       log_error("{}", idle.message());
@@ -754,6 +757,7 @@ Status CommImpl::destroy() {
     channels.swap(channels_);  // under the lock: news from the watch thread walks channels_
     job.swap(job_);
     queue.swap(queue_);
+    gate_set(kGateQueued, false);
   }
   for (auto& q : queue)
     q.first->finish(

@@ -30,6 +30,7 @@
 #include "collectives/device_ops.h"
 #include "collectives/hosts.h"
 #include "collectives/op.h"
+#include "collectives/op_state.h"
 #include "collectives/tuner.h"
 #include "common/clock.h"
 #include "common/function_ref.h"
@@ -286,7 +287,7 @@ class CommImpl : public std::enable_shared_from_this<CommImpl> {
   std::atomic<bool> shared_buffers_{true};
   bool shared_map_fail_ = false;
   transport::LinkModel local_link_model_{};  // of the links inside the largest host
-  int drain_waiters_ = 0;                    // threads waiting for the queue to empty (destroy)
+  int drain_waiters_ = 0;  // threads waiting for the queue to empty (destroy); kGateWaiters
   TunerConfig tuner_;
   std::mutex tune_mu_;
   TuneCache tune_cache_;  // written under tune_mu_; empty while a measurement forces a trial
@@ -320,16 +321,30 @@ class CommImpl : public std::enable_shared_from_this<CommImpl> {
   std::condition_variable cv_;
   std::deque<std::pair<std::shared_ptr<Request>, OpFn>> queue_;
   bool stopping_ = false;
-  bool running_op_ = false;
   std::atomic<bool> failed_{false};
   Status error_;
+  // Who may run an operation: one word, so that the inline path (try_run_inline) claims it with
+  // one compare-and-swap from 0 and gives it back with one to 0, without mu_. kGateRunning:
+  // an operation runs (inline or on the progress thread). The rest mirror state kept under mu_
+  // (and change only under it), so that any of them sends the inline path to the locked one: the
+  // queue is not empty, destroy has begun (stopping_), the communicator failed (failed_), a thread
+  // waits for the running operation to end (drain_waiters_ > 0: the inline path then notifies).
+  static constexpr uint32_t kGateRunning = 1, kGateQueued = 2, kGateStopping = 4, kGateFailed = 8,
+                            kGateWaiters = 16;
+  std::atomic<uint32_t> gate_{0};
+  bool running() const { return gate_.load(std::memory_order_acquire) & kGateRunning; }
+  void gate_set(uint32_t bit, bool on) {
+    if (on)
+      gate_.fetch_or(bit, std::memory_order_acq_rel);
+    else
+      gate_.fetch_and(~bit, std::memory_order_acq_rel);
+  }
+  void add_drain_waiter(int d) {  // under mu_
+    drain_waiters_ += d;
+    gate_set(kGateWaiters, drain_waiters_ > 0);
+  }
   // What this rank is doing, for messages and queries (formatted only when asked).
-  bool busy_ = false;
-  OpDesc current_;
-  double current_since_ = 0;
-  bool have_last_ = false;
-  OpDesc last_done_;
-  double last_done_at_ = 0;  // coarse_now_seconds() when last_done_ finished
+  OpState state_;
   std::thread thread_;
   bool thread_exited_ = false;  // the progress thread has left its loop (under mu_)
   bool destroyed_ = false;      // destroy() has finished (under mu_)
