@@ -1,4 +1,5 @@
-// The engine's test hooks reach the points they are meant to stir (collectives/engine.cc).
+// The engine's test hooks reach the points they are meant to stir (collectives/engine.cc), and the
+// communicator's gate and state (comm.h, op_state.h) hold under calls from several threads.
 #include <catch2/catch.hpp>
 
 #include <atomic>
