@@ -2,18 +2,18 @@
 // for its messages and for peers' timeout queries (CommImpl::state_text). Written only by the
 // thread that runs the operation (the inline caller or the progress thread, one at a time: the
 // communicator's gate, comm.h), without a lock: an 8-byte all-reduce takes about 0.2 us of the
-// library's own time, and two lock pairs a call were a fifth of it. Read by any thread, as a
-// sequence lock over atomics (a reader retries while a write is under way).
+// library's own time, and two lock pairs a call were a fifth of it. Read by any thread
+// (SeqWords, common/seq_words.h).
 #pragma once
 
 #include <array>
-#include <atomic>
+#include <bit>
 #include <cstdint>
 #include <cstring>
-#include <thread>
 #include <type_traits>
 
 #include "collectives/op.h"
+#include "common/seq_words.h"
 
 namespace chorus {
 
@@ -30,72 +30,50 @@ class OpState {
   // The writer's calls: begin and end by the thread that holds the gate, before and after the
   // operation (whose waits alone call waiting_since).
   void begin(const OpDesc& d, double since) {
-    std::array<uint64_t, kWords> w{};
-    std::memcpy(w.data(), &d, sizeof d);
-    write([&] {
-      for (size_t i = 0; i < kWords; ++i) op_[i].store(w[i], std::memory_order_relaxed);
-      busy_.store(true, std::memory_order_relaxed);
-      since_.store(since, std::memory_order_relaxed);
+    std::array<uint64_t, kOpWords> op{};
+    std::memcpy(op.data(), &d, sizeof d);
+    words_.update([&](Writer& w) {
+      for (size_t i = 0; i < kOpWords; ++i) w.set(i, op[i]);
+      w.set(kFlags, w.get(kFlags) | kBusy);
+      w.set(kSince, std::bit_cast<uint64_t>(since));
     });
   }
   // The operation's first long wait: when it began (once). Any of the operation's threads (its
   // parts on other channels wait too, at once): one takes the lock's turn, the rest return.
   void waiting_since(double t) {
-    uint32_t s = seq_.load(std::memory_order_relaxed);
-    if (s % 2 != 0 || !seq_.compare_exchange_strong(s, s + 1, std::memory_order_acquire,
-                                                    std::memory_order_relaxed))
-      return;
-    std::atomic_thread_fence(std::memory_order_release);
-    if (busy_.load(std::memory_order_relaxed) && since_.load(std::memory_order_relaxed) == 0)
-      since_.store(t, std::memory_order_relaxed);
-    seq_.store(s + 2, std::memory_order_release);
+    (void)words_.try_update([&](Writer& w) {
+      if ((w.get(kFlags) & kBusy) != 0 && w.get(kSince) == std::bit_cast<uint64_t>(0.0))
+        w.set(kSince, std::bit_cast<uint64_t>(t));
+    });
   }
   void end(double at) {
-    write([&] {
-      busy_.store(false, std::memory_order_relaxed);
-      have_last_.store(true, std::memory_order_relaxed);
-      done_at_.store(at, std::memory_order_relaxed);
+    words_.update([&](Writer& w) {
+      w.set(kFlags, kHaveLast);
+      w.set(kDoneAt, std::bit_cast<uint64_t>(at));
     });
   }
 
   // Any thread.
   Snapshot read() const {
+    const Words w = words_.read();
     Snapshot s;
-    std::array<uint64_t, kWords> w{};
-    for (int tries = 0;; ++tries) {
-      if (tries > 64) std::this_thread::yield();  // the writer was preempted mid-write
-      const uint32_t before = seq_.load(std::memory_order_acquire);
-      for (size_t i = 0; i < kWords; ++i) w[i] = op_[i].load(std::memory_order_relaxed);
-      s.busy = busy_.load(std::memory_order_relaxed);
-      s.have_last = have_last_.load(std::memory_order_relaxed);
-      s.since = since_.load(std::memory_order_relaxed);
-      s.done_at = done_at_.load(std::memory_order_relaxed);
-      std::atomic_thread_fence(std::memory_order_acquire);
-      if (before % 2 == 0 && seq_.load(std::memory_order_relaxed) == before) break;
-    }
     std::memcpy(static_cast<void*>(&s.op), w.data(), sizeof s.op);  // trivially copyable
+    s.busy = (w[kFlags] & kBusy) != 0;
+    s.have_last = (w[kFlags] & kHaveLast) != 0;
+    s.since = std::bit_cast<double>(w[kSince]);
+    s.done_at = std::bit_cast<double>(w[kDoneAt]);
     return s;
   }
 
  private:
   static_assert(std::is_trivially_copyable_v<OpDesc>);
-  static constexpr size_t kWords = (sizeof(OpDesc) + 7) / 8;
+  static constexpr size_t kOpWords = (sizeof(OpDesc) + 7) / 8;
+  static constexpr size_t kFlags = kOpWords, kSince = kOpWords + 1, kDoneAt = kOpWords + 2;
+  static constexpr uint64_t kBusy = 1, kHaveLast = 2;
+  using Words = SeqWords<kOpWords + 3>::Words;
+  using Writer = SeqWords<kOpWords + 3>::Writer;
 
-  template <typename F>
-  void write(F&& stores) {
-    const uint32_t s = seq_.load(std::memory_order_relaxed);
-    seq_.store(s + 1, std::memory_order_relaxed);
-    std::atomic_thread_fence(std::memory_order_release);
-    stores();
-    seq_.store(s + 2, std::memory_order_release);
-  }
-
-  std::atomic<uint32_t> seq_{0};
-  std::array<std::atomic<uint64_t>, kWords> op_{};
-  std::atomic<bool> busy_{false};
-  std::atomic<bool> have_last_{false};
-  std::atomic<double> since_{0};
-  std::atomic<double> done_at_{0};
+  SeqWords<kOpWords + 3> words_;
 };
 
 }  // namespace chorus

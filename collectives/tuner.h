@@ -12,12 +12,12 @@
 // operation header double-checks it.
 #pragma once
 
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
 
 #include "collectives/op.h"
+#include "common/seq_words.h"
 #include "transport/transport.h"
 
 namespace chorus {
@@ -68,17 +68,15 @@ bool takes_large_in_place(const TuneInput& in, const TunerConfig& cfg);
 
 Tuned tune(const TuneInput& in, const TunerConfig& cfg);
 
-// The last answer for one (kind, size), which any thread reads without a lock: a sequence lock
-// over two words. Writers (store, clear) must be serialized by the owner's lock; a reader that
-// meets a write under way gets nothing and asks the slow way.
+// The last answer for one (kind, size), which any thread reads without a lock (SeqWords,
+// common/seq_words.h). Writers (store, clear) must be serialized by the owner's lock; a reader
+// that meets a write under way gets nothing and asks the slow way.
 class TuneCache {
  public:
   std::optional<Tuned> lookup(OpKind kind, size_t bytes) const {
-    const uint32_t v = version_.load(std::memory_order_acquire);
-    const uint64_t b = bytes_.load(std::memory_order_relaxed);
-    const uint64_t p = packed_.load(std::memory_order_relaxed);
-    std::atomic_thread_fence(std::memory_order_acquire);
-    if ((v & 1) != 0 || version_.load(std::memory_order_relaxed) != v) return std::nullopt;
+    const std::optional<SeqWords<2>::Words> w = words_.try_read();
+    if (!w) return std::nullopt;
+    const auto [b, p] = *w;
     if (b != bytes || (p >> 48) != static_cast<uint64_t>(kind)) return std::nullopt;
     return Tuned{.algo = static_cast<Algo>((p >> 40) & 0xff),
                  .piece = static_cast<uint32_t>(p),
@@ -102,17 +100,13 @@ class TuneCache {
 
  private:
   void write(uint64_t bytes, uint64_t packed) {
-    const uint32_t v = version_.load(std::memory_order_relaxed);
-    version_.store(v + 1, std::memory_order_relaxed);
-    std::atomic_thread_fence(std::memory_order_release);
-    bytes_.store(bytes, std::memory_order_relaxed);
-    if (test_mid_write != nullptr) test_mid_write();
-    packed_.store(packed, std::memory_order_relaxed);
-    version_.store(v + 2, std::memory_order_release);
+    words_.update([&](SeqWords<2>::Writer& w) {
+      w.set(0, bytes);
+      if (test_mid_write != nullptr) test_mid_write();
+      w.set(1, packed);
+    });
   }
-  std::atomic<uint32_t> version_{0};  // odd while a write is under way
-  std::atomic<uint64_t> bytes_{0};
-  std::atomic<uint64_t> packed_{0};  // kind << 48 | algo << 40 | nchannels << 32 | piece
+  SeqWords<2> words_;  // bytes; kind << 48 | algo << 40 | nchannels << 32 | piece
 };
 
 // Modelled seconds of an all-reduce algorithm (exposed for tests and bench/).

@@ -7,11 +7,13 @@
 #include <cstdint>
 #include <cstdio>
 #include <thread>
+#include <vector>
 
 #include "chorus/chorus.hpp"
 #include "collectives/c_api_internal.h"
 #include "collectives/comm.h"
 #include "collectives/op_state.h"
+#include "common/seq_words.h"
 #include "harness.h"
 
 using chorus::test::run_ranks;
@@ -137,4 +139,47 @@ TEST_CASE("a rank's state reads whole while it changes", "[gate]") {
   one.end(3.0);
   CHECK(!one.read().busy);
   CHECK(one.read().done_at == 3.0);
+}
+
+// try_update (SeqWords, common/seq_words.h) lets one of several racing threads change the words
+// and turns the rest away: an update that thinks it won never overlaps another, so no increment
+// is lost. (Reads meanwhile are few: the racers hold the words nearly all the time. Torn reads
+// are the test above's.) Without the compare-and-swap, two racers win at once and one's
+// increment is lost within the 300 ms.
+TEST_CASE("racing try_updates: the winners' changes all land, whole", "[gate]") {
+  chorus::SeqWords<2> words;
+  std::atomic<bool> stop{false};
+  std::atomic<long> won{0}, lost{0};
+  std::vector<std::thread> racers;
+  for (int t = 0; t < 4; ++t)
+    racers.emplace_back([&] {
+      while (!stop.load(std::memory_order_relaxed)) {
+        const bool ok = words.try_update([](chorus::SeqWords<2>::Writer& w) {
+          w.set(0, w.get(0) + 1);
+          std::this_thread::yield();  // widen the window another racer could slip into
+          w.set(1, w.get(1) + 1);
+        });
+        (ok ? won : lost).fetch_add(1, std::memory_order_relaxed);
+      }
+    });
+  long torn = 0, reads = 0, busy = 0;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
+  while (std::chrono::steady_clock::now() < until || lost.load() == 0) {
+    if (const auto w = words.try_read()) {
+      torn += (*w)[0] != (*w)[1];
+      ++reads;
+    } else {
+      ++busy;
+    }
+  }
+  stop = true;
+  for (std::thread& t : racers) t.join();
+  const auto w = words.read();
+  INFO(won.load() << " won, " << lost.load() << " turned away; " << reads << " reads, " << busy
+                  << " met a write");
+  CHECK(torn == 0);
+  CHECK(w[0] == static_cast<uint64_t>(won.load()));
+  CHECK(w[1] == w[0]);
+  CHECK(lost.load() > 0);
+  CHECK_FALSE(words.try_read() == std::nullopt);  // no write under way: a copy
 }
