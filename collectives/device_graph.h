@@ -9,8 +9,11 @@
 // Why a reset never wipes the peer's next signal: the peer writes that word again only in its
 // next replay of the call (ready) or after this rank's next ready signal (done), and both come
 // after this rank's reset on its stream, behind a write with a memory barrier (a stream write's
-// default) that the peer waited for. The ranks agree on the slot: the lowest free on every rank,
-// from the masks each sends in the host exchange at capture (GraphSlots); the slot comes back
+// default) that the peer waited for. (So a captured barrier meets on "done" as well as "ready",
+// as the other collectives do: with "ready" alone -- the eager barrier's counted words need no
+// more -- a peer released by this rank's signal could signal its next replay's "ready" before
+// this rank's reset, which would wipe it.) The ranks agree on the slot: the lowest free on every
+// rank, from the masks each sends in the host exchange at capture (GraphSlots); the slot comes back
 // when CUDA destroys the graph. The eager words and counts are untouched, so eager calls and
 // replays mix freely.
 // Captured calls take buffers that CUDA IPC or VMM descriptors map (not the bounce buffer). The

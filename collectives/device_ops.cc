@@ -22,7 +22,8 @@
 //         Ranks that share one GPU leave every task to one leader; then only the leader and each
 //         peer meet (device_meet): a peer signals ready to the leader and waits for its done, the
 //         leader waits for every ready and signals every done -- 2 stream memory operations a
-//         call on each peer instead of 4(p-1) (a barrier still meets every rank).
+//         call on each peer instead of 4(p-1) (an eager barrier still meets every rank, on
+//         "ready" alone; a captured one meets as the other calls do, device_graph.h).
 //   Send/recv: the sender signals "data ready", the receiver "buffer free"; each waits for the
 //   other's; the receiver copies and signals "copied", which the sender waits for. In a group
 //   every item signals before any item waits, so exchanges both ways cannot deadlock.
@@ -371,7 +372,8 @@ chorusResult_t device_collective(chorusComm_t h, CommImpl& comm, const Call& cal
   const int leader = v ? 0 : device_leader(call.kind, a.root);
   std::vector<DeviceMeet> meet(p);
   for (int q = 0; q < p; ++q)
-    if (q != r) meet[q] = device_meet(r, q, leader, one_gpu, barrier);
+    if (q != r)  // captured, a barrier meets on "done" too: its resets need it (device_graph.h)
+      meet[q] = device_meet(r, q, leader, one_gpu, barrier && slot < 0);
   if (s.is_ok() && slot < 0)  // (a captured call's, owed into the graph, would not help)
     for (int q = 0; q < p; ++q) {
       if (meet[q].signal_ready) owed.push_back({word(st.peer_flags[q], kReady, r), seq});

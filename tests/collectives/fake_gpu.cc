@@ -369,8 +369,11 @@ int write_u32(void* stream, void* word, uint32_t v) {
   });
 }
 
+std::atomic<int> g_wait_delay_ms{0};
+
 int wait_u32_geq(void* stream, const void* word, uint32_t v) {
   return on_stream(stream, [word, v] {
+    if (int ms = g_wait_delay_ms.load()) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
     const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
     // CU_STREAM_WAIT_VALUE_GEQ's comparison: cyclic, (int32_t)(*word - v) >= 0.
     while (static_cast<int32_t>(
@@ -718,6 +721,10 @@ void fake_stream_delay(void* stream, int ms) {
     std::this_thread::sleep_for(std::chrono::milliseconds(ms));
     return 0;
   });
+}
+
+void fake_wait_delay(int ms) {
+  g_wait_delay_ms.store(ms);
 }
 
 void fake_capturing(void* stream, bool on) {

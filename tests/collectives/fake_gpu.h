@@ -67,6 +67,9 @@ void fake_graph_free(void* graph);
 void fake_graph_free_later(void* graph, int ms);
 // An operation that sleeps `ms` on the stream: its rank falls behind its peers there.
 void fake_stream_delay(void* stream, int ms);
+// Every stream wait of this process sleeps `ms` when its turn comes, before it looks at its word
+// (0: none): the rank's peers run ahead between its signals and its waits.
+void fake_wait_delay(int ms);
 // While set, no mark is ever reached (a stream whose earlier work never ends).
 void fake_marks_stuck(bool stuck);
 // While set, pinned_alloc fails (out of memory).

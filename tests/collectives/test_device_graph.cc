@@ -158,6 +158,36 @@ TEST_CASE(
   });
 }
 
+// A captured barrier's words are reset after each wait (device_graph.h), and a reset must never
+// wipe a peer's next signal. With signals and waits alone ("ready"), it could: rank 1's waits are
+// held back 20 ms, so rank 0, released by rank 1's signal, replays again and signals into a word
+// rank 1 has not reset yet -- the reset then wipes it, and rank 1's next wait never ends. The
+// captured barrier therefore also meets on "done", as the other collectives do.
+TEST_CASE("a captured barrier replayed back to back, one rank's waits held back",
+          "[device][graph]") {
+  on_configs([](Config c, int r) {
+    chorusComm_t comm = init(r);
+    if (!comm) return 1;
+    void* stream = chorus::test::fake_async_stream();
+    chorus::test::fake_capture_begin(stream);
+    const chorusResult_t rc = chorusBarrier(comm, stream);
+    void* graph = chorus::test::fake_capture_end(stream);
+    if (rc != chorusSuccess) return fail_with(r, "the capture", chorusGetLastError(comm));
+    if (r == 1) chorus::test::fake_wait_delay(20);
+    constexpr int kReplays = 8;
+    for (int k = 0; k < kReplays; ++k)
+      if (chorus::test::fake_graph_launch(graph, stream) != 0)
+        return fail_with(r, "a replay", "failed");
+    if (int e = chorus::test::fake_stream_sync(stream); e != 0)
+      return fail_with(r, fmt::format("the stream ({} replays)", kReplays),
+                       kc::ipc().error_string(e));
+    chorus::test::fake_wait_delay(0);
+    chorus::test::fake_graph_free(graph);
+    chorusCommDestroy(comm);
+    return 0;
+  });
+}
+
 // Sends and receives captured (device_graph.h: a pair's slots): a group that sends to the right
 // and receives from the left (on 2 ranks, both ways between the pair), then a lone send from rank
 // 0 to rank 1 that rank 2 takes no part in; replayed out of step, eager sends between replays.

@@ -19,7 +19,8 @@
 //                                                   buffers freed and allocated again, and
 //                                                   freed with nothing where they lay (the GPU's
 //                                                   memory comes back);
-//                                                   calls captured into a CUDA graph, replayed;
+//                                                   calls captured into a CUDA graph, replayed
+//                                                   (a barrier 2000 times back to back);
 //                                                   errors named on every rank; bandwidth.
 // Exits 77 with the reason where no GPU is visible.
 #include <cuda.h>
@@ -579,6 +580,40 @@ void graph_replays(chorusComm_t comm, cudaStream_t stream, bool staged) {
   CK(cudaFreeHost(host_out));
 }
 
+// A captured barrier replayed 2000 times back to back (device_graph.h: its words are reset after
+// each wait; with "ready" alone a peer's next signal could land before the reset and be wiped,
+// and a replay would wait for ever). The stream must end within 60 s.
+void graph_barrier(chorusComm_t comm, cudaStream_t stream) {
+  constexpr int kReplays = 2000;
+  cudaGraph_t graph;
+  CK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  const chorusResult_t rc = chorusBarrier(comm, stream);
+  const std::string why = rc == chorusSuccess ? "" : chorusGetLastError(comm);
+  CK(cudaStreamEndCapture(stream, &graph));
+  if (rc != chorusSuccess) return fail("captured barrier: the capture: " + why);
+  cudaGraphExec_t exec;
+  CK(cudaGraphInstantiate(&exec, graph, 0));
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int k = 0; k < kReplays; ++k) CK(cudaGraphLaunch(exec, stream));
+  cudaError_t q = cudaErrorNotReady;
+  while ((q = cudaStreamQuery(stream)) == cudaErrorNotReady &&
+         std::chrono::steady_clock::now() - t0 < std::chrono::seconds(60))
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  if (q == cudaErrorNotReady) {
+    std::printf("[%d] FAIL captured barrier: the stream still waits 60 s after %d replays\n",
+                g_rank, kReplays);
+    std::fflush(stdout);
+    std::_Exit(1);  // a waiting stream would hang the exit too
+  }
+  CK(q);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (g_rank == 0)
+    std::printf("%d ranks: a captured barrier replayed %d times back to back, %.1f us each\n",
+                g_size, kReplays, s * 1e6 / kReplays);
+  CK(cudaGraphExecDestroy(exec));
+  CK(cudaGraphDestroy(graph));
+}
+
 // A communicator whose very first call is captured (global mode, no warm-up, as a user of
 // NCCL may do): what it sets up at its first device call -- flag words, release stream, events,
 // IPC handles, page-locked memory -- is made during the capture (kernels/cuda/capture_mode.h
@@ -991,6 +1026,7 @@ int worker() {
   // The graphs after the bandwidth: whatever CUDA refuses under a global-mode capture (not yet
   // run on a GPU) costs no measurement.
   if (!g_failed) graph_replays(comm, stream, staged);
+  if (!g_failed && !staged) graph_barrier(comm, stream);
   if (!g_failed) graph_slots_reused(comm, stream);
   if (!g_failed) graph_first_call(comm, stream);
   if (!g_failed && staged) staged_errors(comm, stream);  // the communicator fails: last
