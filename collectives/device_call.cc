@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <utility>
 #include <vector>
 
 #include "common/log.h"
@@ -121,11 +122,21 @@ void announce(DeviceIpc& st, Record& me, std::span<const int> to) {
   me.nvmm_gone = uint32_t(vmm_announce(st, to, me.vmm_gone));
 }
 
-void take_news(DeviceIpc& st, int q, const Record& rec) {
-  close_announced(rec.owner,
-                  std::span(rec.freed).first(std::min<size_t>(rec.nfreed, kMaxAnnounced)));
-  vmm_unmap_dropped(st, q,
-                    std::span(rec.vmm_gone).first(std::min<size_t>(rec.nvmm_gone, kMaxAnnounced)));
+void take_news(DeviceIpc& st, int q, const Record& rec, bool captured) {
+  const auto freed = std::span(rec.freed).first(std::min<size_t>(rec.nfreed, kMaxAnnounced));
+  const auto gone = std::span(rec.vmm_gone).first(std::min<size_t>(rec.nvmm_gone, kMaxAnnounced));
+  if (captured) {
+    if (!freed.empty() || !gone.empty())
+      st.news_later.push_back(
+          {q, rec.owner, {freed.begin(), freed.end()}, {gone.begin(), gone.end()}});
+    return;
+  }
+  for (const DeviceIpc::PeerNews& n : std::exchange(st.news_later, {})) {
+    close_announced(n.owner, n.freed);
+    vmm_unmap_dropped(st, n.rank, n.vmm_gone);
+  }
+  close_announced(rec.owner, freed);
+  vmm_unmap_dropped(st, q, gone);
 }
 
 // VMM buffers go to the ranks of the call that lack them, before the GPU work.

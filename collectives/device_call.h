@@ -75,8 +75,10 @@ bool capturing(DeviceIpc& st, void* stream, Record& me);
 // Before the record `me` goes to ranks `to`: the frees of this process's exported allocations
 // that they have not been told of on this communicator, into me.freed (device_freed.h).
 void announce(DeviceIpc& st, Record& me, std::span<const int> to);
-// After rank q's record came: what it announced freed is closed or unmapped here.
-void take_news(DeviceIpc& st, int q, const Record& rec);
+// After rank q's record came: what it announced freed is closed or unmapped here -- with what
+// earlier captured calls held back -- or, when this rank's call is captured (rec's reader's
+// `captured`), held back until the next call that is not.
+void take_news(DeviceIpc& st, int q, const Record& rec, bool captured);
 
 // Where rank q's buffer of handle h is mapped here: by CUDA IPC, or its VMM allocation mapped by
 // descriptor (device_vmm.h). A CUDA IPC allocation of q's process that h's overlaps was freed: it

@@ -299,7 +299,7 @@ chorusResult_t device_collective(chorusComm_t h, CommImpl& comm, const Call& cal
           {.sendbuff = &me, .recvbuff = all.data(), .count = sizeof me, .datatype = chorusUint8});
       rc != chorusSuccess)
     return rc;
-  for (int q : others) take_news(st, q, all[q]);
+  for (int q : others) take_news(st, q, all[q], me.graph >= 0);
   for (int q = 0; q < p; ++q)
     if (Status s = check_ok(all[q], q, r, call.name); !s.is_ok()) return report(s);
   for (int q = 0; q < p; ++q) {

@@ -58,6 +58,14 @@ struct DeviceIpc {
   // By rank: how many of this process's frees found it was told of on this communicator
   // (device_freed.h).
   std::vector<uint64_t> freed_told;
+  // Peers' news of frees that came with a captured call (take_news): closing a mapping may
+  // synchronise, which a capture under way forbids, so it waits for the next call not captured.
+  struct PeerNews {
+    int rank;
+    uint64_t owner;
+    std::vector<uint64_t> freed, vmm_gone;
+  };
+  std::vector<PeerNews> news_later;
 };
 
 // When the communicator fails (a peer died or failed, a revoke, a timeout): every flag word of

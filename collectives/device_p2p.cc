@@ -120,7 +120,7 @@ chorusResult_t device_p2p(chorusComm_t h, CommImpl& comm, const std::vector<Devi
   const chorusResult_t end = chorusGroupEnd();
   if (rc != chorusSuccess) return rc;
   if (end != chorusSuccess) return end;
-  for (size_t i = 0; i < n; ++i) take_news(st, items[i].args.peer, theirs[i]);
+  for (size_t i = 0; i < n; ++i) take_news(st, items[i].args.peer, theirs[i], mine[i].graph >= 0);
 
   // Pairing, per peer: its sends meet this rank's receives in call order, and the other way.
   std::map<int, std::vector<const Record*>> peer_sends, peer_recvs;

@@ -305,7 +305,11 @@ void vmm_unmap_dropped(DeviceIpc& st, int q, std::span<const uint64_t> ids) {
   for (uint64_t id : ids) {
     auto it = st.vmm->imported.find({q, id});
     if (it == st.vmm->imported.end()) continue;
-    kc::ipc().vmm_unmap(it->second.at, it->second.size);
+    if (int rc = kc::ipc().vmm_unmap(it->second.at, it->second.size); rc != 0)
+      log_warn(
+          "unmapping rank {}'s freed VMM allocation at {} failed ({}): its memory stays "
+          "held here",
+          q, it->second.at, kc::ipc().error_string(rc));
     st.vmm->imported.erase(it);
   }
 }

@@ -5,7 +5,10 @@
 // invalidate the capture. None of them touches a stream being captured, so each runs with this
 // thread's mode relaxed for its duration, as NCCL's and PyTorch's allocations do under capture
 // (c10's CUDAStreamCaptureModeGuard). Frees are not covered: they synchronise, and the callers
-// never free while a capture is under way. For the .cu files of kernels/cuda only.
+// never free while a capture is under way. Closes of peers' memory (IPC closes, VMM unmaps) may
+// synchronise too: on the calling thread they wait for its next call not captured
+// (devcall::take_news); relaxed, they do not fail for another thread's capture. For the .cu
+// files of kernels/cuda only.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -137,6 +137,7 @@ int vmm_map(int fd, uint64_t size, void** out) {
 int vmm_unmap(void* p, uint64_t size) {
   const Vmm& v = vmm();
   if (!v.ok) return kNoCuda;
+  const RelaxedCapture relaxed;  // capture_mode.h: as ipc_close, for another thread's capture
   const auto va = reinterpret_cast<CUdeviceptr>(p);
   CUresult r = v.unmap(va, size);
   const CUresult f = v.free_range(va, size);

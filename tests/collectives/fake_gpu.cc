@@ -109,6 +109,9 @@ int vmm_export_fd(uint64_t identity, int* fd) {
 }
 
 std::atomic<int> g_vmm_mapped{0};
+// IPC closes and VMM unmaps made while a capture was under way (fake_closes_in_capture).
+std::atomic<int> g_closes_in_capture{0};
+void count_if_capturing();  // below, beside the captures
 
 int vmm_map(int fd, uint64_t size, void** out) {
   void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -119,6 +122,7 @@ int vmm_map(int fd, uint64_t size, void** out) {
 }
 
 int vmm_unmap(void* p, uint64_t size) {
+  count_if_capturing();
   if (munmap(p, size) != 0) return 1;
   --g_vmm_mapped;
   return 0;
@@ -202,6 +206,7 @@ void close_handle(const kc::IpcHandle& h) {
   g_open->erase(it);
   transport::release_shared(ref);
   ++g_closes;
+  count_if_capturing();
 }
 
 int flags_alloc(size_t bytes, void** out) {
@@ -346,6 +351,11 @@ int pinned_alloc(size_t bytes, void** out) {
 }
 
 std::atomic<int> g_frees_in_capture{0};
+
+void count_if_capturing() {
+  std::lock_guard<std::mutex> lock(g_capture_mu);
+  if (!g_captures->empty()) ++g_closes_in_capture;
+}
 std::atomic<int> g_pinned_frees{0};
 
 void pinned_free(void* p) {
@@ -738,6 +748,10 @@ void fake_capturing(void* stream, bool on) {
 
 void fake_marks_stuck(bool stuck) {
   g_marks_stuck.store(stuck);
+}
+
+int fake_closes_in_capture() {
+  return g_closes_in_capture.load();
 }
 
 int fake_frees_in_capture() {

@@ -91,5 +91,8 @@ void fake_one_queue(void* stream);
 // pinned_free calls made while a capture (fake_capture_begin) was under way, in this process:
 // CUDA refuses them there (a free synchronises), and they invalidate the capture.
 int fake_frees_in_capture();
+// IPC closes and VMM unmaps made while a capture was under way, in this process: on a GPU they
+// may synchronise, which a capture forbids.
+int fake_closes_in_capture();
 
 }  // namespace chorus::test

@@ -165,7 +165,7 @@ TEST_CASE(
 // captured barrier therefore also meets on "done", as the other collectives do.
 TEST_CASE("a captured barrier replayed back to back, one rank's waits held back",
           "[device][graph]") {
-  on_configs([](Config c, int r) {
+  on_configs([](Config, int r) {
     chorusComm_t comm = init(r);
     if (!comm) return 1;
     void* stream = chorus::test::fake_async_stream();
@@ -186,6 +186,46 @@ TEST_CASE("a captured barrier replayed back to back, one rank's waits held back"
     chorusCommDestroy(comm);
     return 0;
   });
+}
+
+// A peer's news that it freed memory this rank maps (device_freed.h) may come with a captured
+// call; closing the mapping may synchronise, which CUDA forbids while a capture is under way, so
+// the closes wait for the next call not captured.
+TEST_CASE("freed memory's news in a captured call: closed after the capture", "[device][graph]") {
+  check_all(run_ranks(
+      3,
+      [](int r) {
+        chorusComm_t comm = init(r);
+        if (!comm) return 1;
+        constexpr size_t n = 64;
+        void* stream = chorus::test::fake_async_stream();
+        float *x = dev(n), *y = dev(n);
+        if (chorusAllReduce(x, x, n, chorusFloat32, chorusSum, comm, stream) != chorusSuccess ||
+            chorus::test::fake_stream_sync(stream) != 0)
+          return fail_with(r, "the eager call", chorusGetLastError(comm));
+        chorus::test::fake_device_free(x);  // the peers map it still
+        chorus::test::fake_capture_begin(stream);
+        chorusResult_t rc = chorusSuccess;
+        for (int k = 0; k < 3 && rc == chorusSuccess; ++k)
+          rc = chorusAllReduce(y, y, n, chorusFloat32, chorusSum, comm, stream);
+        void* graph = chorus::test::fake_capture_end(stream);
+        if (rc != chorusSuccess) return fail_with(r, "the capture", chorusGetLastError(comm));
+        const int in_capture = chorus::test::fake_closes_in_capture();
+        const int held = chorus::test::fake_ipc_closes();
+        if (chorusAllReduce(y, y, n, chorusFloat32, chorusSum, comm, stream) != chorusSuccess ||
+            chorus::test::fake_stream_sync(stream) != 0)
+          return fail_with(r, "the eager call after", chorusGetLastError(comm));
+        const int closes = chorus::test::fake_ipc_closes();
+        if (in_capture != 0 || held != 0 || closes != 2)
+          return fail_with(r, "the closes",
+                           fmt::format("{} during the capture, {} before the eager call, {} "
+                                       "after it; want 0, 0, 2",
+                                       in_capture, held, closes));
+        chorus::test::fake_graph_free(graph);
+        chorusCommDestroy(comm);
+        return 0;
+      },
+      opts(false)));
 }
 
 // Sends and receives captured (device_graph.h: a pair's slots): a group that sends to the right
