@@ -69,9 +69,9 @@ Status place_staged(DeviceIpc& st, std::span<LocalBuffer* const> bufs, int rank,
     st.bounce_said = true;
     log_info(
         "rank {}: {}: {} {} is device memory that CUDA IPC cannot map (VMM or "
-        "cudaMallocAsync memory: {}); it goes through a bounce buffer of this "
+        "cudaMallocAsync memory); it goes through a bounce buffer of this "
         "communicator, one copy in and one out per call (this line once per communicator)",
-        rank, call, (*unmapped)->name, (*unmapped)->user, ipc.error_string(kc::kNotLegacyIpc));
+        rank, call, (*unmapped)->name, (*unmapped)->user);
   }
   return Status::ok();
 }

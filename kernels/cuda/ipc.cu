@@ -328,10 +328,17 @@ int current_device() {
   return cudaGetDevice(&d) == cudaSuccess ? d : -1;
 }
 
+// ipc.h's answers of its own are no cudaError_t (the last is cudaErrorUnknown, 999).
+static_assert(kNotLegacyIpc > int(cudaErrorUnknown) && kNotFdExportable > int(cudaErrorUnknown) &&
+              kReleaseUnprepared > int(cudaErrorUnknown));
+
 std::string ipc_error_string(int rc) {
   if (rc == 0) return "no error";
   if (rc == kReleaseUnprepared)
     return "no release stream on this device (flags_alloc makes it; none was called here)";
+  if (rc == kNotLegacyIpc)
+    return "no legacy CUDA IPC handle (VMM or stream-ordered memory, or a host address the GPU "
+           "sees elsewhere)";
   if (rc == kNotFdExportable)
     return "not inside one VMM allocation that CUDA exports as a file descriptor";
   if (rc < 0) return "CUDA driver error " + std::to_string(-rc);

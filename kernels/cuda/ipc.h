@@ -4,8 +4,9 @@
 // cudaGetDriverEntryPointByVersion, never linked), driver_none.cc without (every call fails with
 // kNoCuda).
 //
-// Every int result is 0 on success, a cudaError_t (> 0) or -CUresult (< 0); ipc_error_string
-// names it. Nothing here waits for the GPU: the stream functions enqueue and return.
+// Every int result is 0 on success, a cudaError_t (> 0), -CUresult (< 0) or one of the answers
+// below (past every cudaError_t, so that none is taken for CUDA's own); ipc_error_string names
+// it. Nothing here waits for the GPU: the stream functions enqueue and return.
 #pragma once
 
 #include <cstddef>
@@ -20,15 +21,15 @@ inline constexpr int kNoCuda = 100;  // cudaErrorNoDevice: no CUDA build, driver
 // ipc_export's answer for device memory that has no legacy IPC handle -- VMM (cuMem, PyTorch's
 // expandable segments) and stream-ordered (cudaMallocAsync) memory -- which the device
 // collectives then stage through a buffer of their own (collectives/device_ops.cc).
-inline constexpr int kNotLegacyIpc = 801;  // cudaErrorNotSupported
+inline constexpr int kNotLegacyIpc = 100801;
 
 // vmm_identify's answer for memory that is not inside one VMM allocation that CUDA can export as
 // a POSIX file descriptor (cudaMallocAsync memory; cuMem memory created without that handle
 // type; a buffer across two allocations): it goes through the bounce buffer instead.
-inline constexpr int kNotFdExportable = 803;
+inline constexpr int kNotFdExportable = 100803;
 
 // flags_release's answer on a device where no flags_alloc ran (nothing made its stream).
-inline constexpr int kReleaseUnprepared = 804;
+inline constexpr int kReleaseUnprepared = 100804;
 
 // buffer_id's answer for an address that lies in no allocation of this process (the one there
 // was freed): CUDA_ERROR_INVALID_VALUE, as a -CUresult.

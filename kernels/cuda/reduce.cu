@@ -26,6 +26,10 @@ int launch(RedOp op, const FoldArgs& a, cudaStream_t stream) {
   size_t vecs = (a.count * sizeof(S) + 15) / 16;
   size_t want = (vecs + size_t(kThreads) * kUnroll - 1) / (size_t(kThreads) * kUnroll);
   unsigned blocks = unsigned(std::clamp<size_t>(want, 1, kMaxBlocks));
+  // The launch's own error only: an earlier call's left on this thread (one whose failure was
+  // handled, as a refused IPC export) would be reported as this launch's. Sticky errors come
+  // back anyway.
+  (void)cudaGetLastError();
   switch (op) {
     case RedOp::kSum:
     case RedOp::kAvg:
