@@ -68,6 +68,12 @@ int vmm_identify(const void* p, size_t bytes, VmmAllocation* out) {
   if (v.pointer_attribute(&types, CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES, at) != CUDA_SUCCESS ||
       !(types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR))
     return kNotFdExportable;
+  // Memory of a stream-ordered pool made with that handle type says so too, but it is a piece of
+  // the pool's allocation, which only cuMemPoolExportPointer shares: the bounce buffer takes it.
+  CUmemoryPool pool = nullptr;
+  if (v.pointer_attribute(&pool, CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE, at) == CUDA_SUCCESS &&
+      pool != nullptr)
+    return kNotFdExportable;
   // For VMM memory: the range of the one mapping (of one allocation) that holds p.
   CUdeviceptr base = 0;
   size_t size = 0;

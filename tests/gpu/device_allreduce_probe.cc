@@ -236,12 +236,15 @@ int correctness(chorusComm_t comm, cudaStream_t stream) {
 // CUDA IPC cannot map: VMM memory that exports as a file descriptor is mapped by the peers through
 // it (collectives/device_vmm.h), the rest goes through the bounce buffer
 // (collectives/device_bounce.h).
-enum class Mem { kMalloc, kAsync, kVmm, kVmmNoFd };
+// kAsyncFdPool: stream-ordered memory of a pool made to export as a file descriptor, which says
+// so of its pieces too, but a piece is no allocation of its own: the bounce buffer takes it.
+enum class Mem { kMalloc, kAsync, kVmm, kVmmNoFd, kAsyncFdPool };
 const char* mem_name(Mem m) {
-  return m == Mem::kMalloc  ? "cudaMalloc"
-         : m == Mem::kAsync ? "cudaMallocAsync"
-         : m == Mem::kVmm   ? "VMM (cuMem, exported by file descriptor)"
-                            : "VMM (cuMem, no shareable handle)";
+  return m == Mem::kMalloc        ? "cudaMalloc"
+         : m == Mem::kAsync       ? "cudaMallocAsync"
+         : m == Mem::kVmm         ? "VMM (cuMem, exported by file descriptor)"
+         : m == Mem::kAsyncFdPool ? "cudaMallocFromPoolAsync (a pool exported by descriptor)"
+                                  : "VMM (cuMem, no shareable handle)";
 }
 
 template <class Fn>
@@ -305,13 +308,27 @@ void* mem_alloc(Mem m, size_t bytes, cudaStream_t stream) {
     CK(cudaMallocAsync(&p, bytes, stream));
     CK(cudaStreamSynchronize(stream));
   }
+  if (m == Mem::kAsyncFdPool) {
+    static cudaMemPool_t pool = [] {
+      cudaMemPoolProps props{};
+      props.allocType = cudaMemAllocationTypePinned;
+      props.handleTypes = cudaMemHandleTypePosixFileDescriptor;
+      props.location.type = cudaMemLocationTypeDevice;
+      props.location.id = 0;
+      cudaMemPool_t made = nullptr;
+      CK(cudaMemPoolCreate(&made, &props));
+      return made;
+    }();
+    CK(cudaMallocFromPoolAsync(&p, bytes, pool, stream));
+    CK(cudaStreamSynchronize(stream));
+  }
   if (m == Mem::kVmm || m == Mem::kVmmNoFd) p = vmm_alloc(bytes, m == Mem::kVmm);
   return p;
 }
 
 void mem_free(Mem m, void* p, cudaStream_t stream) {
   if (m == Mem::kMalloc) CK(cudaFree(p));
-  if (m == Mem::kAsync) CK(cudaFreeAsync(p, stream));
+  if (m == Mem::kAsync || m == Mem::kAsyncFdPool) CK(cudaFreeAsync(p, stream));
 }
 
 // All-to-all-v on `send`/`recv` (2^20 + 3 words each at least): blocks of uneven size (rank q
@@ -1008,7 +1025,7 @@ int worker() {
   if (g_rank == 0) std::printf("%d ranks: %d cases in %.1f s\n", g_size, cases, took);
   if (!g_failed) cases = other_collectives(comm, stream);
   if (g_rank == 0) std::printf("%d ranks: %d cases of the other calls\n", g_size, cases);
-  for (Mem m : {Mem::kAsync, Mem::kVmm, Mem::kVmmNoFd}) {
+  for (Mem m : {Mem::kAsync, Mem::kVmm, Mem::kVmmNoFd, Mem::kAsyncFdPool}) {
     if (!g_failed) cases = other_collectives(comm, stream, m);
     if (!g_failed) alternating_streams(comm, stream, m);
     if (g_rank == 0)
