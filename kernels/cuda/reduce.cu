@@ -6,6 +6,7 @@
 
 #include <algorithm>
 
+#include "kernels/cuda/capture_mode.h"
 #include "kernels/cuda/fold.cuh"
 
 namespace chorus::kernels::cuda {
@@ -48,7 +49,29 @@ int launch(RedOp op, const FoldArgs& a, cudaStream_t stream) {
   return int(cudaGetLastError());
 }
 
+// Every fold kernel loaded into the context at the first launch. CUDA 12.2 on loads a kernel
+// at its first launch by default (CUDA_MODULE_LOADING=LAZY), which may wait for the context's
+// work: a first launch of another type or op at a peer's death, with this rank's streams waiting
+// on words the peer will never write, would wait with the rest. NCCL loads its kernels at init
+// for the same reason.
+bool load_all() {
+  const RelaxedCapture relaxed;  // capture_mode.h: the first launch may be a captured call's
+  for (int t = 0; t < kNumDTypes; ++t)
+    elem::with_storage_type(DType(t), [](auto tag) {
+      using S = decltype(tag);
+      cudaFuncAttributes attr;
+      for (const void* k : {reinterpret_cast<const void*>(&fold_kernel<S, RedOp::kSum>),
+                            reinterpret_cast<const void*>(&fold_kernel<S, RedOp::kProd>),
+                            reinterpret_cast<const void*>(&fold_kernel<S, RedOp::kMin>),
+                            reinterpret_cast<const void*>(&fold_kernel<S, RedOp::kMax>)})
+        (void)cudaFuncGetAttributes(&attr, k);
+    });
+  (void)cudaGetLastError();  // (a failure here shows at the launch)
+  return true;
+}
+
 int run(DType t, RedOp op, const FoldArgs& a, void* stream) {
+  [[maybe_unused]] static const bool loaded = load_all();
   if (unsigned(op) >= unsigned(kNumRedOps) || unsigned(t) >= unsigned(kNumDTypes) || a.w < 1 ||
       a.w > kMaxFoldInputs || a.nout < 1 || a.nout > kMaxFoldOutputs || a.avg_n < 0)
     return int(cudaErrorInvalidValue);
