@@ -745,9 +745,12 @@ Status CommImpl::destroy() {
     return joined;
   }
   vmm_close(device_ipc_);  // no call runs any more: the registry's retains end
-  graph_warn_held(rank(), {device_ipc_.graph.slots.get(), device_ipc_.stage.graph_slots.get()});
+  // Graphs that outlive the communicator: a replay of theirs would wait for ever on its stream,
+  // and a free of page-locked memory may wait for the device, so none is freed then.
+  const bool graphs_live = graph_warn_held(rank(), {device_ipc_.graph.slots.get(),
+                                                    device_ipc_.stage.graph_slots.get()}) > 0;
   graph_close(device_ipc_.graph);
-  stage_graph_close(device_ipc_.stage);  // the replays' thread and communicator end
+  stage_graph_close(device_ipc_.stage, graphs_live);  // the replays' thread and communicator end
   if (device_ipc_.timing) device_timing_report(*device_ipc_.timing, rank(), timeout_s_);
   std::vector<std::unique_ptr<Channel>> channels;
   std::shared_ptr<Job> job;
@@ -763,7 +766,8 @@ Status CommImpl::destroy() {
     q.first->finish(
         make_error(Code::kAborted, "{}: communicator destroyed", describe(q.first->desc())));
   queue.clear();  // a staged device call's host part signals its stream as it goes
-  stage_close(device_ipc_.stage, deadline.remaining());  // destroy stays bounded by the timeout
+  // (destroy stays bounded by the timeout)
+  stage_close(device_ipc_.stage, deadline.remaining(), graphs_live);
   if (job) {
     job->remove(this);
     job->goodbye_if_unused();  // the job's last communicator: said here, not at its teardown

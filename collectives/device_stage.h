@@ -97,14 +97,17 @@ struct StageState {
 void stage_signal(StageState& st, uint32_t n);
 // At destroy, once no operation runs or is queued: waits (up to timeout_s, what is left of
 // destroy's) for every buffer's `done` mark, then frees the buffers and marks; a buffer whose
-// stream never got there is left allocated, with a warning.
-void stage_close(StageState& st, double timeout_s);
+// stream never got there is left allocated, with a warning. `graphs_live` (CUDA graphs still
+// hold captured calls, graph_warn_held): nothing is freed -- cudaFreeHost may wait for the whole
+// device, and a replay of theirs would wait on its stream for ever.
+void stage_close(StageState& st, double timeout_s, bool graphs_live);
 // A failure of the communicator (any thread): the replays' communicator is aborted, and a keeper
 // writes 1 into the captured calls' words until stage_graph_close, so that no replay waits.
 void stage_graph_release(StageState& st);
 // At destroy: the replays' thread ends (a replay's host part queued still is skipped, its word
-// written), their communicator is destroyed, the keeper stops.
-void stage_graph_close(StageState& st);
+// written), their communicator is destroyed, the keeper stops; the destroyed graphs' page-locked
+// memory is freed unless `graphs_live` (as stage_close).
+void stage_graph_close(StageState& st, bool graphs_live);
 // The captured calls' word of `slot`.
 inline uint32_t* stage_graph_word(void* word, int slot) {
   return static_cast<uint32_t*>(word) + 1 + slot;

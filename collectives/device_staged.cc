@@ -38,8 +38,19 @@ void stage_signal(StageState& st, uint32_t n) {
     log_warn("signalling a staged device call's end failed: {}", kc::ipc().error_string(rc));
 }
 
-void stage_close(StageState& st, double timeout_s) {
+void stage_close(StageState& st, double timeout_s, bool graphs_live) {
   const kc::IpcBackend& ipc = kc::ipc();
+  if (graphs_live) {
+    size_t bytes = 0;
+    for (const StageBuffer& b : st.buffers) bytes += b.bytes;
+    if (bytes > 0)
+      log_warn(
+          "the staged device calls' host buffers ({} bytes) are left allocated: CUDA graphs "
+          "still hold captured calls, and a free may wait for their replays",
+          bytes);
+    st.buffers.clear();
+    return;
+  }
   const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
   for (StageBuffer& b : st.buffers) {
     int rc = b.done != nullptr ? ipc.mark_done(st.device, b.done) : 0;

@@ -302,7 +302,7 @@ void stage_graph_release(StageState& st) {
   if (!running) keep_words(st);  // else once it has left (host_part_left)
 }
 
-void stage_graph_close(StageState& st) {
+void stage_graph_close(StageState& st, bool graphs_live) {
   std::shared_ptr<StagedReplays> r;
   {
     std::lock_guard<std::mutex> lock(st.mu);
@@ -330,7 +330,7 @@ void stage_graph_close(StageState& st) {
   for (auto& [q, x] : r->pairs)
     if (x.comm != nullptr) chorusCommDestroy(x.comm);
   if (r->comm != nullptr) chorusCommDestroy(r->comm);
-  free_unpinned(*r);
+  if (!graphs_live) free_unpinned(*r);
 }
 
 }  // namespace chorus

@@ -372,7 +372,7 @@ TEST_CASE(
 // left) and a send from rank 0 to rank 2 alone, replayed 8 times with rank 1's stream held back
 // before every third replay and an eager exchange between replays, all right.
 TEST_CASE(
-    "staged device sends and receives captured into a CUDA graph (before any collective): every "
+    "staged device sends and receives captured into a CUDA graph before any collective, every "
     "replay right",
     "[device][graph]") {
   auto res = run_ranks(
@@ -434,8 +434,12 @@ TEST_CASE(
           }
         if (int frees = chorus::test::fake_frees_in_capture(); frees != 0)
           return fail_with(r, "the captures", fmt::format("{} frees during captures", frees));
-        // The graph outlives the communicator: destroy warns that its replays would wait.
+        // The graph outlives the communicator: destroy warns that its replays would wait, and
+        // frees no page-locked memory (a free may wait for the device, hence for such a replay).
+        const int frees = chorus::test::fake_pinned_frees();
         chorusCommDestroy(comm);
+        if (int more = chorus::test::fake_pinned_frees() - frees; more != 0)
+          return fail_with(r, "destroy", fmt::format("{} page-locked frees, want 0", more));
         chorus::test::fake_graph_free(graph);
         return 0;
       },
