@@ -684,9 +684,9 @@ std::vector<chorus::test::RankResult> killed_while_queued(const RunOptions& o) {
 }  // namespace
 
 TEST_CASE(
-    "staged device calls with one hardware queue for the process's streams (as "
-    "CUDA_DEVICE_MAX_CONNECTIONS=1): the host part's store ends each wait (a stream write would "
-    "queue behind it)",
+    "staged device calls, one hardware queue: the host part's store ends each wait, with the "
+    "process's streams sharing one queue as under CUDA_DEVICE_MAX_CONNECTIONS=1 (a stream write "
+    "would queue behind it)",
     "[device]") {
   auto res = run_ranks(
       3,
@@ -807,12 +807,12 @@ TEST_CASE("staged device calls: a peer killed; the stream's earlier work that ne
   }
   SECTION(
       "rank 2 killed while the survivors' replays of a captured all-reduce and ring exchange are "
-      "queued: their streams end, the error names it") {
+      "queued -- their streams end, the error names it") {
     check_ranks(killed_while_queued(opts()), {0, 1});
   }
   SECTION(
       "rank 2 killed during the survivors' replays; rank 0 hears of the death 800 ms after rank "
-      "1's abort of the replays' communicator (CHORUS_TEST_DEATH_NEWS_LATE_MS): rank 0's error "
+      "1's abort of the replays' communicator (CHORUS_TEST_DEATH_NEWS_LATE_MS) -- rank 0's error "
       "still names the death, not the abort") {
     RunOptions o = opts();
     o.env["CHORUS_TEST_DEATH_NEWS_LATE_MS"] = "800";
@@ -820,8 +820,8 @@ TEST_CASE("staged device calls: a peer killed; the stream's earlier work that ne
   }
   SECTION(
       "rank 2 killed while a survivor's host part of a replay waits for it, and that host part is "
-      "slow to leave (CHORUS_TEST_HOST_PART_LINGER_MS), then writes its page-locked memory: the "
-      "streams go on only once it has left (TSan: no copy beside its late write)") {
+      "slow to leave (CHORUS_TEST_HOST_PART_LINGER_MS), then writes its page-locked memory -- the "
+      "streams go on only once it has left (TSan -- no copy beside its late write)") {
     RunOptions o = opts();
     o.env["CHORUS_TEST_HOST_PART_LINGER_MS"] = "1000";
     auto res = run_ranks(
@@ -851,13 +851,13 @@ TEST_CASE("staged device calls: a peer killed; the stream's earlier work that ne
   }
   SECTION(
       "rank 2 killed right after capturing a ring exchange (its pair communicators perhaps not "
-      "made yet): the survivors' replays end, named, and destroy does not wait for a making") {
+      "made yet) -- the survivors' replays end, named, and destroy does not wait for a making") {
     check_ranks(killed_after_capture(false, 5, false, opts()), {0, 1});
   }
   SECTION(
       "rank 2 killed with the survivors' replays queued, each graph destroyed as soon as its "
       "stream ends, while the replays' thread (CHORUS_TEST_REPLAY_LAG_MS) still holds replays of "
-      "it: nothing it holds is freed under it (ASan)") {
+      "it -- nothing it holds is freed under it (ASan)") {
     RunOptions o = opts();
     o.env["CHORUS_TEST_REPLAY_LAG_MS"] = "100";
     check_ranks(killed_after_capture(true, 10, true, o), {0, 1});
@@ -943,7 +943,7 @@ TEST_CASE("staged device calls: a peer killed; the stream's earlier work that ne
     check_all(res);
   }
   SECTION(
-      "rank 2's capture of a receive fails after the pair agreed (page-locked memory refused): "
+      "rank 2's capture of a receive fails after the pair agreed (page-locked memory refused) -- "
       "named on every rank, and rank 0, whose pair communicator is still waiting for rank 2's "
       "side, destroys at once") {
     // Rank 2 fails only once rank 0's capture has returned (a pipe): its news could otherwise

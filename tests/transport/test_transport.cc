@@ -171,7 +171,7 @@ TEST_CASE("the store serves set/get, times out gets, and refuses oversized reque
 }
 
 TEST_CASE(
-    "a get waiting on a store client shared by threads hands the connection over: the other "
+    "store client shared by threads: a get waiting hands the connection over, and the other "
     "threads' requests do not wait out its slices",
     "[store]") {
   Secret secret = secret_from_string("store-test");
