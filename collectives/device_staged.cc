@@ -279,6 +279,14 @@ std::optional<chorusResult_t> wrong_memory(CommImpl& comm, const char* call, con
                                          comm.rank(), why)));
 }
 
+// A call that failed after enqueueing work on its buffer (a copy into it): the buffer stays taken
+// until the stream gets past that work (its done mark), or for good when no mark can be made
+// (refresh keeps a used buffer without one).
+void held_by_stream(StageBuffer& b, void* stream) {
+  b.used = true;
+  if (kc::ipc().mark_record(stream, &b.done) != 0) b.done = nullptr;
+}
+
 constexpr size_t kAlign = 64;
 size_t aligned(size_t n) {
   return (n + kAlign - 1) / kAlign * kAlign;
@@ -327,8 +335,10 @@ chorusResult_t staged_collective(chorusComm_t h, CommImpl& comm, const Call& cal
   // write recvbuff (and a barrier waits for it).
   if (int rc = ipc.to_host_async(in, a.sendbuff, in_bytes, a.stream); rc != 0)
     return report(copy_failed(call.name, r, "copying sendbuff to host memory", rc));
-  if (int rc = ipc.mark_record(a.stream, &b.ready); rc != 0)
+  if (int rc = ipc.mark_record(a.stream, &b.ready); rc != 0) {
+    held_by_stream(b, a.stream);  // the copy into it is enqueued
     return report(copy_failed(call.name, r, "marking the input's copy", rc));
+  }
   const uint32_t n = ++st.calls;
   {
     HostStage stage(wrap_for(comm, n, b.ready, call.name));
@@ -336,8 +346,10 @@ chorusResult_t staged_collective(chorusComm_t h, CommImpl& comm, const Call& cal
     host.sendbuff = uses_send ? in : nullptr;
     host.recvbuff = uses_recv ? out : nullptr;
     host.stream = nullptr;
-    if (chorusResult_t rc = run_op({call.name, call.kind, false}, h, host); rc != chorusSuccess)
+    if (chorusResult_t rc = run_op({call.name, call.kind, false}, h, host); rc != chorusSuccess) {
+      held_by_stream(b, a.stream);
       return rc;
+    }
   }
   b.used = true;  // from here the stream holds it, until its done mark
   if (int rc = ipc.wait_u32_geq(a.stream, st.word.load(), n); rc != 0)
@@ -388,11 +400,15 @@ chorusResult_t staged_p2p(chorusComm_t h, CommImpl& comm, const std::vector<Devi
     if (items[i].call.kind == OpKind::kSend)
       if (int rc =
               ipc.to_host_async(base + at[i], a.sendbuff, a.count * dtype_size(a.datatype), stream);
-          rc != 0)
+          rc != 0) {
+        held_by_stream(b, stream);  // the copies before it are enqueued
         return report(copy_failed(name, r, "copying sendbuff to host memory", rc));
+      }
   }
-  if (int rc = ipc.mark_record(stream, &b.ready); rc != 0)
+  if (int rc = ipc.mark_record(stream, &b.ready); rc != 0) {
+    held_by_stream(b, stream);
     return report(copy_failed(name, r, "marking the inputs' copy", rc));
+  }
   const uint32_t n = ++st.calls;
   {
     HostStage stage(wrap_for(comm, n, b.ready, name));
@@ -409,8 +425,10 @@ chorusResult_t staged_p2p(chorusComm_t h, CommImpl& comm, const std::vector<Devi
       rc = run_op({name, items[i].call.kind, false}, h, host);
     }
     const chorusResult_t end = chorusGroupEnd();
-    if (rc != chorusSuccess) return rc;
-    if (end != chorusSuccess) return end;
+    if (rc != chorusSuccess || end != chorusSuccess) {
+      held_by_stream(b, stream);
+      return rc != chorusSuccess ? rc : end;
+    }
   }
   b.used = true;
   if (int rc = ipc.wait_u32_geq(stream, st.word.load(), n); rc != 0)

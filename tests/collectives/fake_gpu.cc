@@ -418,7 +418,10 @@ AsyncMark* async_mark(void* mark) {
   return g_async_marks->count(mark) ? static_cast<AsyncMark*>(mark) : nullptr;
 }
 
+std::atomic<int> g_fail_marks{0};
+
 int mark_record(void* stream, void** mark) {
+  if (g_fail_marks.load() > 0 && g_fail_marks.fetch_sub(1) > 0) return 999;  // cudaErrorUnknown
   g_mark_stream.store(stream);
   if (async_of(stream) != nullptr) {
     AsyncMark* m = async_mark(*mark);
@@ -731,6 +734,10 @@ void fake_stream_delay(void* stream, int ms) {
     std::this_thread::sleep_for(std::chrono::milliseconds(ms));
     return 0;
   });
+}
+
+void fake_fail_marks(int n) {
+  g_fail_marks.store(n);
 }
 
 void fake_wait_delay(int ms) {

@@ -70,6 +70,8 @@ void fake_stream_delay(void* stream, int ms);
 // Every stream wait of this process sleeps `ms` when its turn comes, before it looks at its word
 // (0: none): the rank's peers run ahead between its signals and its waits.
 void fake_wait_delay(int ms);
+// The next n mark_record calls of this process fail (with 999), recording nothing.
+void fake_fail_marks(int n);
 // While set, no mark is ever reached (a stream whose earlier work never ends).
 void fake_marks_stuck(bool stuck);
 // While set, pinned_alloc fails (out of memory).

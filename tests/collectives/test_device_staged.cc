@@ -281,6 +281,50 @@ TEST_CASE(
   check_all(res);
 }
 
+// A staged call that fails after its input's copy was enqueued (here: the mark after it) leaves
+// its host buffer to that copy: a call on another stream meanwhile takes another buffer, not the
+// one the pending copy will write into.
+TEST_CASE("a staged call failed after its copy was enqueued keeps its buffer until the copy",
+          "[device]") {
+  check_all(run_ranks(
+      3,
+      [](int r) {
+        chorusComm_t comm = init(r);
+        if (!comm) return 1;
+        const chorus::kernels::cuda::IpcBackend& gpu = chorus::kernels::cuda::ipc();
+        constexpr size_t n = 1000;
+        void* held = chorus::test::fake_async_stream();
+        void* other = chorus::test::fake_async_stream();
+        auto* gate = static_cast<uint32_t*>(chorus::test::fake_device_alloc(4));
+        float *a = dev(n), *b = dev(n);
+        for (size_t j = 0; j < n; ++j) b[j] = value(r, j, 1);
+        if (gpu.wait_u32_geq(held, gate, 1) != 0) return fail_with(r, "the gate", "failed");
+        chorus::test::fake_fail_marks(1);  // on every rank: none runs the first call's host part
+        if (chorusAllReduce(a, a, n, chorusFloat32, chorusSum, comm, held) == chorusSuccess ||
+            !contains(chorusGetLastError(comm), "marking the input's copy"))
+          return fail_with(r, "the failed call", chorusGetLastError(comm));
+        if (chorusAllReduce(b, b, n, chorusFloat32, chorusSum, comm, other) != chorusSuccess)
+          return fail_with(r, "the call after", chorusGetLastError(comm));
+        const int live = chorus::test::fake_pinned_live();
+        __atomic_store_n(gate, 1u, __ATOMIC_RELEASE);
+        if (int e = chorus::test::fake_stream_sync(other); e != 0)
+          return fail_with(r, "the other stream", gpu.error_string(e));
+        if (int e = chorus::test::fake_stream_sync(held); e != 0)
+          return fail_with(r, "the held stream", gpu.error_string(e));
+        if (live != 2)
+          return fail_with(r, "host buffers",
+                           fmt::format("{} allocated while the failed call's copy was pending, "
+                                       "want 2 (its own and the next call's)",
+                                       live));
+        for (size_t j = 0; j < n; ++j)
+          if (b[j] != value(0, j, 1) + value(1, j, 1) + value(2, j, 1))
+            return fail_with(r, "the call after", fmt::format("element {}: {}", j, b[j]));
+        chorusCommDestroy(comm);
+        return 0;
+      },
+      opts()));
+}
+
 // Staged calls captured into a CUDA graph (device_staged_graph.cc): each replay's host part runs
 // on the replays' communicator when the stream reaches the graph's host node; 10 replays with
 // rank 1's stream held back before every third and eager staged calls between, all right; the
