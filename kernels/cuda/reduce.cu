@@ -5,6 +5,8 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdint>
 
 #include "kernels/cuda/capture_mode.h"
 #include "kernels/cuda/fold.cuh"
@@ -49,12 +51,18 @@ int launch(RedOp op, const FoldArgs& a, cudaStream_t stream) {
   return int(cudaGetLastError());
 }
 
-// Every fold kernel loaded into the context at the first launch. CUDA 12.2 on loads a kernel
-// at its first launch by default (CUDA_MODULE_LOADING=LAZY), which may wait for the context's
-// work: a first launch of another type or op at a peer's death, with this rank's streams waiting
-// on words the peer will never write, would wait with the rest. NCCL loads its kernels at init
-// for the same reason.
-bool load_all() {
+// Every fold kernel loaded into the current device's context at the first launch there. CUDA
+// 12.2 on loads a kernel at its first launch by default (CUDA_MODULE_LOADING=LAZY), which may
+// wait for the context's work: a first launch of another type or op at a peer's death, with this
+// rank's streams waiting on words the peer will never write, would wait with the rest. NCCL loads
+// its kernels at init for the same reason. Devices past 63 load lazily.
+std::atomic<uint64_t> g_loaded{0};  // by device
+
+void load_all() {
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return;
+  const uint64_t bit = uint64_t(1) << dev;
+  if ((g_loaded.load(std::memory_order_acquire) & bit) != 0) return;
   const RelaxedCapture relaxed;  // capture_mode.h: the first launch may be a captured call's
   for (int t = 0; t < kNumDTypes; ++t)
     elem::with_storage_type(DType(t), [](auto tag) {
@@ -66,12 +74,12 @@ bool load_all() {
                             reinterpret_cast<const void*>(&fold_kernel<S, RedOp::kMax>)})
         (void)cudaFuncGetAttributes(&attr, k);
     });
-  (void)cudaGetLastError();  // (a failure here shows at the launch)
-  return true;
+  (void)cudaGetLastError();                           // (a failure here shows at the launch)
+  g_loaded.fetch_or(bit, std::memory_order_acq_rel);  // two threads may both load: harmless
 }
 
 int run(DType t, RedOp op, const FoldArgs& a, void* stream) {
-  [[maybe_unused]] static const bool loaded = load_all();
+  load_all();
   if (unsigned(op) >= unsigned(kNumRedOps) || unsigned(t) >= unsigned(kNumDTypes) || a.w < 1 ||
       a.w > kMaxFoldInputs || a.nout < 1 || a.nout > kMaxFoldOutputs || a.avg_n < 0)
     return int(cudaErrorInvalidValue);
