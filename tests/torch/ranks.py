@@ -26,7 +26,7 @@ import time
 import torch
 import torch.distributed as dist
 
-import chorus_torch  # noqa: F401  (registers "chorus")
+import chorus_torch  # registers "chorus"; its _C has the test hooks
 
 RANK = int(os.environ["RANK"])
 N = int(os.environ["WORLD_SIZE"])
@@ -297,13 +297,19 @@ def check_p2p_and_misc(ch, gloo):
     s = torch.arange(6, dtype=torch.int16) * (RANK + 1) if RANK == 0 else torch.zeros(6, dtype=torch.int16)
     dist.broadcast(s, 0, group=ch)
     check(torch.equal(s, torch.arange(6, dtype=torch.int16)), "int16 broadcast")
-    # async work, future, is_completed
-    t = torch.ones(1000)
-    w = dist.all_reduce(t, group=ch, async_op=True)
-    fut = w.get_future()
-    check(w.wait(), "wait() returns True")
-    check(w.is_completed() and fut.done(), "is_completed after wait")
-    check(torch.equal(fut.value()[0], torch.full((1000,), float(N))), "future holds the output")
+    # async work, future, is_completed; then with the completer finishing the Work while wait()
+    # waits for it, slowly between the Work's own flag and the Future (a failure in CI once)
+    for slow_ms in (0, 200):
+        chorus_torch._C._test_slow_finish(slow_ms)
+        t = torch.ones(1000)
+        w = dist.all_reduce(t, group=ch, async_op=True)
+        fut = w.get_future()
+        check(w.wait(), "wait() returns True")
+        check(w.is_completed() and fut.done(),
+              f"is_completed after wait (slow finish {slow_ms} ms): {w.is_completed()}, "
+              f"future done {fut.done()}")
+        check(torch.equal(fut.value()[0], torch.full((1000,), float(N))), "future holds the output")
+    chorus_torch._C._test_slow_finish(0)
     dist.barrier(group=ch)
     # refusals, by message
     expect_error(lambda: dist.all_reduce(torch.ones(2, dtype=torch.int32), op=dist.ReduceOp.BAND,

@@ -54,6 +54,8 @@ PYBIND11_MODULE(_C, m) {
       py::arg("group"), py::arg("exclude"), py::arg("agree"),
       py::call_guard<py::gil_scoped_release>(),
       "chorusCommShrink: a group of the ranks but `exclude` (with agree: but the failed ones).");
+  m.def("_test_slow_finish", &chorus_torch::WorkChorus::test_slow_finish, py::arg("ms"),
+        "Test hook: Works finish slowly, so that wait() meets a Work the completer is finishing.");
   m.def("chorus_version", [] {
     int v = 0;
     chorusGetVersion(&v);

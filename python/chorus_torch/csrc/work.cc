@@ -4,7 +4,9 @@
 #include <ATen/core/jit_type.h>
 #include <c10/util/Exception.h>
 
+#include <chrono>
 #include <stdexcept>
+#include <thread>
 
 namespace chorus_torch {
 
@@ -25,6 +27,8 @@ WorkChorus::~WorkChorus() {
 bool WorkChorus::wait(std::chrono::milliseconds timeout) {
   // 0 ms means no limit of the caller's: chorus ends every operation by its own timeout.
   const double seconds = timeout == kNoTimeout ? -1.0 : timeout.count() / 1000.0;
+  if (const int ms = slow_finish_ms_.load(); ms > 0)
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms / 2));
   TORCH_CHECK(complete(seconds), "chorus: ", what_, " did not finish within the wait's ",
               timeout.count(), " ms (it goes on; the communicator's own timeout ends it)");
   std::unique_lock<std::mutex> lock(mutex_);
@@ -40,9 +44,8 @@ bool WorkChorus::complete(double seconds) {
     if (rc != chorusSuccess && error.empty())
       error = std::string(chorusGetErrorString(rc)) + ": " + chorusGetLastError(nullptr);
   }
-  if (claimed_.exchange(true)) {  // the other caller finishes it; wait for that
-    std::unique_lock<std::mutex> lock(mutex_);
-    cv_.wait(lock, [&] { return completed_; });
+  if (claimed_.exchange(true)) {  // the other caller finishes it; wait for that, Future and all
+    future_->wait();
     return true;
   }
   std::exception_ptr eptr;
@@ -64,6 +67,8 @@ void WorkChorus::finish_with(std::exception_ptr error) {
   after_ = nullptr;
   keep_.clear();
   finish(error);
+  if (const int ms = slow_finish_ms_.load(); ms > 0)
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
   if (error)
     future_->setError(error);
   else

@@ -36,6 +36,9 @@ class WorkChorus : public c10d::Work {
   const std::string& what() const { return what_; }
 
   bool wait(std::chrono::milliseconds timeout) override;
+  // Done once the Future is: c10d's own flag is set a moment before the Future is marked, and a
+  // caller that saw wait() return (or is_completed()) must find the Future done as well.
+  bool isCompleted() override { return future_->completed(); }
   void synchronize() override {}
   std::vector<at::Tensor> result() override { return outputs_; }
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
@@ -45,6 +48,10 @@ class WorkChorus : public c10d::Work {
   // waits for that. The completer calls it, and so does wait() on the caller's own thread, which
   // spares a blocking call the hand-over to the completer. false: time ran out. Never throws.
   bool complete(double seconds = -1);
+
+  // Test hook: the finisher sleeps `ms` between c10d's finish() and marking the Future, and
+  // wait() sleeps ms / 2 before claiming, so that the completer finishes while a caller waits.
+  static void test_slow_finish(int ms) { slow_finish_ms_.store(ms); }
 
  private:
   void finish_with(std::exception_ptr error);
@@ -56,6 +63,7 @@ class WorkChorus : public c10d::Work {
   std::function<void()> after_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   std::atomic<bool> claimed_{false};  // someone is finishing the Work
+  static inline std::atomic<int> slow_finish_ms_{0};
 };
 
 // One thread per process group completing its Works in the order they were made (chorus runs a
