@@ -100,6 +100,11 @@ Result<std::shared_ptr<CommImpl>> CommImpl::create(std::shared_ptr<Job> job, std
       return make_error(Code::kInvalidArgument,
                         "CHORUS_STAGE_WORDS must be host or device, got '{}'", words);
     c->device_ipc_.stage.want_host_words = words == "host";
+    const std::string ipc_words = env_str("CHORUS_IPC_WORDS", "host");
+    if (ipc_words != "host" && ipc_words != "device")
+      return make_error(Code::kInvalidArgument, "CHORUS_IPC_WORDS must be host or device, got '{}'",
+                        ipc_words);
+    c->device_ipc_.want_host_words = ipc_words == "host";
     c->send_seq_.assign(c->size(), 0);
     c->recv_seq_.assign(c->size(), 0);
     CHORUS_ASSIGN_OR_RETURN(auto transports, transport::Transports::from_env());

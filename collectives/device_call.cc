@@ -49,7 +49,7 @@ bool capturing(DeviceIpc& st, void* stream, Record& me) {
     return false;
   }
   if (!on) return false;
-  if (int rc = ipc.export_buffer(st.graph.flags, &me.graph_flags); rc != 0) {
+  if (int rc = export_words(st, st.graph.flags, &me.graph_flags); rc != 0) {
     set_why(me, "exporting the flag words of captured calls failed: " + ipc_error(rc));
     return false;
   }
@@ -74,9 +74,9 @@ void describe_self(DeviceIpc& st, CallBuffers& bufs, Record& me, int rank) {
   if (st.flags == nullptr) {
     // With the slots of captured calls behind them (device_graph.h): nothing is allocated while a
     // stream is being captured, where CUDA may not allow it, once an eager call has run.
-    if (int rc = ipc.flags_alloc(kFlagBytes + kGraphFlagBytes, &st.flags); rc != 0)
-      return set_why(me, "allocating its flag words failed: " + ipc_error(rc));
+    if (Status s = alloc_words(st, rank); !s.is_ok()) return set_why(me, s.message());
     st.graph.flags = static_cast<char*>(st.flags) + kFlagBytes;
+    st.graph.host = st.host_words;
     st.graph.live_device.store(dev);
     st.graph.live.store(st.graph.flags);
     st.device = dev;
@@ -90,8 +90,9 @@ void describe_self(DeviceIpc& st, CallBuffers& bufs, Record& me, int rank) {
                                    "calls ran on device {}",
                                    dev, st.device));
   std::snprintf(me.gpu, sizeof me.gpu, "%s", st.gpu.c_str());
-  if (int rc = ipc.export_buffer(st.flags, &me.flags); rc != 0)
+  if (int rc = export_words(st, st.flags, &me.flags); rc != 0)
     return set_why(me, "exporting its flag words failed: " + ipc_error(rc));
+  me.host_words = st.host_words;
   for (auto [b, h] : {std::pair{&bufs.send, &me.send}, {&bufs.recv, &me.recv}}) {
     b->at = const_cast<void*>(b->user);
     if (!b->used || !b->shared) continue;

@@ -19,6 +19,7 @@
 #include "collectives/device_ops.h"
 #include "collectives/device_timing.h"
 #include "collectives/device_vmm.h"
+#include "collectives/device_words.h"
 #include "kernels/cuda/ipc.h"
 
 namespace chorus {
@@ -47,6 +48,7 @@ struct Record {
   int32_t graph;        // captured into a CUDA graph: >= 0 (send/recv: its slot); -1: not captured
   uint64_t graph_free;  // captured: the slots free on this rank (GraphSlots) for the call
   kc::IpcHandle flags, send, recv, graph_flags;
+  int32_t host_words;  // flags and graph_flags: host words (device_words.h), else CUDA IPC's
   uint64_t owner;      // this rank's process token (IpcHandle::owner)
   uint32_t nfreed;     // allocations of this process exported before and freed since, named in
   uint32_t nvmm_gone;  // `freed` (device_freed.h); VMM allocations of this rank that left its
@@ -126,14 +128,14 @@ class Enqueuer {
         stream_(stream),
         timer_(timed ? timing(comm, st) : nullptr, call, stream) {}
 
-  // Rank q's flag words, mapped at first use from its exported handle.
-  Status map_flags(int q, const kc::IpcHandle& h) {
+  // Rank q's flag words, mapped at first use from its record's handle (device_words.h).
+  Status map_flags(int q, const Record& rec) {
     if (st_.peer_flags[q] != nullptr) return Status::ok();
-    void* f = nullptr;
-    if (q == r_) {
-      f = st_.flags;
-    } else if (int rc = kc::ipc().open(h, &f); rc != 0) {
-      return with_peer_news(comm_, failed(fmt::format("mapping rank {}'s flag words", q), rc));
+    void* f = st_.flags;
+    if (q != r_) {
+      Result<void*> at = open_words(st_, q, rec.host_words != 0, rec.flags);
+      if (!at.is_ok()) return mapping_failed(fmt::format("rank {}'s flag words", q), at.status());
+      f = *at;
     }
     st_.peer_flags[q] = static_cast<uint32_t*>(f);
     return Status::ok();
@@ -141,22 +143,25 @@ class Enqueuer {
 
   // A captured collective (device_graph.h): its signals and waits go to `slot`'s words, mapped
   // here (rank q's from its exported handle), with values 0 and 1.
-  Status capture_into(int slot, const std::vector<const kc::IpcHandle*>& peers) {
+  Status capture_into(int slot, const std::vector<Record>& peers) {
     graph_slot_ = slot;
     for (size_t q = 0; q < peers.size(); ++q)
-      if (Status s = map_graph(int(q), *peers[q]); !s.is_ok()) return s;
+      if (Status s = map_graph(int(q), peers[q]); !s.is_ok()) return s;
     return Status::ok();
   }
-  // Rank q's words of captured calls, mapped at first use from its exported handle.
-  Status map_graph(int q, const kc::IpcHandle& h) {
+  // Rank q's words of captured calls, mapped at first use from its record's handle.
+  Status map_graph(int q, const Record& rec) {
     GraphWords& g = st_.graph;
     if (g.peer.empty()) g.peer.assign(st_.peer_flags.size(), nullptr);
     if (g.peer[q] != nullptr) return Status::ok();
     void* f = g.flags;
-    if (q != r_)
-      if (int rc = kc::ipc().open(h, &f); rc != 0)
-        return with_peer_news(
-            comm_, failed(fmt::format("mapping rank {}'s flag words of captured calls", q), rc));
+    if (q != r_) {
+      Result<void*> at = open_words(st_, q, rec.host_words != 0, rec.graph_flags);
+      if (!at.is_ok())
+        return mapping_failed(fmt::format("rank {}'s flag words of captured calls", q),
+                              at.status());
+      f = *at;
+    }
     g.peer[q] = static_cast<uint32_t*>(f);
     return Status::ok();
   }
@@ -266,6 +271,10 @@ class Enqueuer {
       if (int rc = kc::ipc().write_u32(stream_, w, 0); rc != 0)
         return failed(fmt::format("resetting rank {}'s {}", q, name), rc);
     return Status::ok();
+  }
+  Status mapping_failed(const std::string& what, const Status& why) {
+    return with_peer_news(
+        comm_, make_error(Code::kSystemError, "mapping {} failed: {}", what, why.message()));
   }
   Status failed(const std::string& what, int rc) {
     return make_error(Code::kSystemError, "{} failed: {}", what, ipc_error(rc));

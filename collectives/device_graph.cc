@@ -106,10 +106,11 @@ void graph_release(GraphWords& g) {
   if (flags == nullptr || (calls == 0 && pair_slots == 0)) return;
   std::vector<KeptWords> regions;
   for (int slot = 0; slot < calls; ++slot)
-    for (int block : {0, 1}) regions.push_back({graph_word(flags, slot, block, 0), size_t(ranks)});
+    for (int block : {0, 1})
+      regions.push_back({graph_word(flags, slot, block, 0), size_t(ranks), g.host});
   for (int q = 0; q < ranks && pair_slots > 0; ++q)
     for (PairWord w : {kPairData, kPairCopied})
-      regions.push_back({pair_word(flags, q, w, 0), size_t(pair_slots)});
+      regions.push_back({pair_word(flags, q, w, 0), size_t(pair_slots), g.host});
   start_keeper(g.keeper, g.live_device.load(), std::move(regions));
 }
 

@@ -88,6 +88,7 @@ struct GraphWords {
   std::atomic<int> live_pair_slots{0};  // 1 + the highest slot a captured send or receive took
   std::atomic<int> live_ranks{kGraphBlockWords};  // the communicator's: the words in use
   std::shared_ptr<GraphKeeper> keeper;            // started by graph_release
+  bool host = false;  // in host memory (device_words.h): the keeper stores; set before `live`
   GraphWords() = default;
   GraphWords(const GraphWords&) = delete;
   GraphWords& operator=(const GraphWords&) = delete;

@@ -36,15 +36,17 @@
 //
 // Flag words (32-bit, this rank's, written by peers): ready[q], done[q] (collectives, the count
 // of device collectives), tx_ready[q] (q's sends to this rank), rx_ready[q] and rx_done[q] (q's
-// receives from this rank), 32 of each.
+// receives from this rank), 32 of each. They lie in host memory shared with the peers and mapped
+// for the GPU, or in device memory (device_words.h: where, and why host memory by default).
 //
 // What a rank that fails after the exchange does: it still writes every signal of the call to
 // its peers (so that no stream waits for ever), aborts the communicator (every rank's next call
 // fails naming why) and returns the error. A peer that dies instead (kill -9) signals nothing:
 // when the communicator fails -- the watch channel names the dead rank within its deadline --
-// every flag word of each survivor is set to its largest value on a stream of its own
-// (release_device_waits), so that their streams go on (on void results) instead of waiting for
-// ever, and their calls fail naming the dead rank. Ranks on several hosts (or more than 32, or
+// every flag word of each survivor is set past every wait on it (release_device_waits: by a store
+// of the host's into host words, by a stream of its own into device words), so that their
+// streams go on (on void results) instead of waiting for ever, and their calls fail naming the
+// dead rank. Ranks on several hosts (or more than 32, or
 // on GPUs that cannot reach each other peer to peer) go through host memory instead
 // (device_staged.cc: the progress thread runs the host collective, the stream waits on a flag
 // word of its own, which the host part's end writes, failed or not: device_stage.h). VMM (cuMem)
@@ -107,8 +109,8 @@ void release_device_waits(DeviceIpc& st) {
   if (flags == nullptr) return;
   const std::array<uint32_t, 5 * kMaxDeviceRanks> v = device_release_values(st);
   static_assert(sizeof v == kFlagBytes);
-  if (int rc = kernels::cuda::ipc().flags_release(st.live_device.load(), flags, v.data(), v.size());
-      rc)
+  // Host words (device_words.h): a store. (host_words was set before live_flags.)
+  if (int rc = write_words(st.host_words, st.live_device.load(), flags, v.data(), v.size()); rc)
     log_warn("releasing this rank's device waits failed: {}",
              kernels::cuda::ipc().error_string(rc));
 }
@@ -356,18 +358,14 @@ chorusResult_t device_collective(chorusComm_t h, CommImpl& comm, const Call& cal
                comm.device_timing_calls() ? fmt::format("{}: {}", call.name, describe(me)) : "",
                slot < 0);
   Status s;
-  for (int q = 0; q < p && s.is_ok(); ++q) s = gpu.map_flags(q, all[q].flags);
+  for (int q = 0; q < p && s.is_ok(); ++q) s = gpu.map_flags(q, all[q]);
   if (s.is_ok() && slot >= 0)  // the slot, until CUDA destroys the graph
     if (int rc = graph_hold(st.graph, a.stream, {{&st.graph.slots->calls, uint64_t(1) << slot}});
         rc != 0)
       s = make_error(Code::kSystemError,
                      "attaching the captured call's slot to the CUDA graph failed: {}",
                      ipc_error(rc));
-  if (s.is_ok() && slot >= 0) {
-    std::vector<const kc::IpcHandle*> slots(p);
-    for (int q = 0; q < p; ++q) slots[q] = &all[q].graph_flags;
-    s = gpu.capture_into(slot, slots);
-  }
+  if (s.is_ok() && slot >= 0) s = gpu.capture_into(slot, all);
   // Whom this rank meets (device_plan.h): on one GPU the leader and each peer only.
   const int leader = v ? 0 : device_leader(call.kind, a.root);
   std::vector<DeviceMeet> meet(p);

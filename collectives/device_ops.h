@@ -14,6 +14,7 @@
 #include "collectives/device_graph.h"
 #include "collectives/device_stage.h"
 #include "kernels/cuda/ipc.h"
+#include "transport/shm/shared_mem.h"
 
 namespace chorus {
 
@@ -31,6 +32,13 @@ struct DeviceIpc {
   std::string gpu;                    // its UUID, when the driver says
   void* flags = nullptr;              // this rank's flag words (device_ops.cc, "Flag words")
   std::vector<uint32_t*> peer_flags;  // every rank's, mapped here when first needed
+  // Where the words lie (device_words.h): host memory shared with the peers (CHORUS_IPC_WORDS,
+  // want_host_words; host_words once allocated, set before live_flags, words_ref its memfd), or
+  // device memory; the peers' host words mapped here, by rank.
+  bool want_host_words = true;
+  bool host_words = false;
+  transport::SharedRef words_ref;
+  std::vector<char*> peer_words;
   // Device collectives so far, and device sends to / receives from each rank so far: the values
   // that signals carry. Atomic: release_device_waits reads them on another thread.
   std::atomic<uint32_t> seq{0};
@@ -69,7 +77,8 @@ struct DeviceIpc {
 };
 
 // When the communicator fails (a peer died or failed, a revoke, a timeout): every flag word of
-// this rank is set, on a stream of its own, to a value that every wait on it already enqueued or
+// this rank is set -- a store into host words, a write on a stream of its own into device words
+// (device_words.h) -- to a value that every wait on it already enqueued or
 // still to come in the call takes as reached, so that no stream of this rank waits for ever on a
 // peer that will not signal (the work after the wait then runs on whatever the buffers hold; the
 // communicator's error says the results are void). Any thread.

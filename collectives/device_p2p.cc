@@ -195,8 +195,8 @@ chorusResult_t device_p2p(chorusComm_t h, CommImpl& comm, const std::vector<Devi
   for (size_t i = 0; i < n && s.is_ok(); ++i) {
     if (mine[i].count == 0) continue;
     const int q = items[i].args.peer;
-    s = gpu.map_flags(q, match[i]->flags);
-    if (s.is_ok() && captured) s = gpu.map_graph(q, match[i]->graph_flags);
+    s = gpu.map_flags(q, *match[i]);
+    if (s.is_ok() && captured) s = gpu.map_graph(q, *match[i]);
     if (!s.is_ok() || captured) continue;  // (a captured item's signals, owed, would not help)
     if (items[i].call.kind == OpKind::kSend) {
       seq[i] = ++st.tx_seq[q];

@@ -95,6 +95,9 @@ int host_words_alloc(size_t, void** out) {
   *out = nullptr;
   return kNoCuda;
 }
+int host_register(void*, size_t) {
+  return kNoCuda;
+}
 int flags_release(int, void*, const uint32_t*, size_t) {
   return kNoCuda;
 }

@@ -197,6 +197,24 @@ int host_words_alloc(size_t bytes, void** out) {
   return 0;
 }
 
+int host_register(void* p, size_t bytes) {
+  if (!ops().ok) return kNoCuda;
+  const RelaxedCapture relaxed;  // capture_mode.h: the first call may be a captured one
+  // Registered already (the same mapping, reached twice): as good.
+  if (cudaError_t e = cudaHostRegister(p, bytes, cudaHostRegisterPortable | cudaHostRegisterMapped);
+      e) {
+    (void)cudaGetLastError();
+    if (e != cudaErrorHostMemoryAlreadyRegistered) return int(e);
+  }
+  void* dev = nullptr;
+  if (cudaError_t e = cudaHostGetDevicePointer(&dev, p, 0); e || dev != p) {
+    (void)cudaHostUnregister(p);
+    (void)cudaGetLastError();
+    return e ? int(e) : kNotLegacyIpc;
+  }
+  return 0;
+}
+
 int flags_release(int device, void* flags, const uint32_t* values, size_t count) {
   const Ops& o = ops();
   if (!o.ok) return kNoCuda;

@@ -98,6 +98,13 @@ int flags_alloc(size_t bytes, void** out);
 // call, nothing a hardware queue shared with the waiting stream could hold behind the wait.
 // kNotLegacyIpc when the device address differs from the host's. Never freed.
 int host_words_alloc(size_t bytes, void** out);
+// The same for `bytes` of host memory at p that this process already has -- memory shared with
+// other processes of the host (transport/shm/shared_mem.h), where each process registers its own
+// mapping: page-locked and mapped for every device at p (cudaHostRegister, Portable | Mapped).
+// The CUDA IPC path's flag words, which peers' streams write into and the host releases by a
+// store (collectives/device_words.h). kNotLegacyIpc when the device address differs from p.
+// Never unregistered.
+int host_register(void* p, size_t bytes);
 
 // Writes values[0..count) into the 32-bit flag words at `flags` (flags_alloc's, on `device`), on
 // a stream of its own, which waits for no other: values that end the stream waits on them. For
@@ -163,6 +170,7 @@ struct IpcBackend {
   int (*buffer_id)(const void* p, uint64_t* id);
   int (*flags_alloc)(size_t bytes, void** out);
   int (*host_words_alloc)(size_t bytes, void** out);
+  int (*host_register)(void* p, size_t bytes);
   int (*flags_release)(int device, void* flags, const uint32_t* values, size_t count);
   int (*write_u32)(void* stream, void* word, uint32_t v);
   int (*wait_u32_geq)(void* stream, const void* word, uint32_t v);

@@ -220,6 +220,22 @@ int host_words_alloc(size_t bytes, void** out) {
   return *out ? 0 : 2;  // cudaErrorMemoryAllocation
 }
 
+// Host memory registered (host_register): the ranges, in this process; while g_register_fails,
+// refused as CUDA refuses memory it cannot map at the same address.
+std::mutex g_registered_mu;
+std::vector<std::pair<const char*, size_t>>* g_registered =
+    new std::vector<std::pair<const char*, size_t>>;
+std::atomic<bool> g_register_fails{false};
+
+int host_register(void* p, size_t bytes) {
+  if (g_register_fails.load()) return kc::kNotLegacyIpc;
+  std::lock_guard<std::mutex> lock(g_registered_mu);
+  for (const auto& [at, n] : *g_registered)
+    if (at == p) return 0;  // registered already (one mapping reached twice)
+  g_registered->push_back({static_cast<const char*>(p), bytes});
+  return 0;
+}
+
 std::atomic<int> g_flags_releases{0};
 std::atomic<void*> g_one_queue{nullptr};  // fake_one_queue's stream
 int on_stream(void* stream, std::function<int()> op);
@@ -575,6 +591,7 @@ const kc::IpcBackend kFake{.export_buffer = export_buffer,
                            .buffer_id = buffer_id,
                            .flags_alloc = flags_alloc,
                            .host_words_alloc = host_words_alloc,
+                           .host_register = host_register,
                            .flags_release = flags_release,
                            .write_u32 = write_u32,
                            .wait_u32_geq = wait_u32_geq,
@@ -789,6 +806,15 @@ int fake_vmm_mapped() {
 
 int fake_ipc_closes() {
   return g_closes.load();
+}
+
+int fake_host_registered() {
+  std::lock_guard<std::mutex> lock(g_registered_mu);
+  return int(g_registered->size());
+}
+
+void fake_host_register_fails(bool on) {
+  g_register_fails.store(on);
 }
 
 int fake_flags_releases() {

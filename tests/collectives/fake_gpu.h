@@ -84,6 +84,10 @@ int fake_pinned_live();
 int fake_pinned_frees();
 // The allocations of peers that ipc close released so far, in this process.
 int fake_ipc_closes();
+// The ranges of host memory registered with the emulated CUDA (host_register) in this process;
+// while `on`, host_register refuses (as CUDA does memory it cannot map at the same address).
+int fake_host_registered();
+void fake_host_register_fails(bool on);
 // flags_release's calls so far, in this process (each a stream write on a GPU).
 int fake_flags_releases();
 // While set (an async stream; nullptr: off), the process's streams share one hardware queue, as

@@ -104,6 +104,7 @@ const BadValue kBad[] = {
     {"CHORUS_STAGED_MAX_BYTES", "lots"},
     {"CHORUS_STAGED_MAX_BYTES", "-1"},
     {"CHORUS_STAGE_WORDS", "hostmem"},
+    {"CHORUS_IPC_WORDS", "hostmem"},
     {"CHORUS_TEST_SHM_DIE", "rank2"},
     {"CHORUS_TEST_SHM_DIE", "-2"},
 };
