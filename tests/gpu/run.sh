@@ -54,8 +54,8 @@ step() {  # name, timeout seconds, command...
 { nvidia-smi -L; nvidia-smi --query-gpu=name,driver_version,memory.total,compute_mode --format=csv; } \
   > "$logs/device.log" 2>&1 || true
 cat "$logs/device.log" | tee -a "$out/suite.log"
-perf() {  # name, ranks, collective
-  step "perf_$1" 90 env CHORUS_ALLOW_SHARED_GPU=1 "$bin/chorus-run" -n "$2" "$bin/chorus-perf" \
+perf() {  # name, ranks, collective [, VAR=value for the run]
+  step "perf_$1" 90 env CHORUS_ALLOW_SHARED_GPU=1 ${4:-} "$bin/chorus-run" -n "$2" "$bin/chorus-perf" \
     --device cuda --coll "$3" -b 8 -e 256M -f 8 -n 10 -w 3
   grep -h "^\[0\] *[0-9]\|copy traffic" "$logs/perf_$1.log" 2>/dev/null
 }
@@ -86,12 +86,18 @@ timing() {  # collective [size, default 1M]
 # rank 1 dies).
 # device_kill staged: the same on the staged path (each rank on a host of its own).
 # device_kill 1conn: CUDA IPC with one hardware queue for every stream: the survivors' waits on
-# their own flag words (device memory) are released by a write on the release stream, GPU work
-# that a shared queue may hold behind those very waits.
+# their own flag words, in host memory since the thirtieth session (collectives/device_words.h),
+# are released by a store of the host's, which no queue holds back.
+# device_kill 1conn_devwords: the same with the words in device memory (CHORUS_IPC_WORDS=device,
+# the design before), released by a write on the release stream -- GPU work that a shared queue
+# may hold behind those very waits: for comparison, it may hang (then it fails).
 device_kill() {
   local name=device_kill env=
   if [ "${1:-}" = staged ]; then name=device_kill_staged env=CHORUS_PROBE_STAGED=1; fi
   if [ "${1:-}" = 1conn ]; then name=device_kill_1conn env=CUDA_DEVICE_MAX_CONNECTIONS=1; fi
+  if [ "${1:-}" = 1conn_devwords ]; then
+    name=device_kill_1conn_devwords env="CUDA_DEVICE_MAX_CONNECTIONS=1 CHORUS_IPC_WORDS=device"
+  fi
   step $name 60 bash -c "env CHORUS_ALLOW_SHARED_GPU=1 CHORUS_TEST_DEVICE_DIE=1 $env \
     '$bin/chorus-run' -n 3 --elastic '$bin/device_allreduce_probe' --die-worker; \
     ! grep -q FAIL '$logs/$name.log' && [ \$(grep -c '] ok\$' '$logs/$name.log') = 2 ]"
@@ -127,9 +133,13 @@ step device_allreduce 180 "$bin/device_allreduce_probe" "$bin/chorus-run" 2 3
 grep -h "cases in\|^\[0\] *[0-9].* [0-9.]*$\|copy engine\|freed" "$logs/device_allreduce.log" 2>/dev/null
 device_kill
 device_kill 1conn
+device_kill 1conn_devwords
 device_staged
 perf allreduce_p2 2 all_reduce
 perf allreduce_p3 3 all_reduce
+# The flag words in device memory (the design before the thirtieth session): what host words cost
+# or save, 8 B to 256 MiB, side by side with the two lines above.
+perf allreduce_p2_devwords 2 all_reduce CHORUS_IPC_WORDS=device
 for coll in broadcast reduce all_gather reduce_scatter send_recv gather scatter all_to_all; do
   perf "${coll}_p2" 2 "$coll"
 done
@@ -278,12 +288,14 @@ if [ "$part" = quick ]; then
   step ddp_graph 120 env CHORUS_TEST_TRAIN_DEVICE=cuda:0 "$bin/test_step_graph" 'DDP with cuda_graph*'
   step elastic_device 150 env CHORUS_TEST_TRAIN_DEVICE=cuda:0 "$bin/test_elastic_device" '[killed]'
   device_kill
+  device_kill 1conn  # the flag words in host memory (new in the thirtieth session)
   # every device collective on 2 and 3 ranks (gather, scatter, all-to-all(-v) new 2026-11-27)
   step device_allreduce 180 "$bin/device_allreduce_probe" "$bin/chorus-run" 2 3
   grep -h "cases in\|freed" "$logs/device_allreduce.log" 2>/dev/null
   device_staged
   perf allreduce_p2 2 all_reduce
   perf allreduce_p3 3 all_reduce  # the leader-only meeting (2026-11-27) at 64 MiB and up
+  perf allreduce_p2_devwords 2 all_reduce CHORUS_IPC_WORDS=device  # host words' cost, side by side
   timing send_recv
   timing all_reduce 64M
   step train_bench 240 python3 bench/gpu/train_compare.py "$bin" --steps 50 --rounds 1 \
