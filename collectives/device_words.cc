@@ -1,7 +1,11 @@
 // The CUDA IPC path's flag words in shared host memory or device memory (device_words.h).
 #include "collectives/device_words.h"
 
+#include <unistd.h>
+
 #include <cstring>
+#include <mutex>
+#include <utility>
 
 #include "collectives/device_call.h"
 #include "collectives/device_ops.h"
@@ -15,17 +19,46 @@ namespace kc = kernels::cuda;
 namespace {
 
 constexpr size_t kIpcWordBytes = kFlagBytes + kGraphFlagBytes;
+constexpr size_t kArenaBytes = size_t(64) << 20;
 
-// Shared host memory registered with CUDA; empty and why not when refused.
-std::string shared_host_words(DeviceIpc& st) {
-  Result<void*> p = transport::shared_alloc(kIpcWordBytes);
-  if (!p.is_ok()) return "shared host memory refused: " + p.status().message();
-  if (int rc = kc::ipc().host_register(*p, kIpcWordBytes); rc != 0) {
-    (void)transport::shared_free(*p);
-    return "CUDA refused to map host memory: " + kc::ipc().error_string(rc);
+// The process's host words: one memfd of kArenaBytes (sparse: a piece's pages exist once used)
+// cut into page-aligned pieces, one a communicator, never given back (device words never were
+// either: a peer's stream may still write into them); another memfd when one is full. One
+// descriptor for about 1800 communicators, not one each.
+struct Arena {
+  std::mutex mu;
+  char* base = nullptr;
+  size_t used = 0;
+};
+
+size_t piece_bytes() {
+  const size_t page = size_t(sysconf(_SC_PAGESIZE));
+  return (kIpcWordBytes + page - 1) / page * page;
+}
+
+// A piece of the arena: its address, and its arena's SharedRef with the piece's offset.
+Result<std::pair<char*, transport::SharedRef>> take_piece() {
+  static Arena* arena = new Arena;  // never destroyed: peers may map it until this process ends
+  std::lock_guard<std::mutex> lock(arena->mu);
+  if (arena->base == nullptr || arena->used + piece_bytes() > kArenaBytes) {
+    CHORUS_ASSIGN_OR_RETURN(void* p, transport::shared_alloc(kArenaBytes));
+    arena->base = static_cast<char*>(p);
+    arena->used = 0;
   }
-  st.words_ref = *transport::find_shared(*p, kIpcWordBytes);
-  st.flags = *p;
+  char* piece = arena->base + arena->used;
+  arena->used += piece_bytes();
+  return std::make_pair(piece, *transport::find_shared(piece, piece_bytes()));
+}
+
+// A piece of shared host memory, registered with CUDA; why not when refused (the piece is then
+// left unused).
+std::string shared_host_words(DeviceIpc& st) {
+  auto piece = take_piece();
+  if (!piece.is_ok()) return "shared host memory refused: " + piece.status().message();
+  if (int rc = kc::ipc().host_register(piece->first, piece_bytes()); rc != 0)
+    return "CUDA refused to map host memory: " + kc::ipc().error_string(rc);
+  st.words_ref = piece->second;
+  st.flags = piece->first;
   st.host_words = true;
   return {};
 }
@@ -57,13 +90,16 @@ Status alloc_words(DeviceIpc& st, int rank) {
 
 int export_words(const DeviceIpc& st, const void* p, kc::IpcHandle* out) {
   if (!st.host_words) return kc::ipc().export_buffer(p, out);
+  // The arena's SharedRef (offset 0) in the bytes; where the piece lies in it, its size, and p's
+  // offset in it.
   *out = {};
   transport::SharedRef ref = st.words_ref;
   ref.offset = 0;
   static_assert(sizeof ref <= sizeof out->bytes);
   std::memcpy(out->bytes, &ref, sizeof ref);
+  out->base = st.words_ref.offset;
+  out->size = piece_bytes();
   out->offset = uint64_t(static_cast<const char*>(p) - static_cast<const char*>(st.flags));
-  out->size = ref.size;
   return 0;
 }
 
@@ -76,26 +112,26 @@ Result<void*> open_words(DeviceIpc& st, int q, bool host, const kc::IpcHandle& h
   }
   transport::SharedRef ref;
   std::memcpy(&ref, h.bytes, sizeof ref);
-  if (ref.size < kIpcWordBytes || h.offset > ref.size - sizeof(uint32_t))
+  if (h.size < kIpcWordBytes || h.base > ref.size || h.size > ref.size - h.base ||
+      h.offset > h.size - sizeof(uint32_t))
     return make_error(Code::kRemoteError,
-                      "its record says its words are {} bytes with a piece at {}, not the {} "
-                      "bytes of flag words: corrupt",
-                      ref.size, h.offset, kIpcWordBytes);
+                      "its record says its flag words are {} bytes at {} of {}, with a piece at "
+                      "{}, not {} bytes of flag words inside their memory: corrupt",
+                      h.size, h.base, ref.size, h.offset, kIpcWordBytes);
   if (st.peer_words.size() <= size_t(q)) st.peer_words.resize(q + 1, nullptr);
   if (st.peer_words[q] == nullptr) {
-    Result<char*> base = transport::map_shared(ref, ref.size);
-    if (!base.is_ok())
+    Result<char*> arena = transport::map_shared(ref, ref.size);  // once a process: held for good
+    if (!arena.is_ok())
       return make_error(Code::kSystemError,
                         "{} (its flag words lie in host memory; CHORUS_IPC_WORDS=device on every "
                         "rank keeps them in device memory, which CUDA IPC maps)",
-                        base.status().message());
-    if (int rc = kc::ipc().host_register(*base, ref.size); rc != 0) {
-      transport::release_shared(ref);
+                        arena.status().message());
+    char* piece = *arena + h.base;
+    if (int rc = kc::ipc().host_register(piece, h.size); rc != 0)
       return make_error(Code::kSystemError,
                         "mapping its flag words (host memory) for the GPU failed: {}",
                         kc::ipc().error_string(rc));
-    }
-    st.peer_words[q] = *base;
+    st.peer_words[q] = piece;
   }
   return st.peer_words[q] + h.offset;
 }

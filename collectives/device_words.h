@@ -1,11 +1,12 @@
 // Where the CUDA IPC path's flag words lie (device_ops.cc, "Flag words", and the captured calls'
 // slots behind them, device_graph.h), and how the peers reach them.
 //
-// By default (CHORUS_IPC_WORDS=host) in host memory shared with the peers: a memfd of this
-// rank's (transport/shm/shared_mem.h) that each peer maps through /proc, page-locked and mapped
-// for the GPU by every process that uses it (host_register, kernels/cuda/ipc.h; the same as
-// NCCL's shared-memory transport does with its segments). The peers' streams write into them,
-// this rank's streams wait on them, and the release of those waits after a failure
+// By default (CHORUS_IPC_WORDS=host) in host memory shared with the peers: a piece of a memfd of
+// this process's (transport/shm/shared_mem.h; one memfd holds the pieces of many communicators)
+// that each peer maps through /proc, page-locked and mapped for the GPU by every process that
+// uses it (host_register, kernels/cuda/ipc.h; as NCCL's shared-memory transport does with its
+// segments). Like device words before them, pieces are never given back. The peers' streams write
+// into them, this rank's streams wait on them, and the release of those waits after a failure
 // (release_device_waits, the graph keeper) is a store of the host's: no GPU work, so nothing
 // that a hardware queue shared by streams -- every stream of a process under
 // CUDA_DEVICE_MAX_CONNECTIONS=1, as Megatron-LM sets it; any two beyond 8 streams -- could hold

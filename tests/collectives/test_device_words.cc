@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 #include <thread>
 
@@ -153,4 +154,53 @@ TEST_CASE(
       o);
   check_ranks(res, {0, 2});
   CHECK(res[1].exit_code != 0);
+}
+
+TEST_CASE(
+    "CUDA IPC host words: 24 communicators one after another on 2 ranks (splits) share a "
+    "descriptor, each with words of its own",
+    "[device]") {
+  auto res = run_ranks(
+      2,
+      [](int r) {
+        auto fds = [] {
+          int n = 0;
+          for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) n += !!&e;
+          return n;
+        };
+        auto* buf = static_cast<float*>(chorus::test::fake_device_alloc(kN * 4));
+        void* stream = chorus::test::fake_async_stream();
+        int before = -1;
+        chorusComm_t parent = chorus::test::device_init(r);
+        if (parent == nullptr) return 1;
+        for (int c = 0; c < 24; ++c) {
+          chorusComm_t comm = nullptr;
+          if (chorusCommSplit(parent, 0, r, &comm) != chorusSuccess)
+            return fail_with(r, "split", chorusGetLastError(parent));
+          for (size_t j = 0; j < kN; ++j) buf[j] = float(r + c);
+          if (chorusAllReduce(buf, buf, kN, chorusFloat32, chorusSum, comm, stream) !=
+              chorusSuccess)
+            return fail_with(r, fmt::format("communicator {}", c), chorusGetLastError(comm));
+          if (int e = chorus::test::fake_stream_sync(stream); e != 0)
+            return fail_with(r, "the stream", chorus::kernels::cuda::ipc().error_string(e));
+          if (buf[0] != float(1 + 2 * c))
+            return fail_with(r, fmt::format("communicator {}", c), fmt::format("{}", buf[0]));
+          chorusCommDestroy(comm);
+          if (c == 0) before = fds();
+        }
+        chorusCommDestroy(parent);
+        // Own words and the peer's, registered for each communicator.
+        if (chorus::test::fake_host_registered() != 2 * 24)
+          return fail_with(r, "registered", std::to_string(chorus::test::fake_host_registered()));
+        if (fds() > before + 2)  // a memfd each: 23 more
+          return fail_with(r, "descriptors",
+                           fmt::format("{} after the first, {} now", before, fds()));
+        return 0;
+      },
+      [] {
+        RunOptions o = opts();
+        o.env.erase("CHORUS_DEBUG");
+        return o;
+      }());
+  check_all(res);
 }
