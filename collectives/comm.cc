@@ -755,6 +755,7 @@ Status CommImpl::destroy() {
   const bool graphs_live = graph_warn_held(rank(), {device_ipc_.graph.slots.get(),
                                                     device_ipc_.stage.graph_slots.get()}) > 0;
   graph_close(device_ipc_.graph);
+  stop_keeper(device_ipc_.keeper);
   stage_graph_close(device_ipc_.stage, graphs_live);  // the replays' thread and communicator end
   if (device_ipc_.timing) device_timing_report(*device_ipc_.timing, rank(), timeout_s_);
   std::vector<std::unique_ptr<Channel>> channels;

@@ -3,7 +3,10 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdio>
+#include <cstring>
 #include <utility>
 #include <vector>
 
@@ -145,6 +148,60 @@ Status pass_vmm(CommImpl& comm, DeviceIpc& st, std::vector<VmmTransfer> moves,
                 std::vector<int32_t> pids) {
   if (moves.empty()) return Status::ok();
   return vmm_pass(comm, st, moves, pids, Deadline::after_seconds(comm.timeout_seconds()));
+}
+
+namespace {
+std::atomic<bool> g_corrupt_next{false};
+}  // namespace
+
+void corrupt_next_record_for_test() {
+  g_corrupt_next.store(true);
+}
+
+void maybe_corrupt_for_test(Record& me) {
+  if (g_corrupt_next.exchange(false)) me.kind = 99;
+}
+
+Status check_record(const Record& rec, int q, int r, int p, const char* call) {
+  auto ends = [](const char* s, size_t n) { return std::memchr(s, 0, n) != nullptr; };
+  const int kind = rec.kind;
+  std::string bad;
+  if (rec.ok != 0 && rec.ok != 1)
+    bad = fmt::format("ok is {}", rec.ok);
+  else if (!ends(rec.why, sizeof rec.why) || !ends(rec.gpu, sizeof rec.gpu))
+    bad = "a text runs past its field";
+  else if (kind < int(OpKind::kSend) || kind > int(OpKind::kAllToAllv))
+    bad = fmt::format("call kind {}", kind);
+  else if (rec.datatype < 0 || rec.datatype >= chorusNumTypes)
+    bad = fmt::format("data type {}", rec.datatype);
+  else if (rec.op < -1 || rec.op > chorusAvg)
+    bad = fmt::format("reduction op {}", rec.op);
+  else if (rec.root < -1 || rec.root >= p)
+    bad = fmt::format("root or peer {} of {} ranks", rec.root, p);
+  else if (rec.graph < -1 || rec.graph >= std::max(kGraphSlots, kGraphPairSlots))
+    bad = fmt::format("graph slot {}", rec.graph);
+  else if (rec.nfreed > kMaxAnnounced || rec.nvmm_gone > kMaxAnnounced)
+    bad = fmt::format("{} and {} freed allocations named, at most {} fit", rec.nfreed,
+                      rec.nvmm_gone, kMaxAnnounced);
+  else if (rec.host_words != 0 && rec.host_words != 1)
+    bad = fmt::format("host_words is {}", rec.host_words);
+  if (bad.empty()) return Status::ok();
+  return make_error(Code::kRemoteError,
+                    "{} on rank {}: rank {}'s record of the device call is corrupt: {} (a rank of "
+                    "another chorus build, or damage on the way)",
+                    call, r, q, bad);
+}
+
+std::string describe_call(const Record& x) {
+  const OpKind k = static_cast<OpKind>(x.kind);
+  std::string s = op_name(k);
+  if (k == OpKind::kBarrier) return s;
+  if (k == OpKind::kAllToAllv) return s + " of " + dtype_name(x.datatype);
+  s += fmt::format(" of count {} of {}", x.count, dtype_name(x.datatype));
+  if (k == OpKind::kAllReduce || k == OpKind::kReduce || k == OpKind::kReduceScatter)
+    s += fmt::format(" by {}", redop_name(x.op));
+  if (rule_for(k).root) s += fmt::format(" with root {}", x.root);
+  return s;
 }
 
 // Checks a record after the exchange: a rank that could not take part fails every rank.

@@ -91,6 +91,18 @@ Result<void*> open_peer(DeviceIpc& st, int q, const kc::IpcHandle& h);
 Status pass_vmm(CommImpl& comm, DeviceIpc& st, std::vector<VmmTransfer> moves,
                 std::vector<int32_t> pids);
 
+// Rank q's record as it arrived, before anything else reads it: its strings end inside their
+// arrays, its call's kind, type, op and root (send/recv: peer) are ones there are among p ranks,
+// its counts of freed allocations fit their arrays, its slot is one there is. An error names
+// the field (a rank of another chorus build, or damage on the way); the other functions here
+// take only records that passed it.
+Status check_record(const Record& rec, int q, int r, int p, const char* call);
+// A collective's record in words ("all_reduce of count 64 of f32 by sum"), for mismatches.
+std::string describe_call(const Record& x);
+// Tests: the next record this process sends has call kind 99 (seen as corrupt by its peers;
+// the caller puts the kind back once it is sent).
+void corrupt_next_record_for_test();
+void maybe_corrupt_for_test(Record& me);
 // Checks a record after the exchange: a rank that could not take part fails every rank.
 Status check_ok(const Record& rec, int q, int r, const char* call);
 

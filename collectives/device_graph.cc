@@ -30,10 +30,12 @@ void keep(std::shared_ptr<GraphKeeper> k, int device, std::vector<KeptWords> reg
   while (!k->stop.load()) {
     int rc = 0;
     for (const KeptWords& r : regions)
-      if (rc == 0 && r.count > 0) rc = write_words(r.host, device, r.start, ones.data(), r.count);
+      if (rc == 0 && r.count > 0)
+        rc = write_words(r.host, device, r.start, r.values.empty() ? ones.data() : r.values.data(),
+                         r.count);
     if (rc != 0 && !warned) {
       warned = true;
-      log_warn("releasing the waits of captured device calls failed: {}",
+      log_warn("releasing the waits of device calls failed: {}",
                kernels::cuda::ipc().error_string(rc));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));

@@ -123,12 +123,13 @@ uint64_t settled_free(const std::atomic<uint64_t>& mask);
 // {what} is free on {where} at once (64 each; ...)".
 std::string no_free_slot(const std::string& head, const char* what, const char* where);
 
-// A keeper: a thread that writes 1 into every word of `regions` every 20 ms until stop_keeper
-// (started once: a second start is nothing). Any thread.
+// A keeper: a thread that writes 1 (or `values`) into every word of `regions` every 20 ms until
+// stop_keeper (started once: a second start is nothing). Any thread.
 struct KeptWords {
   void* start;
   size_t count;
   bool host = false;  // in mapped host memory (host_words_alloc): stored into, no stream
+  std::vector<uint32_t> values = {};  // word i gets values[i] (count of them); empty: 1s
 };
 // values[0..count) into `words`: flag words in device memory through flags_release (a stream
 // write on `device`), or, `host`, words in mapped host memory by a store (a stream waiting on them

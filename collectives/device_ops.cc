@@ -113,6 +113,11 @@ void release_device_waits(DeviceIpc& st) {
   if (int rc = write_words(st.host_words, st.live_device.load(), flags, v.data(), v.size()); rc)
     log_warn("releasing this rank's device waits failed: {}",
              kernels::cuda::ipc().error_string(rc));
+  // Again every 20 ms: a peer still alive may have signals of earlier calls in flight, which
+  // would put a word back below a wait that the release had ended (its calls after the failure
+  // signal nothing: they fail before any GPU work).
+  start_keeper(st.keeper, st.live_device.load(),
+               {{flags, v.size(), st.host_words, {v.begin(), v.end()}}});
 }
 
 Status with_peer_news(CommImpl& comm, const Status& s) {
@@ -130,18 +135,6 @@ Status with_peer_news(CommImpl& comm, const Status& s) {
 namespace chorus::capi {
 
 namespace {
-
-std::string describe(const devcall::Record& x) {
-  const OpKind k = static_cast<OpKind>(x.kind);
-  std::string s = op_name(k);
-  if (k == OpKind::kBarrier) return s;
-  if (k == OpKind::kAllToAllv) return s + " of " + dtype_name(x.datatype);
-  s += fmt::format(" of count {} of {}", x.count, dtype_name(x.datatype));
-  if (k == OpKind::kAllReduce || k == OpKind::kReduce || k == OpKind::kReduceScatter)
-    s += fmt::format(" by {}", redop_name(x.op));
-  if (rule_for(k).root) s += fmt::format(" with root {}", x.root);
-  return s;
-}
 
 // A gather's, scatter's or all-to-all's input that overlaps its output -- other than as this
 // rank's own block of a gather's or scatter's root, which is then a copy onto itself -- is
@@ -295,12 +288,20 @@ chorusResult_t device_collective(chorusComm_t h, CommImpl& comm, const Call& cal
   for (int q = 0; q < p; ++q)
     if (q != r) others.push_back(q);
   announce(st, me, others);
+  const int32_t kind = me.kind;
+  maybe_corrupt_for_test(me);
   std::vector<Record> all(p);
   if (chorusResult_t rc = run_op(
           {call.name, OpKind::kAllGather, false}, h,
           {.sendbuff = &me, .recvbuff = all.data(), .count = sizeof me, .datatype = chorusUint8});
       rc != chorusSuccess)
     return rc;
+  me.kind = all[r].kind = kind;  // a test's corruption is of what the peers got
+  for (int q : others)  // a peer may see none of it: the abort tells it, and ends its waits
+    if (Status s = check_record(all[q], q, r, p, call.name); !s.is_ok()) {
+      comm.abort(s.message());
+      return report(s);
+    }
   for (int q : others) take_news(st, q, all[q], me.graph >= 0);
   for (int q = 0; q < p; ++q)
     if (Status s = check_ok(all[q], q, r, call.name); !s.is_ok()) return report(s);
@@ -308,7 +309,7 @@ chorusResult_t device_collective(chorusComm_t h, CommImpl& comm, const Call& cal
     if (!same_call(all[q], me))
       return fail(Code::kInvalidUsage,
                   "{} on rank {}: ranks disagree: rank {} calls {}, rank {} {}", call.name, r, r,
-                  describe(me), q, describe(all[q]));
+                  describe_call(me), q, describe_call(all[q]));
     if ((all[q].graph >= 0) != (me.graph >= 0))
       return fail(Code::kInvalidUsage,
                   "{} on rank {}: ranks disagree: {}, {}: every rank captures a device call "
@@ -354,9 +355,10 @@ chorusResult_t device_collective(chorusComm_t h, CommImpl& comm, const Call& cal
                             .count = a.count,
                             .align = std::max<size_t>(1, 16 / es),
                             .one_gpu = one_gpu});
-  Enqueuer gpu(comm, st, r, a.stream,
-               comm.device_timing_calls() ? fmt::format("{}: {}", call.name, describe(me)) : "",
-               slot < 0);
+  Enqueuer gpu(
+      comm, st, r, a.stream,
+      comm.device_timing_calls() ? fmt::format("{}: {}", call.name, describe_call(me)) : "",
+      slot < 0);
   Status s;
   for (int q = 0; q < p && s.is_ok(); ++q) s = gpu.map_flags(q, all[q]);
   if (s.is_ok() && slot >= 0)  // the slot, until CUDA destroys the graph

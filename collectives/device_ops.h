@@ -63,6 +63,13 @@ struct DeviceIpc {
   StageState stage;
   // Captured calls' flag words (device_graph.h).
   GraphWords graph;
+  // release_device_waits's keeper: the release values again every 20 ms until destroy, since a
+  // peer's stream still running earlier calls may write a lower count over them.
+  std::shared_ptr<GraphKeeper> keeper;
+  DeviceIpc() = default;
+  DeviceIpc(const DeviceIpc&) = delete;
+  DeviceIpc& operator=(const DeviceIpc&) = delete;
+  ~DeviceIpc() { stop_keeper(keeper); }
   // By rank: how many of this process's frees found it was told of on this communicator
   // (device_freed.h).
   std::vector<uint64_t> freed_told;
