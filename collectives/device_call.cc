@@ -151,15 +151,23 @@ Status pass_vmm(CommImpl& comm, DeviceIpc& st, std::vector<VmmTransfer> moves,
 }
 
 namespace {
-std::atomic<bool> g_corrupt_next{false};
+std::atomic<Spoil> g_spoil_next{Spoil::kNone};
 }  // namespace
 
-void corrupt_next_record_for_test() {
-  g_corrupt_next.store(true);
+void corrupt_next_record_for_test(Spoil how) {
+  g_spoil_next.store(how);
 }
 
-void maybe_corrupt_for_test(Record& me) {
-  if (g_corrupt_next.exchange(false)) me.kind = 99;
+std::optional<Record> maybe_corrupt_for_test(Record& me) {
+  const Spoil how = g_spoil_next.exchange(Spoil::kNone);
+  if (how == Spoil::kNone) return std::nullopt;
+  const Record was = me;
+  if (how == Spoil::kKind) me.kind = 99;
+  if (how == Spoil::kWordsPid) {
+    int32_t pid = 1;  // transport::SharedRef's first field
+    std::memcpy(me.flags.bytes, &pid, sizeof pid);
+  }
+  return was;
 }
 
 Status check_record(const Record& rec, int q, int r, int p, const char* call) {

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -99,10 +100,13 @@ Status pass_vmm(CommImpl& comm, DeviceIpc& st, std::vector<VmmTransfer> moves,
 Status check_record(const Record& rec, int q, int r, int p, const char* call);
 // A collective's record in words ("all_reduce of count 64 of f32 by sum"), for mismatches.
 std::string describe_call(const Record& x);
-// Tests: the next record this process sends has call kind 99 (seen as corrupt by its peers;
-// the caller puts the kind back once it is sent).
-void corrupt_next_record_for_test();
-void maybe_corrupt_for_test(Record& me);
+// Tests: the next record this process sends is spoiled -- kKind: call kind 99, seen as corrupt
+// by its peers; kWordsPid: its host words' owner pid 1, whose /proc entry is not its memfd, as
+// for ranks in different pid namespaces. maybe_corrupt_for_test spoils `me` then, returning what
+// it was (put back once sent).
+enum class Spoil { kNone, kKind, kWordsPid };
+void corrupt_next_record_for_test(Spoil how = Spoil::kKind);
+std::optional<Record> maybe_corrupt_for_test(Record& me);
 // Checks a record after the exchange: a rank that could not take part fails every rank.
 Status check_ok(const Record& rec, int q, int r, const char* call);
 

@@ -288,15 +288,14 @@ chorusResult_t device_collective(chorusComm_t h, CommImpl& comm, const Call& cal
   for (int q = 0; q < p; ++q)
     if (q != r) others.push_back(q);
   announce(st, me, others);
-  const int32_t kind = me.kind;
-  maybe_corrupt_for_test(me);
+  const std::optional<Record> unspoilt = maybe_corrupt_for_test(me);
   std::vector<Record> all(p);
   if (chorusResult_t rc = run_op(
           {call.name, OpKind::kAllGather, false}, h,
           {.sendbuff = &me, .recvbuff = all.data(), .count = sizeof me, .datatype = chorusUint8});
       rc != chorusSuccess)
     return rc;
-  me.kind = all[r].kind = kind;  // a test's corruption is of what the peers got
+  if (unspoilt) me = all[r] = *unspoilt;  // a test's spoiling is of what the peers got
   for (int q : others)  // a peer may see none of it: the abort tells it, and ends its waits
     if (Status s = check_record(all[q], q, r, p, call.name); !s.is_ok()) {
       comm.abort(s.message());

@@ -38,6 +38,7 @@ struct DeviceIpc {
   bool want_host_words = true;
   bool host_words = false;
   transport::SharedRef words_ref;
+  std::array<uint64_t, 2> words_file{};  // its memfd's device and inode, for the peers' check
   std::vector<char*> peer_words;
   // Device collectives so far, and device sends to / receives from each rank so far: the values
   // that signals carry. Atomic: release_device_waits reads them on another thread.

@@ -104,8 +104,7 @@ chorusResult_t device_p2p(chorusComm_t h, CommImpl& comm, const std::vector<Devi
               "a send captured into a CUDA graph needs memory that CUDA IPC maps (cudaMalloc, or "
               "VMM memory exported by descriptor): not the bounce buffer");
   for (size_t i = 0; i < n; ++i) announce(st, mine[i], std::array{items[i].args.peer});
-  const int32_t kind = mine[0].kind;
-  maybe_corrupt_for_test(mine[0]);
+  const std::optional<Record> unspoilt = maybe_corrupt_for_test(mine[0]);
   // The exchange: one record each way per item, all posted at once (a host group).
   chorusGroupStart();
   chorusResult_t rc = chorusSuccess;
@@ -120,7 +119,7 @@ chorusResult_t device_p2p(chorusComm_t h, CommImpl& comm, const std::vector<Devi
           {.recvbuff = &theirs[i], .count = sizeof(Record), .datatype = chorusUint8, .peer = q});
   }
   const chorusResult_t end = chorusGroupEnd();
-  mine[0].kind = kind;  // a test's corruption is of what the peer got
+  if (unspoilt) mine[0] = *unspoilt;  // a test's spoiling is of what the peer got
   if (rc != chorusSuccess) return rc;
   if (end != chorusSuccess) return end;
   for (size_t i = 0; i < n; ++i)  // the peer sees none of it: the abort tells it, ends its waits

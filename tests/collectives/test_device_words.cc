@@ -11,15 +11,20 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <thread>
 
 #include "chorus/chorus.h"
+#include "collectives/device_call.h"
+#include "collectives/device_ops.h"
+#include "collectives/device_words.h"
 #include "device_test.h"
 #include "fake_gpu.h"
 #include "harness.h"
 #include "kernels/cuda/ipc.h"
+#include "transport/shm/shared_mem.h"
 
 using chorus::test::check_all;
 using chorus::test::check_ranks;
@@ -203,4 +208,74 @@ TEST_CASE(
         return o;
       }());
   check_all(res);
+}
+
+TEST_CASE(
+    "CUDA IPC host words reached through /proc as another process's (ranks in different pid "
+    "namespaces): refused by name with the way out, on every rank, no stream waiting",
+    "[device]") {
+  auto res = run_ranks(
+      2,
+      [](int r) {
+        chorusComm_t comm = chorus::test::device_init(r);
+        if (comm == nullptr) return 1;
+        auto* buf = static_cast<float*>(chorus::test::fake_device_alloc(kN * 4));
+        void* stream = chorus::test::fake_async_stream();
+        if (r == 1)
+          chorus::capi::devcall::corrupt_next_record_for_test(
+              chorus::capi::devcall::Spoil::kWordsPid);
+        const auto t0 = std::chrono::steady_clock::now();
+        chorusResult_t rc = chorusAllReduce(buf, buf, kN, chorusFloat32, chorusSum, comm, stream);
+        std::string why = chorusGetLastError(comm);
+        if (r == 1 && rc == chorusSuccess) {  // rank 0's abort reaches it
+          std::this_thread::sleep_for(std::chrono::seconds(1));
+          rc = chorusAllReduce(buf, buf, kN, chorusFloat32, chorusSum, comm, stream);
+          why = chorusGetLastError(comm);
+        }
+        const int e = chorus::test::fake_stream_sync(stream);
+        const double took = seconds_since(t0);
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        chorusCommDestroy(comm);
+        if (rc == chorusSuccess || !contains(why, "rank 1's flag words") ||
+            !contains(why, "/proc/1/fd/") || !contains(why, "CHORUS_IPC_WORDS=device"))
+          return fail_with(r, "expected the words refused by name", why);
+        if (e != 0 || took > 5)
+          return fail_with(r, "the stream", fmt::format("error {} after {:.1f} s", e, took));
+        return 0;
+      },
+      opts());
+  check_all(res);
+}
+
+TEST_CASE(
+    "CUDA IPC host words: a /proc path that reaches another memfd of the same size is refused "
+    "(map_shared alone would map it)",
+    "[device]") {
+  chorus::test::install_fake_gpu();
+  chorus::DeviceIpc st;
+  REQUIRE(chorus::alloc_words(st, 0).is_ok());
+  REQUIRE(st.host_words);
+  chorus::kernels::cuda::IpcHandle h{};
+  REQUIRE(chorus::export_words(st, st.flags, &h) == 0);
+  chorus::transport::SharedRef ref;
+  std::memcpy(&ref, h.bytes, sizeof ref);
+  // Another memfd of this process, of the arena's size: what a pid of another namespace, or a
+  // descriptor number reused, reaches instead.
+  auto other = chorus::transport::shared_alloc(ref.size);
+  REQUIRE(other.is_ok());
+  const auto other_ref = chorus::transport::find_shared(*other, 1);
+  REQUIRE(other_ref);
+  chorus::kernels::cuda::IpcHandle wrong = h;
+  chorus::transport::SharedRef spoilt = ref;
+  spoilt.fd = other_ref->fd;
+  spoilt.id = other_ref->id;
+  std::memcpy(wrong.bytes, &spoilt, sizeof spoilt);
+  auto at = chorus::open_words(st, 1, true, wrong);
+  REQUIRE_FALSE(at.is_ok());
+  CHECK(contains(at.status().message(), "is not its memory"));
+  CHECK(chorus::transport::map_shared(spoilt, spoilt.size).is_ok());  // what the check stops
+  // The right one maps (this process's own memfd through /proc: the same file).
+  auto right = chorus::open_words(st, 2, true, h);
+  REQUIRE(right.is_ok());
+  CHECK(right.value() != nullptr);
 }
