@@ -9,16 +9,21 @@
 // the flag: all must return within 10 s. Then the calls chorus makes on its own threads while
 // the caller may capture a stream in global mode (PyTorch's default): an event query and a free
 // of page-locked memory on another thread must neither fail nor invalidate that capture
-// (kernels/cuda/capture_mode.h). tests/gpu/run.sh also runs it with CUDA_DEVICE_MAX_CONNECTIONS=1
-// (one hardware queue for every stream). Skips (exit 77) with the reason where no device is
-// visible.
+// (kernels/cuda/capture_mode.h). Last, the CUDA IPC path's host words: a wait through one mapping
+// of a memfd ended by a stream write through another, and by a host store with a blocked
+// cudaMemcpy behind it (collectives/device_words.h). tests/gpu/run.sh also runs it with
+// CUDA_DEVICE_MAX_CONNECTIONS=1 (one hardware queue for every stream). Skips (exit 77) with the
+// reason where no device is visible.
 #include <cuda_runtime.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <future>
 #include <thread>
 #include <utility>
@@ -86,6 +91,89 @@ int capture_beside() {
   std::printf(
       "ok: an event query and a page-locked free on another thread beside a global-mode "
       "capture: both succeeded, the capture ended with its graph\n");
+  return 0;
+}
+
+// The CUDA IPC path's host words (collectives/device_words.h): a memfd mapped twice -- the
+// owner's mapping and a peer's, as two processes map it -- each registered (host_register). A
+// stream write into one mapping ends a stream's wait on the other; then a wait with a blocking
+// cudaMemcpy behind it, ended by a host store into the other mapping: no stream write at all,
+// so no hardware queue (CUDA_DEVICE_MAX_CONNECTIONS=1 in run.sh's second run) can hold it back.
+int host_words_release() {
+  const size_t bytes = 2 << 20;
+  const int fd = memfd_create("chorus-test-words", MFD_CLOEXEC);
+  if (fd < 0 || ftruncate(fd, bytes) != 0) {
+    std::printf("FAIL: memfd: %s\n", std::strerror(errno));
+    return 1;
+  }
+  void* maps[2];
+  for (void*& m : maps) {
+    m = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+    if (m == MAP_FAILED) {
+      std::printf("FAIL: mmap: %s\n", std::strerror(errno));
+      return 1;
+    }
+    // A piece, as the arena gives one: not the mapping's first page.
+    if (int rc = kc::host_register(static_cast<char*>(m) + 36864, 36864); rc) {
+      std::printf("FAIL: host_register: %s\n", kc::ipc_error_string(rc).c_str());
+      return 1;
+    }
+  }
+  auto* mine = reinterpret_cast<uint32_t*>(static_cast<char*>(maps[0]) + 36864);
+  auto* peers = reinterpret_cast<uint32_t*>(static_cast<char*>(maps[1]) + 36864);
+  cudaStream_t s = nullptr, t = nullptr;
+  CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  CHECK_CUDA(cudaStreamCreateWithFlags(&t, cudaStreamNonBlocking));
+  // 1. A peer's signal: stream t writes 1 through its mapping; s waits for it through the other.
+  if (int rc = kc::stream_wait_u32_geq(s, mine + 5, 1); rc) {
+    std::printf("FAIL: stream_wait_u32_geq on host words: %s\n", kc::ipc_error_string(rc).c_str());
+    return 1;
+  }
+  if (int rc = kc::stream_write_u32(t, peers + 5, 1); rc) {
+    std::printf("FAIL: stream_write_u32 on host words: %s\n", kc::ipc_error_string(rc).c_str());
+    return 1;
+  }
+  auto synced = std::async(std::launch::async, [&] { return int(cudaStreamSynchronize(s)); });
+  if (synced.wait_for(std::chrono::seconds(10)) != std::future_status::ready)
+    hung("a stream write into host words did not end a wait on another mapping of them");
+  CHECK_CUDA(cudaError_t(synced.get()));
+  if (__atomic_load_n(mine + 5, __ATOMIC_ACQUIRE) != 1) {
+    std::printf("FAIL: the host does not see the stream's write into host words\n");
+    return 1;
+  }
+  // 2. The release: a wait with a blocking copy behind it, ended by a host store.
+  int* word = nullptr;
+  CHECK_CUDA(cudaMalloc(&word, sizeof(int)));
+  CHECK_CUDA(cudaDeviceSynchronize());
+  if (int rc = kc::stream_wait_u32_geq(s, mine + 6, 1u << 30); rc) {
+    std::printf("FAIL: stream_wait_u32_geq on host words: %s\n", kc::ipc_error_string(rc).c_str());
+    return 1;
+  }
+  cudaEvent_t after_wait = nullptr;
+  CHECK_CUDA(cudaEventCreateWithFlags(&after_wait, cudaEventDisableTiming));
+  CHECK_CUDA(cudaEventRecord(after_wait, s));
+  CHECK_CUDA(cudaStreamWaitEvent(nullptr, after_wait, 0));
+  std::atomic<bool> copied{false};
+  std::atomic<int> copy_rc{0};
+  std::thread blocked([&] {
+    int host = -1;
+    copy_rc = int(cudaMemcpy(&host, word, sizeof host, cudaMemcpyDeviceToHost));
+    copied = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  if (copied) {
+    std::printf("FAIL: the copy did not wait for the host word (the stream wait held nothing)\n");
+    blocked.join();
+    return 1;
+  }
+  __atomic_store_n(peers + 6, 1u << 30, __ATOMIC_RELEASE);  // the release: a host store
+  if (!within(std::chrono::seconds(10), [&] { return copied.load(); }))
+    hung("a host store into host words did not end the wait a blocked cudaMemcpy sat behind");
+  blocked.join();
+  CHECK_CUDA(cudaError_t(copy_rc.load()));
+  std::printf(
+      "ok: host words in a memfd mapped twice: a stream write through one mapping ended a wait "
+      "on the other, and a host store ended a wait a blocked cudaMemcpy sat behind\n");
   return 0;
 }
 
@@ -168,5 +256,6 @@ int main() {
     return 1;
   }
   std::printf("ok: flags_release ended a wait that a blocked cudaMemcpy sat behind\n");
-  return capture_beside();
+  if (int rc = capture_beside(); rc) return rc;
+  return host_words_release();
 }
