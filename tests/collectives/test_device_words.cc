@@ -211,8 +211,8 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "CUDA IPC host words reached through /proc as another process's (ranks in different pid "
-    "namespaces): refused by name with the way out, on every rank, no stream waiting",
+    "CUDA IPC host words of another pid namespace: reached through /proc as another process's, "
+    "refused by name with the way out on every rank, no stream waiting",
     "[device]") {
   auto res = run_ranks(
       2,
