@@ -53,6 +53,45 @@ bool within(std::chrono::seconds limit, Pred done) {
   return true;
 }
 
+// A blocking cudaMemcpy on a thread of its own, on the legacy default stream, which waits for
+// stream s, which waits until `flag` >= v: start() enqueues the wait and starts the copy, and
+// checks that the copy is held there (0; 1, said); finish() waits up to 10 s for it once the wait
+// was released (`hang`: what it says if not), and joins it.
+struct BlockedCopy {
+  std::atomic<bool> copied{false};
+  std::atomic<int> copy_rc{0};
+  std::thread thread;
+
+  int start(cudaStream_t s, const uint32_t* flag, uint32_t v, int* word, const char* what) {
+    if (int rc = kc::stream_wait_u32_geq(s, flag, v); rc) {
+      std::printf("FAIL: stream_wait_u32_geq on %s: %s\n", what, kc::ipc_error_string(rc).c_str());
+      return 1;
+    }
+    cudaEvent_t after_wait = nullptr;
+    CHECK_CUDA(cudaEventCreateWithFlags(&after_wait, cudaEventDisableTiming));
+    CHECK_CUDA(cudaEventRecord(after_wait, s));
+    CHECK_CUDA(cudaStreamWaitEvent(nullptr, after_wait, 0));
+    thread = std::thread([this, word] {
+      int host = -1;
+      copy_rc = int(cudaMemcpy(&host, word, sizeof host, cudaMemcpyDeviceToHost));
+      copied = true;
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    if (copied) {
+      std::printf("FAIL: the copy did not wait for %s (the stream wait held nothing)\n", what);
+      thread.join();
+      return 1;
+    }
+    return 0;
+  }
+  int finish(const char* hang) {
+    if (!within(std::chrono::seconds(10), [&] { return copied.load(); })) hung(hang);
+    thread.join();
+    CHECK_CUDA(cudaError_t(copy_rc.load()));
+    return 0;
+  }
+};
+
 // A global-mode capture on this thread while another thread queries an event (recorded before
 // the capture) and frees page-locked memory, as chorus's threads do: both calls succeed and the
 // capture ends with a graph. 0, or 1 with the failure said.
@@ -145,32 +184,13 @@ int host_words_release() {
   int* word = nullptr;
   CHECK_CUDA(cudaMalloc(&word, sizeof(int)));
   CHECK_CUDA(cudaDeviceSynchronize());
-  if (int rc = kc::stream_wait_u32_geq(s, mine + 6, 1u << 30); rc) {
-    std::printf("FAIL: stream_wait_u32_geq on host words: %s\n", kc::ipc_error_string(rc).c_str());
-    return 1;
-  }
-  cudaEvent_t after_wait = nullptr;
-  CHECK_CUDA(cudaEventCreateWithFlags(&after_wait, cudaEventDisableTiming));
-  CHECK_CUDA(cudaEventRecord(after_wait, s));
-  CHECK_CUDA(cudaStreamWaitEvent(nullptr, after_wait, 0));
-  std::atomic<bool> copied{false};
-  std::atomic<int> copy_rc{0};
-  std::thread blocked([&] {
-    int host = -1;
-    copy_rc = int(cudaMemcpy(&host, word, sizeof host, cudaMemcpyDeviceToHost));
-    copied = true;
-  });
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  if (copied) {
-    std::printf("FAIL: the copy did not wait for the host word (the stream wait held nothing)\n");
-    blocked.join();
-    return 1;
-  }
+  BlockedCopy blocked;
+  if (int rc = blocked.start(s, mine + 6, 1u << 30, word, "the host word"); rc) return rc;
   __atomic_store_n(peers + 6, 1u << 30, __ATOMIC_RELEASE);  // the release: a host store
-  if (!within(std::chrono::seconds(10), [&] { return copied.load(); }))
-    hung("a host store into host words did not end the wait a blocked cudaMemcpy sat behind");
-  blocked.join();
-  CHECK_CUDA(cudaError_t(copy_rc.load()));
+  if (int rc = blocked.finish(
+          "a host store into host words did not end the wait a blocked cudaMemcpy sat behind");
+      rc)
+    return rc;
   std::printf(
       "ok: host words in a memfd mapped twice: a stream write through one mapping ended a wait "
       "on the other, and a host store ended a wait a blocked cudaMemcpy sat behind\n");
@@ -205,27 +225,9 @@ int main() {
   CHECK_CUDA(cudaEventCreateWithFlags(&before_wait, cudaEventDisableTiming));
   CHECK_CUDA(cudaEventRecord(before_wait, s));
   CHECK_CUDA(cudaStreamSynchronize(s));  // (the wait comes after: nothing holds it yet)
-  if (int rc = kc::stream_wait_u32_geq(s, static_cast<uint32_t*>(flags) + 3, 1); rc) {
-    std::printf("FAIL: stream_wait_u32_geq: %s\n", kc::ipc_error_string(rc).c_str());
-    return 1;
-  }
-  cudaEvent_t after_wait = nullptr;
-  CHECK_CUDA(cudaEventCreateWithFlags(&after_wait, cudaEventDisableTiming));
-  CHECK_CUDA(cudaEventRecord(after_wait, s));
-  CHECK_CUDA(cudaStreamWaitEvent(nullptr, after_wait, 0));
-  std::atomic<bool> copied{false};
-  std::atomic<int> copy_rc{0};
-  std::thread blocked([&] {
-    int host = -1;
-    copy_rc = int(cudaMemcpy(&host, word, sizeof host, cudaMemcpyDeviceToHost));
-    copied = true;
-  });
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  if (copied) {
-    std::printf("FAIL: the copy did not wait for the flag (the stream wait held nothing)\n");
-    blocked.join();
-    return 1;
-  }
+  BlockedCopy blocked;
+  if (int rc = blocked.start(s, static_cast<uint32_t*>(flags) + 3, 1, word, "the flag"); rc)
+    return rc;
 
   // The watch thread's side (the progress thread's query first): release every word (word 3 to
   // 1 among them).
@@ -243,10 +245,9 @@ int main() {
     std::printf("FAIL: flags_release: %s\n", kc::ipc_error_string(rc).c_str());
     hung("the blocked copy cannot end");
   }
-  if (!within(std::chrono::seconds(10), [&] { return copied.load(); }))
-    hung("the blocked cudaMemcpy did not return within 10 s of the release");
-  blocked.join();
-  CHECK_CUDA(cudaError_t(copy_rc.load()));
+  if (int rc = blocked.finish("the blocked cudaMemcpy did not return within 10 s of the release");
+      rc)
+    return rc;
 
   // A device where no flags_alloc ran has no release stream: refused, not made there.
   uint32_t one = 1;
