@@ -112,9 +112,9 @@ void describe_self(DeviceIpc& st, CallBuffers& bufs, Record& me, int rank) {
 
 // Where rank q's buffer of handle h is mapped here: by CUDA IPC, or its VMM allocation mapped by
 // descriptor (device_vmm.h).
-Result<void*> open_peer(DeviceIpc& st, int q, const kc::IpcHandle& h) {
+Result<void*> open_peer(DeviceIpc& st, int q, const kc::IpcHandle& h, bool captured) {
   if (is_vmm_handle(h)) return vmm_open(st, q, h);
-  close_overlapped(h);
+  close_overlapped(h, captured ? &st.closes_later : nullptr);
   void* p = nullptr;
   if (int rc = kc::ipc().open(h, &p); rc != 0)
     return make_error(Code::kSystemError, "{}", ipc_error(rc));
@@ -135,6 +135,7 @@ void take_news(DeviceIpc& st, int q, const Record& rec, bool captured) {
           {q, rec.owner, {freed.begin(), freed.end()}, {gone.begin(), gone.end()}});
     return;
   }
+  close_later(st.closes_later);
   for (const DeviceIpc::PeerNews& n : std::exchange(st.news_later, {})) {
     close_announced(n.owner, n.freed);
     vmm_unmap_dropped(st, n.rank, n.vmm_gone);

@@ -86,7 +86,8 @@ void take_news(DeviceIpc& st, int q, const Record& rec, bool captured);
 // Where rank q's buffer of handle h is mapped here: by CUDA IPC, or its VMM allocation mapped by
 // descriptor (device_vmm.h). A CUDA IPC allocation of q's process that h's overlaps was freed: it
 // is closed first.
-Result<void*> open_peer(DeviceIpc& st, int q, const kc::IpcHandle& h);
+// `captured`: the call is being captured, and the closes wait (close_overlapped's `later`).
+Result<void*> open_peer(DeviceIpc& st, int q, const kc::IpcHandle& h, bool captured);
 
 // VMM buffers go to the ranks of the call that lack them, before the GPU work.
 Status pass_vmm(CommImpl& comm, DeviceIpc& st, std::vector<VmmTransfer> moves,

@@ -137,7 +137,11 @@ void close_announced(uint64_t owner, std::span<const uint64_t> freed) {
   });
 }
 
-void close_overlapped(const kc::IpcHandle& h) {
+void close_later(std::vector<kc::IpcHandle>& later) {
+  for (const kc::IpcHandle& o : std::exchange(later, {})) kc::ipc().close(o);
+}
+
+void close_overlapped(const kc::IpcHandle& h, std::vector<kc::IpcHandle>* later) {
   if (h.owner == 0) return;  // not export_for_peers's: its owner is unknown
   PeerBuffers& b = peer_buffers();
   std::lock_guard<std::mutex> lock(b.mu);
@@ -154,7 +158,10 @@ void close_overlapped(const kc::IpcHandle& h) {
     if (o.owner != h.owner ||
         (!same(o) && (o.base >= h.base + h.size || h.base >= o.base + o.size)))
       return false;
-    kc::ipc().close(o);
+    if (later != nullptr && !same(o))
+      later->push_back(o);
+    else
+      kc::ipc().close(o);
     return true;
   });
   kc::IpcHandle mine = h;

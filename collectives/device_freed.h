@@ -72,7 +72,14 @@ void close_announced(uint64_t owner, std::span<const uint64_t> freed);
 
 // Peer side, before h's allocation is opened: closes the open allocations of h's owner that h's
 // overlaps or that have h's handle with another identity, and notes h's as open (nothing when
-// it is open already).
-void close_overlapped(const kernels::cuda::IpcHandle& h);
+// it is open already). With `later` (a capture is under way, which a close may break: it may
+// synchronise), the overlapped ones are moved there instead, for the next call not captured to
+// close (close_later); one with h's very handle is closed at once, since opening h would give
+// its mapping back (CUDA gives a new allocation a handle of its own, so on a GPU it does not
+// arise).
+void close_overlapped(const kernels::cuda::IpcHandle& h,
+                      std::vector<kernels::cuda::IpcHandle>* later = nullptr);
+// Closes what close_overlapped moved into `later`.
+void close_later(std::vector<kernels::cuda::IpcHandle>& later);
 
 }  // namespace chorus::capi::devcall

@@ -398,7 +398,8 @@ chorusResult_t device_collective(chorusComm_t h, CommImpl& comm, const Call& cal
     if (auto it = mapped.find(key); it != mapped.end()) return it->second + b.elem * es;
     void* ptr = b.recv ? bufs.recv.at : bufs.send.at;
     if (b.rank != r) {
-      Result<void*> at = open_peer(st, b.rank, b.recv ? all[b.rank].recv : all[b.rank].send);
+      Result<void*> at =
+          open_peer(st, b.rank, b.recv ? all[b.rank].recv : all[b.rank].send, slot >= 0);
       if (!at.is_ok())
         return with_peer_news(
             comm, Status(Code::kSystemError,

@@ -82,6 +82,9 @@ struct DeviceIpc {
     std::vector<uint64_t> freed, vmm_gone;
   };
   std::vector<PeerNews> news_later;
+  // Peers' allocations that a captured call's buffers overlapped (their owners freed them): closed
+  // at the next call not captured, as news_later is (device_freed.h's close_overlapped).
+  std::vector<kernels::cuda::IpcHandle> closes_later;
 };
 
 // When the communicator fails (a peer died or failed, a revoke, a timeout): every flag word of

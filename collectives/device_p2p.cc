@@ -250,7 +250,7 @@ chorusResult_t device_p2p(chorusComm_t h, CommImpl& comm, const std::vector<Devi
          [&](size_t i, int q) { return gpu.wait_pair(q, kPairData, slot[i], "data ready"); });
   }
   each(false, [&](size_t i, int q) -> Status {
-    Result<void*> src = open_peer(st, q, match[i]->send);
+    Result<void*> src = open_peer(st, q, match[i]->send, captured);
     if (!src.is_ok())
       return with_peer_news(
           comm, Status(Code::kSystemError, fmt::format("mapping rank {}'s sendbuff failed: {}", q,

@@ -228,6 +228,48 @@ TEST_CASE("freed memory's news in a captured call: closed after the capture", "[
       opts(false)));
 }
 
+// A captured call's buffer lies where a peer's freed one lay (cudaMalloc often places it so): the
+// peers close their mapping of the old one -- after the capture, at the next call not captured,
+// since a close may synchronise (device_freed.h's close_overlapped).
+TEST_CASE("a captured call's buffer where a freed one lay: the old closed after the capture",
+          "[device][graph]") {
+  check_all(run_ranks(
+      3,
+      [](int r) {
+        chorusComm_t comm = init(r);
+        if (!comm) return 1;
+        constexpr size_t n = 64;
+        void* stream = chorus::test::fake_async_stream();
+        float *x = dev(n), *y = dev(n);
+        if (chorusAllReduce(x, x, n, chorusFloat32, chorusSum, comm, stream) != chorusSuccess ||
+            chorus::test::fake_stream_sync(stream) != 0)
+          return fail_with(r, "the eager call", chorusGetLastError(comm));
+        chorus::test::fake_device_free(x);  // the peers map it still
+        auto* again = static_cast<float*>(chorus::test::fake_device_alloc_at(x, n * 4));
+        if (again != x) return fail_with(r, "the allocation", "not where the freed one lay");
+        chorus::test::fake_capture_begin(stream);
+        const chorusResult_t rc =
+            chorusAllReduce(again, again, n, chorusFloat32, chorusSum, comm, stream);
+        void* graph = chorus::test::fake_capture_end(stream);
+        if (rc != chorusSuccess) return fail_with(r, "the capture", chorusGetLastError(comm));
+        const int in_capture = chorus::test::fake_closes_in_capture();
+        const int held = chorus::test::fake_ipc_closes();
+        if (chorusAllReduce(y, y, n, chorusFloat32, chorusSum, comm, stream) != chorusSuccess ||
+            chorus::test::fake_stream_sync(stream) != 0)
+          return fail_with(r, "the eager call after", chorusGetLastError(comm));
+        const int closes = chorus::test::fake_ipc_closes();
+        if (in_capture != 0 || held != 0 || closes != 2)
+          return fail_with(r, "the closes",
+                           fmt::format("{} during the capture, {} before the eager call, {} "
+                                       "after it; want 0, 0, 2",
+                                       in_capture, held, closes));
+        chorus::test::fake_graph_free(graph);
+        chorusCommDestroy(comm);
+        return 0;
+      },
+      opts(false)));
+}
+
 // Sends and receives captured (device_graph.h: a pair's slots): a group that sends to the right
 // and receives from the left (on 2 ranks, both ways between the pair), then a lone send from rank
 // 0 to rank 1 that rank 2 takes no part in; replayed out of step, eager sends between replays.
