@@ -286,18 +286,26 @@ TEST_CASE("a gather met by scatters fails at once on every rank, naming both cal
       3,
       [](int rank) {
         auto comm = chorus::Communicator::from_env();
-        comm.barrier();  // #1 agrees
         std::vector<float> send(3 * 4096), recv(3 * 4096);
-        // Whichever pair is seen first, the message names rank 0's gather and a scatter.
+        // Whichever pair is seen first, the message names rank 0's gather and a scatter. The
+        // barrier (#1) agrees, but a rank may still be finishing it when two others have met at
+        // #2 and failed the communicator: then its barrier fails with that news (seen under ASan).
         const std::string both =
             "gather #2 (count 4096 f32, root 0) on rank 0 vs scatter #2 (count 4096 f32, root 0) "
             "on rank ";
         if (rank == 0)
           return expect_error(
-              [&] { comm.gather(send.data(), recv.data(), 4096, chorusFloat32, 0); },
+              [&] {
+                comm.barrier();
+                comm.gather(send.data(), recv.data(), 4096, chorusFloat32, 0);
+              },
               chorusMismatch, both, 5);
-        return expect_error([&] { comm.scatter(send.data(), recv.data(), 4096, chorusFloat32, 0); },
-                            chorusMismatch, both, 5);
+        return expect_error(
+            [&] {
+              comm.barrier();
+              comm.scatter(send.data(), recv.data(), 4096, chorusFloat32, 0);
+            },
+            chorusMismatch, both, 5);
       },
       on(transport));
   require_codes(res, {0, 0, 0});
