@@ -9,6 +9,7 @@
 #include <catch2/catch.hpp>
 
 #include <chrono>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -188,84 +189,74 @@ TEST_CASE("a captured barrier replayed back to back, one rank's waits held back"
   });
 }
 
-// A peer's news that it freed memory this rank maps (device_freed.h) may come with a captured
-// call; closing the mapping may synchronise, which CUDA forbids while a capture is under way, so
-// the closes wait for the next call not captured.
+// Rank r's mapping of its peers' buffer x is to be closed (their owners freed it) while a call
+// is captured: closing may synchronise, which CUDA forbids while a capture is under way, so the
+// closes wait for the next call not captured. An eager all-reduce on x, x freed, then `capture`
+// (given x's old address and a buffer y) between fake_capture_begin and _end, then an eager call:
+// 0 closes during the capture, 0 before the eager call, the 2 peers' x after it.
+int closes_after_capture(int r, const std::function<chorusResult_t(float* x, float* y, size_t n,
+                                                                   chorusComm_t, void*)>& capture) {
+  chorusComm_t comm = init(r);
+  if (!comm) return 1;
+  constexpr size_t n = 64;
+  void* stream = chorus::test::fake_async_stream();
+  float *x = dev(n), *y = dev(n);
+  if (chorusAllReduce(x, x, n, chorusFloat32, chorusSum, comm, stream) != chorusSuccess ||
+      chorus::test::fake_stream_sync(stream) != 0)
+    return fail_with(r, "the eager call", chorusGetLastError(comm));
+  chorus::test::fake_device_free(x);  // the peers map it still
+  chorus::test::fake_capture_begin(stream);
+  const chorusResult_t rc = capture(x, y, n, comm, stream);
+  void* graph = chorus::test::fake_capture_end(stream);
+  if (rc != chorusSuccess) return fail_with(r, "the capture", chorusGetLastError(comm));
+  const int in_capture = chorus::test::fake_closes_in_capture();
+  const int held = chorus::test::fake_ipc_closes();
+  if (chorusAllReduce(y, y, n, chorusFloat32, chorusSum, comm, stream) != chorusSuccess ||
+      chorus::test::fake_stream_sync(stream) != 0)
+    return fail_with(r, "the eager call after", chorusGetLastError(comm));
+  const int closes = chorus::test::fake_ipc_closes();
+  if (in_capture != 0 || held != 0 || closes != 2)
+    return fail_with(r, "the closes",
+                     fmt::format("{} during the capture, {} before the eager call, {} after it; "
+                                 "want 0, 0, 2",
+                                 in_capture, held, closes));
+  chorus::test::fake_graph_free(graph);
+  chorusCommDestroy(comm);
+  return 0;
+}
+
+// The peer's news that it freed x (device_freed.h) comes with the captured calls.
 TEST_CASE("freed memory's news in a captured call: closed after the capture", "[device][graph]") {
   check_all(run_ranks(
       3,
       [](int r) {
-        chorusComm_t comm = init(r);
-        if (!comm) return 1;
-        constexpr size_t n = 64;
-        void* stream = chorus::test::fake_async_stream();
-        float *x = dev(n), *y = dev(n);
-        if (chorusAllReduce(x, x, n, chorusFloat32, chorusSum, comm, stream) != chorusSuccess ||
-            chorus::test::fake_stream_sync(stream) != 0)
-          return fail_with(r, "the eager call", chorusGetLastError(comm));
-        chorus::test::fake_device_free(x);  // the peers map it still
-        chorus::test::fake_capture_begin(stream);
-        chorusResult_t rc = chorusSuccess;
-        for (int k = 0; k < 3 && rc == chorusSuccess; ++k)
-          rc = chorusAllReduce(y, y, n, chorusFloat32, chorusSum, comm, stream);
-        void* graph = chorus::test::fake_capture_end(stream);
-        if (rc != chorusSuccess) return fail_with(r, "the capture", chorusGetLastError(comm));
-        const int in_capture = chorus::test::fake_closes_in_capture();
-        const int held = chorus::test::fake_ipc_closes();
-        if (chorusAllReduce(y, y, n, chorusFloat32, chorusSum, comm, stream) != chorusSuccess ||
-            chorus::test::fake_stream_sync(stream) != 0)
-          return fail_with(r, "the eager call after", chorusGetLastError(comm));
-        const int closes = chorus::test::fake_ipc_closes();
-        if (in_capture != 0 || held != 0 || closes != 2)
-          return fail_with(r, "the closes",
-                           fmt::format("{} during the capture, {} before the eager call, {} "
-                                       "after it; want 0, 0, 2",
-                                       in_capture, held, closes));
-        chorus::test::fake_graph_free(graph);
-        chorusCommDestroy(comm);
-        return 0;
+        return closes_after_capture(
+            r, [](float*, float* y, size_t n, chorusComm_t comm, void* stream) {
+              chorusResult_t rc = chorusSuccess;
+              for (int k = 0; k < 3 && rc == chorusSuccess; ++k)
+                rc = chorusAllReduce(y, y, n, chorusFloat32, chorusSum, comm, stream);
+              return rc;
+            });
       },
       opts(false)));
 }
 
-// A captured call's buffer lies where a peer's freed one lay (cudaMalloc often places it so): the
-// peers close their mapping of the old one -- after the capture, at the next call not captured,
-// since a close may synchronise (device_freed.h's close_overlapped).
+// The captured call's buffer lies where x lay (cudaMalloc often places it so): the peers find x
+// overlapped (device_freed.h's close_overlapped).
 TEST_CASE("a captured call's buffer where a freed one lay: the old closed after the capture",
           "[device][graph]") {
   check_all(run_ranks(
       3,
       [](int r) {
-        chorusComm_t comm = init(r);
-        if (!comm) return 1;
-        constexpr size_t n = 64;
-        void* stream = chorus::test::fake_async_stream();
-        float *x = dev(n), *y = dev(n);
-        if (chorusAllReduce(x, x, n, chorusFloat32, chorusSum, comm, stream) != chorusSuccess ||
-            chorus::test::fake_stream_sync(stream) != 0)
-          return fail_with(r, "the eager call", chorusGetLastError(comm));
-        chorus::test::fake_device_free(x);  // the peers map it still
-        auto* again = static_cast<float*>(chorus::test::fake_device_alloc_at(x, n * 4));
-        if (again != x) return fail_with(r, "the allocation", "not where the freed one lay");
-        chorus::test::fake_capture_begin(stream);
-        const chorusResult_t rc =
-            chorusAllReduce(again, again, n, chorusFloat32, chorusSum, comm, stream);
-        void* graph = chorus::test::fake_capture_end(stream);
-        if (rc != chorusSuccess) return fail_with(r, "the capture", chorusGetLastError(comm));
-        const int in_capture = chorus::test::fake_closes_in_capture();
-        const int held = chorus::test::fake_ipc_closes();
-        if (chorusAllReduce(y, y, n, chorusFloat32, chorusSum, comm, stream) != chorusSuccess ||
-            chorus::test::fake_stream_sync(stream) != 0)
-          return fail_with(r, "the eager call after", chorusGetLastError(comm));
-        const int closes = chorus::test::fake_ipc_closes();
-        if (in_capture != 0 || held != 0 || closes != 2)
-          return fail_with(r, "the closes",
-                           fmt::format("{} during the capture, {} before the eager call, {} "
-                                       "after it; want 0, 0, 2",
-                                       in_capture, held, closes));
-        chorus::test::fake_graph_free(graph);
-        chorusCommDestroy(comm);
-        return 0;
+        return closes_after_capture(
+            r, [r](float* x, float*, size_t n, chorusComm_t comm, void* stream) {
+              auto* again = static_cast<float*>(chorus::test::fake_device_alloc_at(x, n * 4));
+              if (again != x) {
+                fail_with(r, "the allocation", "not where the freed one lay");
+                return chorusInternalError;
+              }
+              return chorusAllReduce(again, again, n, chorusFloat32, chorusSum, comm, stream);
+            });
       },
       opts(false)));
 }
