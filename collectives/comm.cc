@@ -749,7 +749,8 @@ Status CommImpl::destroy() {
     log_error("{}", joined.message());
     return joined;
   }
-  vmm_close(device_ipc_);  // no call runs any more: the registry's retains end
+  close_held_back(device_ipc_);  // no call runs any more: nothing later would close them
+  vmm_close(device_ipc_);        // the registry's retains end
   // Graphs that outlive the communicator: a replay of theirs would wait for ever on its stream,
   // and a free of page-locked memory may wait for the device, so none is freed then.
   const bool graphs_live = graph_warn_held(rank(), {device_ipc_.graph.slots.get(),

@@ -135,11 +135,7 @@ void take_news(DeviceIpc& st, int q, const Record& rec, bool captured) {
           {q, rec.owner, {freed.begin(), freed.end()}, {gone.begin(), gone.end()}});
     return;
   }
-  close_later(st.closes_later);
-  for (const DeviceIpc::PeerNews& n : std::exchange(st.news_later, {})) {
-    close_announced(n.owner, n.freed);
-    vmm_unmap_dropped(st, n.rank, n.vmm_gone);
-  }
+  close_held_back(st);
   close_announced(rec.owner, freed);
   vmm_unmap_dropped(st, q, gone);
 }
@@ -269,6 +265,14 @@ int export_for_peers(const void* p, kernels::cuda::IpcHandle* out) {
   out->owner = capi::devcall::process_token();
   capi::devcall::note_export(*out);
   return 0;
+}
+
+void close_held_back(DeviceIpc& st) {
+  capi::devcall::close_later(st.closes_later);
+  for (const DeviceIpc::PeerNews& n : std::exchange(st.news_later, {})) {
+    capi::devcall::close_announced(n.owner, n.freed);
+    vmm_unmap_dropped(st, n.rank, n.vmm_gone);
+  }
 }
 
 }  // namespace chorus

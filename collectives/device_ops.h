@@ -103,6 +103,12 @@ std::array<uint32_t, 5 * kMaxDeviceRanks> device_release_values(const DeviceIpc&
 // host may share). Every buffer that peers open through devcall::open_peer is exported so.
 int export_for_peers(const void* p, kernels::cuda::IpcHandle* out);
 
+// What captured calls held back (DeviceIpc::news_later, closes_later): closed or unmapped now.
+// At the next call not captured (devcall::take_news), and at destroy once no call runs -- else
+// a communicator destroyed before its next eager call would keep its peers' freed memory open
+// for good.
+void close_held_back(DeviceIpc& st);
+
 // Whether a call's buffers are (at least partly) device memory and take the device path.
 bool device_buffers(const void* sendbuff, const void* recvbuff);
 

@@ -193,9 +193,12 @@ TEST_CASE("a captured barrier replayed back to back, one rank's waits held back"
 // is captured: closing may synchronise, which CUDA forbids while a capture is under way, so the
 // closes wait for the next call not captured. An eager all-reduce on x, x freed, then `capture`
 // (given x's old address and a buffer y) between fake_capture_begin and _end, then an eager call:
-// 0 closes during the capture, 0 before the eager call, the 2 peers' x after it.
-int closes_after_capture(int r, const std::function<chorusResult_t(float* x, float* y, size_t n,
-                                                                   chorusComm_t, void*)>& capture) {
+// 0 closes during the capture, 0 before the eager call, the 2 peers' x after it. With
+// `destroy_next`, the communicator is destroyed instead of the eager call: the destroy closes
+// them (no later call of its would).
+int closes_after_capture(int r, bool destroy_next,
+                         const std::function<chorusResult_t(float* x, float* y, size_t n,
+                                                            chorusComm_t, void*)>& capture) {
   chorusComm_t comm = init(r);
   if (!comm) return 1;
   constexpr size_t n = 64;
@@ -211,54 +214,63 @@ int closes_after_capture(int r, const std::function<chorusResult_t(float* x, flo
   if (rc != chorusSuccess) return fail_with(r, "the capture", chorusGetLastError(comm));
   const int in_capture = chorus::test::fake_closes_in_capture();
   const int held = chorus::test::fake_ipc_closes();
-  if (chorusAllReduce(y, y, n, chorusFloat32, chorusSum, comm, stream) != chorusSuccess ||
-      chorus::test::fake_stream_sync(stream) != 0)
-    return fail_with(r, "the eager call after", chorusGetLastError(comm));
+  if (chorus::test::fake_stream_sync(stream) != 0) return fail_with(r, "the stream", "failed");
+  chorus::test::fake_graph_free(graph);
+  const char* next = destroy_next ? "the destroy" : "the eager call";
+  if (destroy_next) {
+    if (chorusCommDestroy(comm) != chorusSuccess) return fail_with(r, next, "failed");
+  } else if (chorusAllReduce(y, y, n, chorusFloat32, chorusSum, comm, stream) != chorusSuccess ||
+             chorus::test::fake_stream_sync(stream) != 0) {
+    return fail_with(r, next, chorusGetLastError(comm));
+  }
   const int closes = chorus::test::fake_ipc_closes();
   if (in_capture != 0 || held != 0 || closes != 2)
     return fail_with(r, "the closes",
-                     fmt::format("{} during the capture, {} before the eager call, {} after it; "
-                                 "want 0, 0, 2",
-                                 in_capture, held, closes));
-  chorus::test::fake_graph_free(graph);
-  chorusCommDestroy(comm);
+                     fmt::format("{} during the capture, {} before {}, {} after it; want 0, 0, 2",
+                                 in_capture, held, next, closes));
+  if (!destroy_next) chorusCommDestroy(comm);
   return 0;
 }
 
 // The peer's news that it freed x (device_freed.h) comes with the captured calls.
-TEST_CASE("freed memory's news in a captured call: closed after the capture", "[device][graph]") {
-  check_all(run_ranks(
-      3,
-      [](int r) {
-        return closes_after_capture(
-            r, [](float*, float* y, size_t n, chorusComm_t comm, void* stream) {
-              chorusResult_t rc = chorusSuccess;
-              for (int k = 0; k < 3 && rc == chorusSuccess; ++k)
-                rc = chorusAllReduce(y, y, n, chorusFloat32, chorusSum, comm, stream);
-              return rc;
-            });
-      },
-      opts(false)));
+TEST_CASE("freed memory's news in a captured call: closed at the next call or the destroy",
+          "[device][graph]") {
+  for (bool destroy_next : {false, true})
+    check_all(run_ranks(
+        3,
+        [destroy_next](int r) {
+          return closes_after_capture(
+              r, destroy_next, [](float*, float* y, size_t n, chorusComm_t comm, void* stream) {
+                chorusResult_t rc = chorusSuccess;
+                for (int k = 0; k < 3 && rc == chorusSuccess; ++k)
+                  rc = chorusAllReduce(y, y, n, chorusFloat32, chorusSum, comm, stream);
+                return rc;
+              });
+        },
+        opts(false)));
 }
 
 // The captured call's buffer lies where x lay (cudaMalloc often places it so): the peers find x
 // overlapped (device_freed.h's close_overlapped).
-TEST_CASE("a captured call's buffer where a freed one lay: the old closed after the capture",
-          "[device][graph]") {
-  check_all(run_ranks(
-      3,
-      [](int r) {
-        return closes_after_capture(
-            r, [r](float* x, float*, size_t n, chorusComm_t comm, void* stream) {
-              auto* again = static_cast<float*>(chorus::test::fake_device_alloc_at(x, n * 4));
-              if (again != x) {
-                fail_with(r, "the allocation", "not where the freed one lay");
-                return chorusInternalError;
-              }
-              return chorusAllReduce(again, again, n, chorusFloat32, chorusSum, comm, stream);
-            });
-      },
-      opts(false)));
+TEST_CASE(
+    "a captured call's buffer where a freed one lay: the old closed at the next call or "
+    "the destroy",
+    "[device][graph]") {
+  for (bool destroy_next : {false, true})
+    check_all(run_ranks(
+        3,
+        [destroy_next](int r) {
+          return closes_after_capture(
+              r, destroy_next, [r](float* x, float*, size_t n, chorusComm_t comm, void* stream) {
+                auto* again = static_cast<float*>(chorus::test::fake_device_alloc_at(x, n * 4));
+                if (again != x) {
+                  fail_with(r, "the allocation", "not where the freed one lay");
+                  return chorusInternalError;
+                }
+                return chorusAllReduce(again, again, n, chorusFloat32, chorusSum, comm, stream);
+              });
+        },
+        opts(false)));
 }
 
 // Sends and receives captured (device_graph.h: a pair's slots): a group that sends to the right
