@@ -7,6 +7,7 @@
 
 #include <algorithm>
 
+#include "collectives/device_bounce.h"
 #include "collectives/device_timing.h"
 #include "collectives/device_vmm.h"
 #include "collectives/job.h"
@@ -758,6 +759,8 @@ Status CommImpl::destroy() {
   graph_close(device_ipc_.graph);
   stop_keeper(device_ipc_.keeper);
   stage_graph_close(device_ipc_.stage, graphs_live);  // the replays' thread and communicator end
+  // A free may wait for the whole device, so not while graphs live (their replays may wait).
+  if (!graphs_live) bounce_close(device_ipc_, deadline.remaining(), rank());
   if (device_ipc_.timing) device_timing_report(*device_ipc_.timing, rank(), timeout_s_);
   std::vector<std::unique_ptr<Channel>> channels;
   std::shared_ptr<Job> job;

@@ -1,7 +1,12 @@
 // The bounce buffer for device memory that CUDA IPC cannot map (device_bounce.h).
 #include "collectives/device_bounce.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <utility>
 #include <vector>
 
 #include "common/log.h"
@@ -45,7 +50,10 @@ Status place_staged(DeviceIpc& st, std::span<LocalBuffer* const> bufs, int rank,
   }
   const kc::IpcBackend& ipc = kc::ipc();
   if (need > st.bounce_bytes) {
-    // The old one stays allocated: peers may have mapped it (device_bounce.h).
+    // The old one stays allocated until destroy, with its last mark (device_bounce.h); the new
+    // one's calls need not wait for it.
+    if (st.bounce != nullptr)
+      st.bounce_old.emplace_back(st.bounce, std::exchange(st.bounce_mark, nullptr));
     const size_t bytes = std::max({need, 2 * st.bounce_bytes, kMinBounce});
     void* p = nullptr;
     if (int rc = ipc.flags_alloc(bytes, &p); rc != 0)
@@ -74,6 +82,39 @@ Status place_staged(DeviceIpc& st, std::span<LocalBuffer* const> bufs, int rank,
         rank, call, (*unmapped)->name, (*unmapped)->user);
   }
   return Status::ok();
+}
+
+void bounce_close(DeviceIpc& st, double timeout_s, int rank) {
+  const kc::IpcBackend& ipc = kc::ipc();
+  std::vector<std::pair<void*, void*>> all = std::exchange(st.bounce_old, {});
+  if (st.bounce != nullptr) all.emplace_back(st.bounce, st.bounce_mark);
+  st.bounce = st.bounce_mark = nullptr;
+  st.bounce_bytes = 0;
+  if (all.empty()) return;
+  if (st.bounce_unmarked) {
+    log_warn(
+        "rank {}: the bounce buffers of its device calls ({}) are left allocated: a call that "
+        "failed could not mark its end, and its stream may still use them",
+        rank, all.size());
+    return;
+  }
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  for (auto [buffer, mark] : all) {
+    // No mark: no call got to its GPU work (one that did and failed marked its end).
+    int rc = mark != nullptr ? ipc.mark_done(st.device, mark) : 0;
+    while (rc == kc::kStampNotReady && std::chrono::steady_clock::now() < end) {
+      usleep(1000);
+      rc = ipc.mark_done(st.device, mark);
+    }
+    if (rc != 0) {
+      log_warn(
+          "rank {}: a bounce buffer of its device calls is left allocated: its stream {}", rank,
+          rc == kc::kStampNotReady ? "has not got past it" : "failed: " + ipc.error_string(rc));
+      continue;
+    }
+    ipc.flags_free(buffer);
+    ipc.mark_free(mark);
+  }
 }
 
 }  // namespace chorus

@@ -8,10 +8,14 @@
 // it -- which VMM memory that CUDA exports as a file descriptor is instead (device_vmm.h).
 //
 // The bounce buffer is this rank's, device memory that CUDA IPC maps, grown when a call needs
-// more (never freed, as the flag words: peers may hold it mapped, and their streams may still
-// read it). Calls that use it on different streams are ordered by a mark (a CUDA event): the next
+// more. Calls that use it on different streams are ordered by a mark (a CUDA event): the next
 // one waits, on its stream, for the end of the last one, so that no copy in overwrites a piece
-// peers still read.
+// peers still read. The buffers it grew out of are kept, with their last marks, until destroy,
+// which frees each once the GPU is past its mark (bounce_close): a call's end on this rank's
+// stream comes after its wait for every peer's signal that follows the peer's reads and writes,
+// so no peer's stream uses it either. (Freed at once when grown, a buffer's cudaFree could wait
+// for the whole device, in the middle of a call.) The peers close their mappings when this
+// process's next records tell them of the free (device_freed.h), on whatever communicator.
 #pragma once
 
 #include <span>
@@ -54,5 +58,11 @@ struct CallBuffers {
 // too small, and exports each piece into its handle. Says at CHORUS_DEBUG=INFO, once per
 // communicator, that buffers are staged and why. `call` and `rank` name the call in errors.
 Status place_staged(DeviceIpc& st, std::span<LocalBuffer* const> bufs, int rank, const char* call);
+
+// At destroy, once no call runs: frees the bounce buffers, each once the GPU is past the last call
+// that used it (waiting up to timeout_s, what is left of destroy's). Left allocated, with a
+// warning: one whose stream never got there, all of them after a failed call that could not mark
+// its end. `rank` names the rank in the warning.
+void bounce_close(DeviceIpc& st, double timeout_s, int rank);
 
 }  // namespace chorus

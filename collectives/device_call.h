@@ -250,10 +250,15 @@ class Enqueuer {
     return Status::ok();
   }
 
-  // After a failure: the signals not yet written, so that no peer's stream waits for ever.
-  void release(const std::vector<std::pair<uint32_t*, uint32_t>>& owed) {
+  // After a failure: the signals not yet written, so that no peer's stream waits for ever; then,
+  // for a call through the bounce buffer, the end of what it enqueued marked, as bounce_out
+  // does, so that destroy frees the buffer only once the stream is past it (bounce_close).
+  void release(const std::vector<std::pair<uint32_t*, uint32_t>>& owed,
+               const std::vector<const LocalBuffer*>& bufs) {
     for (const auto& [word, v] : owed)
       if (word != nullptr) (void)kc::ipc().write_u32(stream_, word, v);
+    if (any_staged(bufs) && kc::ipc().mark_record(stream_, &st_.bounce_mark) != 0)
+      st_.bounce_unmarked = true;
   }
 
  private:

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "chorus/chorus.h"
@@ -55,6 +56,11 @@ struct DeviceIpc {
   size_t bounce_bytes = 0;
   void* bounce_mark = nullptr;
   bool bounce_said = false;
+  // The bounce buffers it grew out of, each with the mark after the last call that used it, and
+  // whether a failed call could not mark its end (then none is freed): all freed at destroy
+  // (bounce_close).
+  std::vector<std::pair<void*, void*>> bounce_old;
+  bool bounce_unmarked = false;
   // VMM memory mapped by file descriptor (device_vmm.h): this rank's registry, its peers'
   // allocations mapped here, the descriptor sockets.
   std::shared_ptr<VmmState> vmm;

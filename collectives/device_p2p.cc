@@ -275,7 +275,7 @@ chorusResult_t device_p2p(chorusComm_t h, CommImpl& comm, const std::vector<Devi
     st.graph.live_pair_slots.store(top);
   }
   if (s.is_ok()) return finish(comm, name);
-  gpu.release(owed);
+  gpu.release(owed, staged);
   const Status why(Code::kSystemError, fmt::format("{} on rank {}: {}", name, r, s.message()));
   comm.abort(why.message());
   return report(why);

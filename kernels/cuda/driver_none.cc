@@ -91,6 +91,7 @@ int flags_alloc(size_t, void** out) {
   *out = nullptr;
   return kNoCuda;
 }
+void flags_free(void*) {}
 int host_words_alloc(size_t, void** out) {
   *out = nullptr;
   return kNoCuda;

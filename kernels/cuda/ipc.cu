@@ -179,6 +179,12 @@ int flags_alloc(size_t bytes, void** out) {
   return int(cudaStreamSynchronize(s));
 }
 
+void flags_free(void* p) {
+  if (p == nullptr || !ops().ok) return;
+  const RelaxedCapture relaxed;  // as pinned_free: another thread may capture in global mode
+  if (cudaFree(p) != cudaSuccess) (void)cudaGetLastError();
+}
+
 int host_words_alloc(size_t bytes, void** out) {
   *out = nullptr;
   if (!ops().ok) return kNoCuda;

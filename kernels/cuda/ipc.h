@@ -91,6 +91,10 @@ int vmm_unmap(void* p, uint64_t size);
 // `bytes` of zeroed device memory on the current device that ipc_export can share: flag words
 // peers write into, and the staging buffers of memory that cannot be shared.
 int flags_alloc(size_t bytes, void** out);
+// Frees what flags_alloc gave (cudaFree; nullptr: nothing), once no work of this process uses it
+// (cudaFree may wait for the whole device). Peers that opened it keep its memory until they
+// close it. A failure is ignored: the memory stays allocated.
+void flags_free(void* p);
 
 // `bytes` of zeroed page-locked host memory mapped into every device's address space at the same
 // address (cudaHostAllocMapped | Portable, unified addressing): 32-bit words a stream waits on
@@ -169,6 +173,7 @@ struct IpcBackend {
   void (*close)(const IpcHandle& h);
   int (*buffer_id)(const void* p, uint64_t* id);
   int (*flags_alloc)(size_t bytes, void** out);
+  void (*flags_free)(void* p);
   int (*host_words_alloc)(size_t bytes, void** out);
   int (*host_register)(void* p, size_t bytes);
   int (*flags_release)(int device, void* flags, const uint32_t* values, size_t count);

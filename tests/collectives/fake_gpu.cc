@@ -214,6 +214,14 @@ int flags_alloc(size_t bytes, void** out) {
   return *out ? 0 : 2;  // cudaErrorMemoryAllocation
 }
 
+std::atomic<int> g_flags_frees{0};
+
+void flags_free(void* p) {
+  if (p == nullptr) return;
+  fake_device_free(p);
+  ++g_flags_frees;
+}
+
 // Host words: this process's memory (a stream of this process waits on them).
 int host_words_alloc(size_t bytes, void** out) {
   *out = std::calloc(1, bytes);
@@ -422,9 +430,12 @@ std::string stream_name(void* s) {
   return fmt::format("{}", s);
 }
 
-// Marks recorded on async streams: reached when their stream gets there.
+// Marks recorded on async streams: reached when their stream gets there. Records are numbered:
+// as cudaStreamWaitEvent, a wait is for the latest record when it is enqueued, not for one
+// recorded after it (which a single flag, reset by that later record, would make it wait for).
 struct AsyncMark {
-  std::atomic<bool> reached{true};
+  std::atomic<uint64_t> recorded{0};  // records enqueued
+  std::atomic<uint64_t> reached{0};   // the latest record its stream got past
 };
 std::set<void*>* g_async_marks = new std::set<void*>;  // under g_mark_mu
 std::atomic<bool> g_marks_stuck{false};                // fake_marks_stuck
@@ -447,14 +458,14 @@ int mark_record(void* stream, void** mark) {
       g_async_marks->insert(m);
     }
     *mark = m;
-    m->reached.store(false);
-    return on_stream(stream, [m] {
-      m->reached.store(true);
+    const uint64_t n = ++m->recorded;
+    return on_stream(stream, [m, n] {
+      m->reached.store(n);
       return 0;
     });
   }
   if (AsyncMark* m = async_mark(*mark)) {
-    m->reached.store(true);
+    m->reached.store(++m->recorded);
   } else {
     *mark = &g_mark;
   }
@@ -465,9 +476,9 @@ int mark_record(void* stream, void** mark) {
 
 int mark_wait(void* stream, void* mark) {
   if (AsyncMark* m = async_mark(mark))
-    return on_stream(stream, [m] {
+    return on_stream(stream, [m, n = m->recorded.load()] {
       const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-      while (!m->reached.load())
+      while (m->reached.load() < n)
         if (std::chrono::steady_clock::now() > end) return kTimedOut;
       return 0;
     });
@@ -484,7 +495,7 @@ int mark_done(int device, void* mark) {
   if (g_marks_stuck.load()) return kc::kStampNotReady;
   AsyncMark* m = async_mark(mark);
   if (m == nullptr) return mark == &g_mark ? 0 : 400;
-  return m->reached.load() ? 0 : kc::kStampNotReady;
+  return m->reached.load() >= m->recorded.load() ? 0 : kc::kStampNotReady;
 }
 
 void mark_free(void* mark) {
@@ -590,6 +601,7 @@ const kc::IpcBackend kFake{.export_buffer = export_buffer,
                            .close = close_handle,
                            .buffer_id = buffer_id,
                            .flags_alloc = flags_alloc,
+                           .flags_free = flags_free,
                            .host_words_alloc = host_words_alloc,
                            .host_register = host_register,
                            .flags_release = flags_release,
@@ -802,6 +814,10 @@ int fake_pinned_frees() {
 
 int fake_vmm_mapped() {
   return g_vmm_mapped.load();
+}
+
+int fake_flags_frees() {
+  return g_flags_frees.load();
 }
 
 int fake_ipc_closes() {

@@ -84,6 +84,8 @@ int fake_pinned_live();
 int fake_pinned_frees();
 // The allocations of peers that ipc close released so far, in this process.
 int fake_ipc_closes();
+// flags_free's calls so far (bounce buffers freed), in this process.
+int fake_flags_frees();
 // The ranges of host memory registered with the emulated CUDA (host_register) in this process;
 // while `on`, host_register refuses (as CUDA does memory it cannot map at the same address).
 int fake_host_registered();

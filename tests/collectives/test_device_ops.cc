@@ -707,52 +707,6 @@ TEST_CASE("GPUs of one host that cannot reach each other: staged through host me
   }
 }
 
-TEST_CASE("through the bounce buffer on two streams: each call waits for the last one's end",
-          "[device]") {
-  auto res = run_ranks(
-      2,
-      [](int r) {
-        chorusComm_t comm = init(r);
-        if (!comm) return 1;
-        const auto kOther = reinterpret_cast<chorusStream_t>(0x20);
-        const size_t n = 1000;
-        auto* a = static_cast<float*>(chorus::test::fake_unmapped_alloc(n * 4));
-        auto* b = static_cast<float*>(chorus::test::fake_device_alloc(n * 4));
-        for (int call = 0; call < 4; ++call) {
-          for (size_t j = 0; j < n; ++j) a[j] = float(r + call + j);
-          const chorusStream_t s = call % 2 ? kOther : kStream;
-          // Calls 0-2 through the bounce buffer (a is unmappable), call 3 not (b is not).
-          float* buf = call < 3 ? a : b;
-          if (call == 3)
-            for (size_t j = 0; j < n; ++j) b[j] = float(r + call + j);
-          if (chorusAllReduce(buf, buf, n, chorusFloat32, chorusSum, comm, s) != chorusSuccess)
-            return fail_with(r, "all-reduce", chorusGetLastError(comm));
-          for (size_t j = 0; j < n; ++j)
-            if (buf[j] != float(2 * (call + j) + 1))
-              return fail_with(r, "all-reduce", fmt::format("call {} element {} wrong", call, j));
-        }
-        const std::string s0 = fmt::format("{}", static_cast<void*>(kStream)),
-                          s1 = fmt::format("{}", static_cast<void*>(kOther));
-        const std::vector<std::string> want{
-            "wait on " + s0 + " for none",
-            "record on " + s0,
-            "wait on " + s1 + " for the record on " + s0,
-            "record on " + s1,
-            "wait on " + s0 + " for the record on " + s1,
-            "record on " + s0,
-        };
-        if (chorus::test::fake_mark_log() != want) {
-          std::string got;
-          for (const auto& x : chorus::test::fake_mark_log()) got += "\n  " + x;
-          return fail_with(r, "marks", "asked for:" + got);
-        }
-        chorusCommDestroy(comm);
-        return 0;
-      },
-      opts(false));
-  check_all(res);
-}
-
 TEST_CASE("device send/recv: alone, a ring in a group, both ways in a group", "[device]") {
   const bool two_hosts = GENERATE(false, true);  // rank 2 on a host of its own: staged
   // Memory that CUDA IPC cannot map on every rank: the sends through the bounce buffer, a piece
