@@ -218,6 +218,10 @@ int closes_after_capture(int r, bool destroy_next,
   chorus::test::fake_graph_free(graph);
   const char* next = destroy_next ? "the destroy" : "the eager call";
   if (destroy_next) {
+    // A host call first: no rank ends (its buffers gone) before every rank has mapped them.
+    int one = 1;
+    if (chorusAllReduce(&one, &one, 1, chorusInt32, chorusSum, comm, nullptr) != chorusSuccess)
+      return fail_with(r, "the host call", chorusGetLastError(comm));
     if (chorusCommDestroy(comm) != chorusSuccess) return fail_with(r, next, "failed");
   } else if (chorusAllReduce(y, y, n, chorusFloat32, chorusSum, comm, stream) != chorusSuccess ||
              chorus::test::fake_stream_sync(stream) != 0) {
