@@ -760,7 +760,10 @@ Status CommImpl::destroy() {
   stop_keeper(device_ipc_.keeper);
   stage_graph_close(device_ipc_.stage, graphs_live);  // the replays' thread and communicator end
   // A free may wait for the whole device, so not while graphs live (their replays may wait).
-  if (!graphs_live) bounce_close(device_ipc_, deadline.remaining(), rank());
+  if (!graphs_live) {
+    close_peer_mappings(device_ipc_, deadline.remaining(), rank());
+    bounce_close(device_ipc_, deadline.remaining(), rank());
+  }
   if (device_ipc_.timing) device_timing_report(*device_ipc_.timing, rank(), timeout_s_);
   std::vector<std::unique_ptr<Channel>> channels;
   std::shared_ptr<Job> job;

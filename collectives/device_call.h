@@ -250,6 +250,28 @@ class Enqueuer {
     return Status::ok();
   }
 
+  // After the call's last work on its stream (after release() when it failed): its end marked for
+  // destroy (DeviceIpc::ends), one mark a stream. Not for a captured call: its work runs at the
+  // replays, which destroy does not wait for (it unmaps nothing while graphs hold calls). Marks
+  // of streams past their end are pruned as streams come and go.
+  void mark_end(bool captured) {
+    if (captured) return;
+    std::vector<std::pair<void*, void*>>& ends = st_.ends;
+    auto it =
+        std::find_if(ends.begin(), ends.end(), [&](const auto& e) { return e.first == stream_; });
+    if (it == ends.end()) {
+      if (ends.size() >= kPruneEnds)
+        std::erase_if(ends, [&](const std::pair<void*, void*>& e) {
+          if (kc::ipc().mark_done(st_.device, e.second) != 0) return false;
+          kc::ipc().mark_free(e.second);
+          return true;
+        });
+      it = ends.insert(ends.end(), {stream_, nullptr});
+    }
+    if (kc::ipc().mark_record(stream_, &it->second) != 0) st_.ends_unmarked = true;
+  }
+  static constexpr size_t kPruneEnds = 16;
+
   // After a failure: the signals not yet written, so that no peer's stream waits for ever; then,
   // for a call through the bounce buffer, the end of what it enqueued marked, as bounce_out
   // does, so that destroy frees the buffer only once the stream is past it (bounce_close).

@@ -453,8 +453,12 @@ chorusResult_t device_collective(chorusComm_t h, CommImpl& comm, const Call& cal
   if (s.is_ok()) s = gpu.bounce_out(staged);
   if (s.is_ok() && slot >= 0)  // for the keeper
     st.graph.live_calls.store(std::max(st.graph.live_calls.load(), slot + 1));
-  if (s.is_ok()) return finish(comm, call.name);
+  if (s.is_ok()) {
+    gpu.mark_end(slot >= 0);
+    return finish(comm, call.name);
+  }
   gpu.release(owed, staged);
+  gpu.mark_end(slot >= 0);
   const Status why(Code::kSystemError, fmt::format("{} on rank {}: {}", call.name, r, s.message()));
   comm.abort(why.message());
   return report(why);

@@ -61,6 +61,11 @@ struct DeviceIpc {
   // (bounce_close).
   std::vector<std::pair<void*, void*>> bounce_old;
   bool bounce_unmarked = false;
+  // The mark after this rank's last eager call on each stream it used (stream, mark), and
+  // whether one could not be recorded: destroy waits for them before it unmaps what this rank
+  // mapped of its peers (close_peer_mappings).
+  std::vector<std::pair<void*, void*>> ends;
+  bool ends_unmarked = false;
   // VMM memory mapped by file descriptor (device_vmm.h): this rank's registry, its peers'
   // allocations mapped here, the descriptor sockets.
   std::shared_ptr<VmmState> vmm;
@@ -114,6 +119,16 @@ int export_for_peers(const void* p, kernels::cuda::IpcHandle* out);
 // a communicator destroyed before its next eager call would keep its peers' freed memory open
 // for good.
 void close_held_back(DeviceIpc& st);
+
+// At destroy, once no call runs and no CUDA graph holds a captured call: waits (up to timeout_s,
+// what is left of destroy's) until each stream this rank used is past its last eager call here
+// (DeviceIpc::ends), then unmaps what the communicator mapped of its peers -- their VMM
+// allocations (device_vmm.h) and their host flag words (device_words.h) -- so that it does not
+// hold their memory for the process's life. Left mapped, with a warning naming `rank`, where a
+// stream never gets there or an end could not be marked. (The CUDA IPC mappings of the peers'
+// cudaMalloc buffers are the process's, shared by its communicators: closed when the owner says
+// it freed them, device_freed.h.)
+void close_peer_mappings(DeviceIpc& st, double timeout_s, int rank);
 
 // Whether a call's buffers are (at least partly) device memory and take the device path.
 bool device_buffers(const void* sendbuff, const void* recvbuff);

@@ -274,8 +274,12 @@ chorusResult_t device_p2p(chorusComm_t h, CommImpl& comm, const std::vector<Devi
     for (size_t i = 0; i < n; ++i) top = std::max(top, slot[i] + 1);
     st.graph.live_pair_slots.store(top);
   }
-  if (s.is_ok()) return finish(comm, name);
+  if (s.is_ok()) {
+    gpu.mark_end(captured);
+    return finish(comm, name);
+  }
   gpu.release(owed, staged);
+  gpu.mark_end(captured);
   const Status why(Code::kSystemError, fmt::format("{} on rank {}: {}", name, r, s.message()));
   comm.abort(why.message());
   return report(why);

@@ -314,6 +314,16 @@ void vmm_unmap_dropped(DeviceIpc& st, int q, std::span<const uint64_t> ids) {
   }
 }
 
+void vmm_unmap_imported(DeviceIpc& st, int rank) {
+  if (!st.vmm) return;
+  for (const auto& [key, m] : std::exchange(st.vmm->imported, {}))
+    if (int rc = kc::ipc().vmm_unmap(m.at, m.size); rc != 0)
+      log_warn(
+          "rank {}: unmapping rank {}'s VMM allocation at {} failed ({}): its memory stays "
+          "held here",
+          rank, key.first, m.at, kc::ipc().error_string(rc));
+}
+
 void vmm_close(DeviceIpc& st) {
   if (!st.vmm) return;
   for (const VmmState::Exported& e : st.vmm->exported) kc::ipc().vmm_release(e.alloc.identity);

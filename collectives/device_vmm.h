@@ -18,9 +18,9 @@
 //             used it waited for the peers' signals after their reads and writes of it.
 //
 // Bounded: at most kMaxVmmLive allocations retained at once; past that, buffers go through the
-// bounce buffer, said once at CHORUS_DEBUG=INFO. The retains end at destroy; the peers' mappings
-// of what is still registered then, like the flag words and the bounce buffer, last as long as
-// the process.
+// bounce buffer, said once at CHORUS_DEBUG=INFO. The retains end at destroy, and each rank unmaps
+// its peers' allocations once its streams are past the communicator's calls (close_peer_mappings,
+// device_ops.h).
 #pragma once
 
 #include <cstdint>
@@ -69,5 +69,8 @@ void vmm_unmap_dropped(DeviceIpc& st, int q, std::span<const uint64_t> ids);
 
 // At destroy: the registry's retains end.
 void vmm_close(DeviceIpc& st);
+// At destroy, once this rank's streams are past the communicator's calls (close_peer_mappings):
+// the peers' allocations mapped here are unmapped.
+void vmm_unmap_imported(DeviceIpc& st, int rank);
 
 }  // namespace chorus

@@ -5,8 +5,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
-
 #include <cstring>
 #include <mutex>
 #include <utility>
@@ -164,6 +164,13 @@ Result<void*> open_words(DeviceIpc& st, int q, bool host, const kc::IpcHandle& h
     st.peer_words[q] = piece;
   }
   return st.peer_words[q] + h.offset;
+}
+
+void close_peer_words(DeviceIpc& st) {
+  for (char*& piece : st.peer_words)
+    if (piece != nullptr) kc::ipc().host_unregister(std::exchange(piece, nullptr));
+  std::fill(st.peer_flags.begin(), st.peer_flags.end(), nullptr);
+  std::fill(st.graph.peer.begin(), st.graph.peer.end(), nullptr);
 }
 
 }  // namespace chorus

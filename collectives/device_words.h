@@ -5,7 +5,9 @@
 // this process's (transport/shm/shared_mem.h; one memfd holds the pieces of many communicators)
 // that each peer maps through /proc, page-locked and mapped for the GPU by every process that
 // uses it (host_register, kernels/cuda/ipc.h; as NCCL's shared-memory transport does with its
-// segments). Like device words before them, pieces are never given back. The peers' streams write
+// segments). Like device words, a rank's own piece is never given back (a peer's stream may write
+// into it after this rank's destroy); a peer's registration of it ends at the peer's destroy
+// (close_peer_words). The peers' streams write
 // into them, this rank's streams wait on them, and the release of those waits after a failure
 // (release_device_waits, the graph keeper) is a store of the host's: no GPU work, so nothing
 // that a hardware queue shared by streams -- every stream of a process under
@@ -36,5 +38,9 @@ int export_words(const DeviceIpc& st, const void* p, kernels::cuda::IpcHandle* o
 // Where rank q's words of handle h (`host`: host words, as q's record says) are mapped here:
 // its allocation mapped and registered at the first use, once per rank. Never rank q = this one.
 Result<void*> open_words(DeviceIpc& st, int q, bool host, const kernels::cuda::IpcHandle& h);
+// At destroy, once this rank's streams are past the communicator's calls (close_peer_mappings):
+// the registrations of the peers' host words end (their memfds stay mapped: the process's, for
+// all its communicators).
+void close_peer_words(DeviceIpc& st);
 
 }  // namespace chorus

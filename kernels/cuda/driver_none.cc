@@ -96,6 +96,7 @@ int host_words_alloc(size_t, void** out) {
   *out = nullptr;
   return kNoCuda;
 }
+void host_unregister(void*) {}
 int host_register(void*, size_t) {
   return kNoCuda;
 }

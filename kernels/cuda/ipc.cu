@@ -203,6 +203,12 @@ int host_words_alloc(size_t bytes, void** out) {
   return 0;
 }
 
+void host_unregister(void* p) {
+  if (p == nullptr || !ops().ok) return;
+  const RelaxedCapture relaxed;  // as pinned_free
+  if (cudaHostUnregister(p) != cudaSuccess) (void)cudaGetLastError();
+}
+
 int host_register(void* p, size_t bytes) {
   if (!ops().ok) return kNoCuda;
   const RelaxedCapture relaxed;  // capture_mode.h: the first call may be a captured one

@@ -107,8 +107,10 @@ int host_words_alloc(size_t bytes, void** out);
 // mapping: page-locked and mapped for every device at p (cudaHostRegister, Portable | Mapped).
 // The CUDA IPC path's flag words, which peers' streams write into and the host releases by a
 // store (collectives/device_words.h). kNotLegacyIpc when the device address differs from p.
-// Never unregistered.
 int host_register(void* p, size_t bytes);
+// Ends host_register's registration of p (cudaHostUnregister), once no work of this process uses
+// it; the memory stays mapped. A failure is ignored.
+void host_unregister(void* p);
 
 // Writes values[0..count) into the 32-bit flag words at `flags` (flags_alloc's, on `device`), on
 // a stream of its own, which waits for no other: values that end the stream waits on them. For
@@ -176,6 +178,7 @@ struct IpcBackend {
   void (*flags_free)(void* p);
   int (*host_words_alloc)(size_t bytes, void** out);
   int (*host_register)(void* p, size_t bytes);
+  void (*host_unregister)(void* p);
   int (*flags_release)(int device, void* flags, const uint32_t* values, size_t count);
   int (*write_u32)(void* stream, void* word, uint32_t v);
   int (*wait_u32_geq)(void* stream, const void* word, uint32_t v);

@@ -244,6 +244,11 @@ int host_register(void* p, size_t bytes) {
   return 0;
 }
 
+void host_unregister(void* p) {
+  std::lock_guard<std::mutex> lock(g_registered_mu);
+  std::erase_if(*g_registered, [p](const auto& r) { return r.first == p; });
+}
+
 std::atomic<int> g_flags_releases{0};
 std::atomic<void*> g_one_queue{nullptr};  // fake_one_queue's stream
 int on_stream(void* stream, std::function<int()> op);
@@ -604,6 +609,7 @@ const kc::IpcBackend kFake{.export_buffer = export_buffer,
                            .flags_free = flags_free,
                            .host_words_alloc = host_words_alloc,
                            .host_register = host_register,
+                           .host_unregister = host_unregister,
                            .flags_release = flags_release,
                            .write_u32 = write_u32,
                            .wait_u32_geq = wait_u32_geq,

@@ -79,13 +79,18 @@ TEST_CASE("through the bounce buffer on two streams: each call waits for the las
         }
         const std::string s0 = fmt::format("{}", static_cast<void*>(kStream)),
                           s1 = fmt::format("{}", static_cast<void*>(kOther));
+        // Each call also marks its end on its stream, for destroy (DeviceIpc::ends).
         const std::vector<std::string> want{
             "wait on " + s0 + " for none",
             "record on " + s0,
+            "record on " + s0,
             "wait on " + s1 + " for the record on " + s0,
+            "record on " + s1,
             "record on " + s1,
             "wait on " + s0 + " for the record on " + s1,
             "record on " + s0,
+            "record on " + s0,
+            "record on " + s1,
         };
         if (chorus::test::fake_mark_log() != want) {
           std::string got;
