@@ -17,8 +17,9 @@
 //                                                   streams too);
 //                                                   stream order without host synchronisation;
 //                                                   buffers freed and allocated again, and
-//                                                   freed with nothing where they lay (the GPU's
-//                                                   memory comes back);
+//                                                   freed with nothing where they lay, and
+//                                                   communicators destroyed (the GPU's memory
+//                                                   comes back);
 //                                                   calls captured into a CUDA graph, replayed
 //                                                   (a barrier 2000 times back to back);
 //                                                   errors named on every rank; bandwidth.
@@ -838,6 +839,62 @@ void freed_elsewhere(chorusComm_t comm, cudaStream_t stream) {
   if (held_mib > mib) fail("freed elsewhere: " + std::to_string(int(held_mib)) + " MiB still held");
 }
 
+// Communicators made and destroyed (splits), each with an all-reduce through its bounce buffer
+// (cudaMallocAsync memory, which CUDA IPC cannot map): destroy frees the bounce buffers once the
+// stream is past them (collectives/device_bounce.h), and the peers close their mappings when the
+// owner's next records say so, so the GPU's memory comes back. Until the thirty-first session each
+// communicator kept its bounce buffer for the process's life: 4 x 16 MiB (128 MiB without
+// CHORUS_CUDA_TEST_QUICK) per rank, held in every peer too.
+void destroyed_gives_back(chorusComm_t comm, cudaStream_t stream) {
+  const bool quick = std::getenv("CHORUS_CUDA_TEST_QUICK") != nullptr;
+  const size_t count = size_t(quick ? 4 : 32) << 20;  // floats
+  const double mib = double(count * 4) / double(1 << 20);
+  const int rounds = 4;
+  float* small;
+  CK(cudaMalloc(&small, 1024 * 4));
+  CK(cudaMemset(small, 0, 1024 * 4));
+  auto small_calls = [&](int n) {
+    for (int i = 0; i < n; ++i)
+      if (chorusAllReduce(small, small, 1024, chorusFloat32, chorusSum, comm, stream) !=
+          chorusSuccess)
+        fail(std::string("destroyed communicators: ") + chorusGetLastError(comm));
+    CK(cudaStreamSynchronize(stream));
+  };
+  small_calls(1);
+  chorusBarrier(comm, nullptr);
+  size_t free0 = 0, free1 = 0, total = 0;
+  CK(cudaMemGetInfo(&free0, &total));
+  chorusBarrier(comm, nullptr);
+  for (int round = 0; round < rounds && !g_failed; ++round) {
+    chorusComm_t child = nullptr;
+    if (chorusCommSplit(comm, 0, g_rank, &child) != chorusSuccess) {
+      fail(std::string("destroyed communicators: split: ") + chorusGetLastError(comm));
+      break;
+    }
+    void* p = mem_alloc(Mem::kAsync, count * 4, stream);
+    CK(cudaMemsetAsync(p, 0, count * 4, stream));
+    if (chorusAllReduce(p, p, count, chorusFloat32, chorusSum, child, stream) != chorusSuccess)
+      fail(std::string("destroyed communicators: ") + chorusGetLastError(child));
+    mem_free(Mem::kAsync, p, stream);
+    CK(cudaStreamSynchronize(stream));
+    chorusCommDestroy(child);
+  }
+  small_calls(4);  // the owners' records tell the peers of the frees, a few allocations a call
+  chorusBarrier(comm, nullptr);
+  CK(cudaMemGetInfo(&free1, &total));
+  chorusBarrier(comm, nullptr);
+  CK(cudaFree(small));
+  const double held_mib = (double(free0) - double(free1)) / double(1 << 20);
+  if (g_rank == 0)
+    std::printf(
+        "%d ranks: destroyed communicators: %.0f MiB of the GPU still held after %d "
+        "communicators, each with a bounce buffer of %.0f MiB per rank, were destroyed "
+        "(kept: %.0f MiB)\n",
+        g_size, held_mib, rounds, mib, g_size * rounds * mib);
+  if (held_mib > mib)
+    fail("destroyed communicators: " + std::to_string(int(held_mib)) + " MiB still held");
+}
+
 // Errors: named on every rank, and the communicator still works afterwards.
 void errors(chorusComm_t comm, cudaStream_t stream) {
   float* dev;
@@ -1034,7 +1091,8 @@ int worker() {
   }
   if (!g_failed) stream_order(comm, stream);
   if (!g_failed) freed_and_allocated_again(comm, stream);
-  if (!g_failed && !staged) freed_elsewhere(comm, stream);  // CUDA IPC maps them
+  if (!g_failed && !staged) freed_elsewhere(comm, stream);       // CUDA IPC maps them
+  if (!g_failed && !staged) destroyed_gives_back(comm, stream);  // bounce buffers freed
   // Staged, a mismatch is found by the host part after the call returned (the communicator's
   // error): the checks of errors() are for the CUDA IPC path's exchange.
   if (!g_failed && !staged) errors(comm, stream);

@@ -130,7 +130,7 @@ step cuda_release 30 "$bin/test_cuda_release"  # the release while a cudaMemcpy 
 step cuda_release_1conn 30 env CUDA_DEVICE_MAX_CONNECTIONS=1 "$bin/test_cuda_release"
 step shared_gpu 60 "$bin/shared_gpu_probe" "$bin/chorus-run"
 step device_allreduce 180 "$bin/device_allreduce_probe" "$bin/chorus-run" 2 3
-grep -h "cases in\|^\[0\] *[0-9].* [0-9.]*$\|copy engine\|freed" "$logs/device_allreduce.log" 2>/dev/null
+grep -h "cases in\|^\[0\] *[0-9].* [0-9.]*$\|copy engine\|freed\|destroyed" "$logs/device_allreduce.log" 2>/dev/null
 device_kill
 device_kill 1conn
 device_kill 1conn_devwords
@@ -291,7 +291,7 @@ if [ "$part" = quick ]; then
   device_kill 1conn  # the flag words in host memory (new in the thirtieth session)
   # every device collective on 2 and 3 ranks (gather, scatter, all-to-all(-v) new 2026-11-27)
   step device_allreduce 180 "$bin/device_allreduce_probe" "$bin/chorus-run" 2 3
-  grep -h "cases in\|freed" "$logs/device_allreduce.log" 2>/dev/null
+  grep -h "cases in\|freed\|destroyed" "$logs/device_allreduce.log" 2>/dev/null
   device_staged
   perf allreduce_p2 2 all_reduce
   perf allreduce_p3 3 all_reduce  # the leader-only meeting (2026-11-27) at 64 MiB and up
