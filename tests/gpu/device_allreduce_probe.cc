@@ -792,6 +792,50 @@ void freed_and_allocated_again(chorusComm_t comm, cudaStream_t stream) {
                 g_size, again);
 }
 
+// How much of the GPU's memory the peers' mappings hold: the free memory at the start and at the
+// end, read between two barriers on every rank, after a few small all-reduces whose records carry
+// the owners' news of their frees (collectives/device_freed.h; a few allocations checked a call).
+class HeldMemory {
+ public:
+  HeldMemory(chorusComm_t comm, cudaStream_t stream, const char* what)
+      : comm_(comm), stream_(stream), what_(what) {
+    CK(cudaMalloc(&small_, 1024 * 4));
+    CK(cudaMemset(small_, 0, 1024 * 4));
+    calls(1);
+    free0_ = free_now();
+  }
+  ~HeldMemory() { CK(cudaFree(small_)); }
+  // MiB held since the start; fails (naming what) past `limit_mib`.
+  double held_mib(double limit_mib) {
+    calls(4);
+    const double held = (double(free0_) - double(free_now())) / double(1 << 20);
+    if (held > limit_mib)
+      fail(std::string(what_) + ": " + std::to_string(int(held)) + " MiB still held");
+    return held;
+  }
+
+ private:
+  void calls(int n) {
+    for (int i = 0; i < n; ++i)
+      if (chorusAllReduce(small_, small_, 1024, chorusFloat32, chorusSum, comm_, stream_) !=
+          chorusSuccess)
+        fail(std::string(what_) + ": " + chorusGetLastError(comm_));
+    CK(cudaStreamSynchronize(stream_));
+  }
+  size_t free_now() {
+    size_t free = 0, total = 0;
+    chorusBarrier(comm_, nullptr);
+    CK(cudaMemGetInfo(&free, &total));
+    chorusBarrier(comm_, nullptr);
+    return free;
+  }
+  chorusComm_t comm_;
+  cudaStream_t stream_;
+  const char* what_;
+  float* small_ = nullptr;
+  size_t free0_ = 0;
+};
+
 // Buffers freed with nothing allocated where they lay (each allocated before the last is freed):
 // their owners find the frees (CU_POINTER_ATTRIBUTE_BUFFER_ID) and say so in their next calls'
 // records, and the peers close their mappings (collectives/device_freed.h), so the GPU's memory
@@ -802,16 +846,7 @@ void freed_elsewhere(chorusComm_t comm, cudaStream_t stream) {
   const size_t count = size_t(quick ? 4 : 64) << 20;  // floats
   const double mib = double(count * 4) / double(1 << 20);
   const int rounds = 4;
-  float* small;
-  CK(cudaMalloc(&small, 1024 * 4));
-  CK(cudaMemset(small, 0, 1024 * 4));
-  if (chorusAllReduce(small, small, 1024, chorusFloat32, chorusSum, comm, stream) != chorusSuccess)
-    fail(std::string("freed elsewhere: ") + chorusGetLastError(comm));
-  CK(cudaStreamSynchronize(stream));
-  chorusBarrier(comm, nullptr);
-  size_t free0 = 0, free1 = 0, total = 0;
-  CK(cudaMemGetInfo(&free0, &total));
-  chorusBarrier(comm, nullptr);
+  HeldMemory watch(comm, stream, "freed elsewhere");
   std::vector<float*> bufs(rounds);
   for (float*& b : bufs) CK(cudaMalloc(&b, count * 4));
   for (float* b : bufs) {
@@ -821,22 +856,12 @@ void freed_elsewhere(chorusComm_t comm, cudaStream_t stream) {
     CK(cudaStreamSynchronize(stream));
     CK(cudaFree(b));
   }
-  for (int i = 0; i < 4; ++i)  // the owners' checks, a few allocations a call
-    if (chorusAllReduce(small, small, 1024, chorusFloat32, chorusSum, comm, stream) !=
-        chorusSuccess)
-      fail(std::string("freed elsewhere: ") + chorusGetLastError(comm));
-  CK(cudaStreamSynchronize(stream));
-  chorusBarrier(comm, nullptr);
-  CK(cudaMemGetInfo(&free1, &total));
-  chorusBarrier(comm, nullptr);
-  CK(cudaFree(small));
-  const double held_mib = (double(free0) - double(free1)) / double(1 << 20);
+  const double held_mib = watch.held_mib(mib);
   if (g_rank == 0)
     std::printf(
         "%d ranks: freed elsewhere: %.0f MiB of the GPU still held after each rank freed "
         "%d buffers of %.0f MiB (kept open by the peers: %.0f MiB)\n",
         g_size, held_mib, rounds, mib, g_size * rounds * mib);
-  if (held_mib > mib) fail("freed elsewhere: " + std::to_string(int(held_mib)) + " MiB still held");
 }
 
 // Communicators made and destroyed (splits), each with an all-reduce through its bounce buffer
@@ -850,21 +875,7 @@ void destroyed_gives_back(chorusComm_t comm, cudaStream_t stream) {
   const size_t count = size_t(quick ? 4 : 32) << 20;  // floats
   const double mib = double(count * 4) / double(1 << 20);
   const int rounds = 4;
-  float* small;
-  CK(cudaMalloc(&small, 1024 * 4));
-  CK(cudaMemset(small, 0, 1024 * 4));
-  auto small_calls = [&](int n) {
-    for (int i = 0; i < n; ++i)
-      if (chorusAllReduce(small, small, 1024, chorusFloat32, chorusSum, comm, stream) !=
-          chorusSuccess)
-        fail(std::string("destroyed communicators: ") + chorusGetLastError(comm));
-    CK(cudaStreamSynchronize(stream));
-  };
-  small_calls(1);
-  chorusBarrier(comm, nullptr);
-  size_t free0 = 0, free1 = 0, total = 0;
-  CK(cudaMemGetInfo(&free0, &total));
-  chorusBarrier(comm, nullptr);
+  HeldMemory watch(comm, stream, "destroyed communicators");
   for (int round = 0; round < rounds && !g_failed; ++round) {
     chorusComm_t child = nullptr;
     if (chorusCommSplit(comm, 0, g_rank, &child) != chorusSuccess) {
@@ -879,20 +890,13 @@ void destroyed_gives_back(chorusComm_t comm, cudaStream_t stream) {
     CK(cudaStreamSynchronize(stream));
     chorusCommDestroy(child);
   }
-  small_calls(4);  // the owners' records tell the peers of the frees, a few allocations a call
-  chorusBarrier(comm, nullptr);
-  CK(cudaMemGetInfo(&free1, &total));
-  chorusBarrier(comm, nullptr);
-  CK(cudaFree(small));
-  const double held_mib = (double(free0) - double(free1)) / double(1 << 20);
+  const double held_mib = watch.held_mib(mib);
   if (g_rank == 0)
     std::printf(
         "%d ranks: destroyed communicators: %.0f MiB of the GPU still held after %d "
         "communicators, each with a bounce buffer of %.0f MiB per rank, were destroyed "
         "(kept: %.0f MiB)\n",
         g_size, held_mib, rounds, mib, g_size * rounds * mib);
-  if (held_mib > mib)
-    fail("destroyed communicators: " + std::to_string(int(held_mib)) + " MiB still held");
 }
 
 // Errors: named on every rank, and the communicator still works afterwards.
