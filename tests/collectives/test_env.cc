@@ -117,6 +117,8 @@ const std::set<std::string> kFreeText = {
     "CHORUS_ELASTIC_DIR",     // a directory chorus-run makes (any path; tests/ddp/test_elastic.py)
     "CHORUS_ELASTIC_REJOIN",  // set by chorus-run; train_cnn refuses a non-count (test_elastic.py)
     "CHORUS_ALLOW_TF32",  // read at cuda dispatch, not by a communicator: ddp_device refuses "yes"
+    // read by chorus-run alone, which refuses a bad value naming it (tests/launch/test_elastic.sh)
+    "CHORUS_TEST_RUN_REAP_DELAY_MS",
 };
 
 int call(Entry entry) {

@@ -19,6 +19,18 @@ for victim in 0 2; do
   done
   [ $n = 2 ] || { echo "FAIL: --elastic, rank $victim killed: $n of 2 survivors continued"; fail=1; }
 done
+# chorus-run slow to look (CHORUS_TEST_RUN_REAP_DELAY_MS, as on a loaded machine): one look finds
+# rank 2 killed and the survivors, which shrank and finished meanwhile, all ended. The death still
+# comes first: the others went on, and the job succeeded (it was taken for the last rank
+# standing, exit 137, once in a CI run).
+out=$(CHORUS_TEST_RUN_REAP_DELAY_MS=3000 timeout 90 "$run" --elastic -n 3 "$probe" 2 2>&1); rc=$?
+echo "$out"
+[ $rc = 0 ] && echo "$out" | grep -q "chorus-run: rank 2 (pid [0-9]*) was killed by signal 9 (SIGKILL); --elastic: ranks 0,1 go on" &&
+  [ "$(echo "$out" | grep -c 'continued as rank')" = 2 ] ||
+  { echo "FAIL: --elastic, a slow look at rank 2's death and the survivors' ends (rc $rc)"; fail=1; }
+out=$(CHORUS_TEST_RUN_REAP_DELAY_MS=soon "$run" -n 1 true 2>&1); rc=$?; echo "$out"
+[ $rc = 2 ] && echo "$out" | grep -q "CHORUS_TEST_RUN_REAP_DELAY_MS" && echo "$out" | grep -q "soon" ||
+  { echo "FAIL: a bad CHORUS_TEST_RUN_REAP_DELAY_MS was not refused naming it (rc $rc)"; fail=1; }
 # Without --elastic rank 0 hosts the store: its death stops the job.
 out=$(timeout 90 "$run" -n 3 "$probe" 0 2>&1); rc=$?; echo "$out"
 [ $rc != 0 ] && echo "$out" | grep -q "stopping ranks" ||

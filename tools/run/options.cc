@@ -12,6 +12,8 @@
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
+#include "common/env.h"
+
 namespace chorus::run {
 namespace {
 
@@ -172,6 +174,9 @@ int check_numbers(RunOptions& o, const RawArgs& raw) {
         fmt::format("--nnodes {} needs --master-addr or --rdzv-endpoint naming node 0", o.nnodes));
   if (o.master_addr.empty()) o.master_addr = "127.0.0.1";
   if (o.nnodes > 1 && o.master_port == 0) o.master_port = kDefaultMultiNodePort;
+  Result<int64_t> delay = env_int_in("CHORUS_TEST_RUN_REAP_DELAY_MS", 0, 0, 10000);
+  if (!delay.is_ok()) return usage_error(delay.status().message());
+  o.reap_delay_ms = int(*delay);
   return -1;
 }
 

@@ -24,6 +24,10 @@ struct RunOptions {
   std::string program;            // as the user wrote it (argv[0] of the workers)
   std::string program_path;       // resolved through PATH, checked executable
   std::vector<std::string> argv;  // the workers' argv: program then its arguments
+  // Test hook CHORUS_TEST_RUN_REAP_DELAY_MS (0..10000): at the first worker found ended, chorus-run
+  // waits this long before it looks at them all, so that others end meanwhile and one look finds
+  // several (tests/launch/test_elastic.sh).
+  int reap_delay_ms = 0;
 };
 
 // What parsing decided: options to run, or an exit code (help printed: 0; usage error: 2;

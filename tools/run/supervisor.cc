@@ -9,7 +9,10 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
+#include <thread>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -35,6 +38,10 @@ void on_signal(int sig) {
   char byte = 0;
   (void)!write(g_wake_pipe[1], &byte, 1);
   errno = saved;
+}
+
+bool succeeded(int wait_status) {
+  return WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 0;
 }
 
 }  // namespace
@@ -72,6 +79,7 @@ AttemptResult Supervisor::run_attempt(int restart_count) {
   state_ = State::kRunning;
   result_ = AttemptResult{};
   draining_ = false;
+  reap_delayed_ = false;
   spawn_all(restart_count);
   while (true) {
     handle_signals();
@@ -168,16 +176,34 @@ void Supervisor::handle_signals() {
 }
 
 void Supervisor::reap() {
+  if (options_.reap_delay_ms > 0 && !reap_delayed_) {  // the test hook (options.h)
+    siginfo_t info{};
+    if (waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid != 0) {
+      reap_delayed_ = true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(options_.reap_delay_ms));
+    }
+  }
+  // Every worker that ended since the last look. In what order they ended is not known: a
+  // loaded machine may find a killed worker and the survivors that shrank and finished after it
+  // in one look. So the failures go first, while the others that ended in the same look still
+  // count as running (they were, when it failed): --elastic then says they went on, instead of
+  // taking the failed one for the last rank standing and the job for failed.
+  std::vector<Slot*> ended;
   for (auto& slot : slots_) {
     Worker& w = slot.worker;
     if (w.reaped) continue;
     int status = 0;
     pid_t r = waitpid(w.pid, &status, WNOHANG);
     if (r == 0 || (r < 0 && errno == EINTR)) continue;
-    w.reaped = true;
     w.wait_status = r == w.pid ? status : 0;
-    drain(slot);
-    on_worker_end(slot);
+    ended.push_back(&slot);
+  }
+  std::stable_partition(ended.begin(), ended.end(),
+                        [](const Slot* s) { return !succeeded(s->worker.wait_status); });
+  for (Slot* slot : ended) {
+    slot->worker.reaped = true;
+    drain(*slot);
+    on_worker_end(*slot, ended);
   }
   if (!draining_ && live_count() == 0) {
     draining_ = true;
@@ -185,14 +211,17 @@ void Supervisor::reap() {
   }
 }
 
-void Supervisor::on_worker_end(Slot& slot) {
+void Supervisor::on_worker_end(Slot& slot, const std::vector<Slot*>& ended) {
   const Worker& w = slot.worker;
-  bool ok = WIFEXITED(w.wait_status) && WEXITSTATUS(w.wait_status) == 0;
-  if (ok || state_ != State::kRunning) return;
+  if (succeeded(w.wait_status) || state_ != State::kRunning) return;
   std::string how = describe_status(w.wait_status);
   std::string live = live_ranks(&slot);
+  // A restart needs a worker that is still running to rejoin, not one that ended in this look.
+  const bool running = std::any_of(slots_.begin(), slots_.end(), [&](const Slot& s) {
+    return !s.worker.reaped && std::find(ended.begin(), ended.end(), &s) == ended.end();
+  });
   if (options_.elastic && !live.empty()) {  // the survivors shrink and go on, or fail themselves
-    if (worker_restarts_ < options_.max_restarts) {  // and a new worker rejoins them
+    if (running && worker_restarts_ < options_.max_restarts) {  // and a new worker rejoins them
       ++worker_restarts_;
       say(
           fmt::format("rank {} (pid {}) {}; --elastic: ranks {} go on; restarting rank {} to "

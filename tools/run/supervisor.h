@@ -50,7 +50,8 @@ class Supervisor {
   void spawn_all(int restart_count);
   void handle_signals();
   void reap();
-  void on_worker_end(Slot& slot);
+  // `ended`: the workers found ended in the same look (reap), failures first.
+  void on_worker_end(Slot& slot, const std::vector<Slot*>& ended);
   void respawn(Slot& slot);
   void begin_stop(int sig);
   void check_deadlines();
@@ -75,7 +76,8 @@ class Supervisor {
   Clock::time_point deadline_;        // grace end (kStopping) or SIGKILL bound (kKilling)
   Clock::time_point drain_deadline_;  // set when the last worker is reaped
   bool draining_ = false;
-  int worker_restarts_ = 0;  // --elastic: dead workers restarted into the running job
+  int worker_restarts_ = 0;    // --elastic: dead workers restarted into the running job
+  bool reap_delayed_ = false;  // the test hook's wait happened (once an attempt)
 };
 
 }  // namespace chorus::run
