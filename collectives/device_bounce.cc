@@ -1,11 +1,7 @@
 // The bounce buffer for device memory that CUDA IPC cannot map (device_bounce.h).
 #include "collectives/device_bounce.h"
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <chrono>
-#include <cstdio>
 #include <utility>
 #include <vector>
 
@@ -98,15 +94,10 @@ void bounce_close(DeviceIpc& st, double timeout_s, int rank) {
         rank, all.size());
     return;
   }
-  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  const Deadline end = Deadline::after_seconds(timeout_s);
   for (auto [buffer, mark] : all) {
     // No mark: no call got to its GPU work (one that did and failed marked its end).
-    int rc = mark != nullptr ? ipc.mark_done(st.device, mark) : 0;
-    while (rc == kc::kStampNotReady && std::chrono::steady_clock::now() < end) {
-      usleep(1000);
-      rc = ipc.mark_done(st.device, mark);
-    }
-    if (rc != 0) {
+    if (int rc = await_mark(st.device, mark, end); rc != 0) {
       log_warn(
           "rank {}: a bounce buffer of its device calls is left allocated: its stream {}", rank,
           rc == kc::kStampNotReady ? "has not got past it" : "failed: " + ipc.error_string(rc));

@@ -2,7 +2,6 @@
 // streams are past its calls (device_ops.h's close_peer_mappings).
 #include <unistd.h>
 
-#include <chrono>
 #include <utility>
 #include <vector>
 
@@ -15,6 +14,16 @@ namespace chorus {
 
 namespace kc = kernels::cuda;
 
+int await_mark(int device, void* mark, const Deadline& end) {
+  if (mark == nullptr) return 0;
+  int rc = kc::ipc().mark_done(device, mark);
+  while (rc == kc::kStampNotReady && !end.expired()) {
+    usleep(1000);
+    rc = kc::ipc().mark_done(device, mark);
+  }
+  return rc;
+}
+
 void close_peer_mappings(DeviceIpc& st, double timeout_s, int rank) {
   const kc::IpcBackend& ipc = kc::ipc();
   const std::vector<std::pair<void*, void*>> ends = std::exchange(st.ends, {});
@@ -25,14 +34,10 @@ void close_peer_mappings(DeviceIpc& st, double timeout_s, int rank) {
         rank);
     return;
   }
-  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  const Deadline end = Deadline::after_seconds(timeout_s);
   for (const auto& [stream, mark] : ends) {
-    int rc = ipc.mark_done(st.device, mark);
-    while (rc == kc::kStampNotReady && std::chrono::steady_clock::now() < end) {
-      usleep(1000);
-      rc = ipc.mark_done(st.device, mark);
-    }
-    if (rc != 0) {  // a mark still pending is left too: its stream may get there yet
+    if (int rc = await_mark(st.device, mark, end);
+        rc != 0) {  // a mark still pending is left too: its stream may get there yet
       log_warn("rank {}: the peers' memory its device calls mapped stays mapped: stream {} {}",
                rank, stream,
                rc == kc::kStampNotReady ? "has not got past its last call"

@@ -14,6 +14,7 @@
 #include "collectives/c_api_check.h"
 #include "collectives/device_graph.h"
 #include "collectives/device_stage.h"
+#include "common/clock.h"
 #include "kernels/cuda/ipc.h"
 #include "transport/shm/shared_mem.h"
 
@@ -129,6 +130,11 @@ void close_held_back(DeviceIpc& st);
 // cudaMalloc buffers are the process's, shared by its communicators: closed when the owner says
 // it freed them, device_freed.h.)
 void close_peer_mappings(DeviceIpc& st, double timeout_s, int rank);
+
+// At destroy: whether the GPU is past `mark` (on `device`), polled every millisecond until `end`
+// (one deadline for all of a teardown's marks): 0, kernels::cuda::kStampNotReady when it never
+// got there, or the error. nullptr: 0 (nothing was marked, so nothing to wait for).
+int await_mark(int device, void* mark, const Deadline& end);
 
 // Whether a call's buffers are (at least partly) device memory and take the device path.
 bool device_buffers(const void* sendbuff, const void* recvbuff);

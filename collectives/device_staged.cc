@@ -51,14 +51,9 @@ void stage_close(StageState& st, double timeout_s, bool graphs_live) {
     st.buffers.clear();
     return;
   }
-  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  const Deadline end = Deadline::after_seconds(timeout_s);
   for (StageBuffer& b : st.buffers) {
-    int rc = b.done != nullptr ? ipc.mark_done(st.device, b.done) : 0;
-    while (rc == kc::kStampNotReady && std::chrono::steady_clock::now() < end) {
-      usleep(1000);
-      rc = ipc.mark_done(st.device, b.done);
-    }
-    if (rc != 0) {  // the GPU may still copy from it: left allocated
+    if (int rc = await_mark(st.device, b.done, end); rc != 0) {  // the GPU may still copy from it
       log_warn(
           "a staged device call's host buffer ({} bytes) is left allocated: its stream {}", b.bytes,
           rc == kc::kStampNotReady ? "has not got past it" : "failed: " + ipc.error_string(rc));
